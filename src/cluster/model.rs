@@ -1,0 +1,198 @@
+//! Service and endpoint models: the proxier's view of the cluster, decoupled from the API types.
+
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Transport protocol of a service port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// Lower-case name as ipset and iptables print it (`tcp`, `udp`, `sctp`).
+    pub fn as_lower(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+
+    /// Upper-case name as the Kubernetes API spells it (`TCP`, `UDP`, `SCTP`).
+    pub fn as_upper(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        }
+    }
+
+    /// Parses the API spelling; `None` for anything else.
+    pub fn from_api(s: &str) -> Option<Protocol> {
+        match s {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+}
+
+/// IP family of an address or of a proxier instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    /// Family of an address.
+    pub fn of(ip: &IpAddr) -> IpFamily {
+        if ip.is_ipv4() { IpFamily::V4 } else { IpFamily::V6 }
+    }
+
+    /// Family of a network.
+    pub fn of_net(net: &IpNet) -> IpFamily {
+        IpFamily::of(&net.addr())
+    }
+
+    /// Name used in metrics labels and healthz JSON (`IPv4`, `IPv6`).
+    pub fn label(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        }
+    }
+}
+
+/// Identifies one port of one service: namespace/name:portName plus protocol (as upstream's ServicePortName).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePortName {
+    pub namespace: String,
+    pub name: String,
+    pub port_name: String,
+    pub protocol: Protocol,
+}
+
+impl ServicePortName {
+    /// Namespace/name of the owning service.
+    pub fn service(&self) -> ServiceName {
+        ServiceName { namespace: self.namespace.clone(), name: self.name.clone() }
+    }
+}
+
+impl fmt::Display for ServicePortName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.port_name.is_empty() {
+            write!(f, "{}/{}", self.namespace, self.name)
+        } else {
+            write!(f, "{}/{}:{}", self.namespace, self.name, self.port_name)
+        }
+    }
+}
+
+/// Namespace/name of a service.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ServiceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One load-balancer ingress address of a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadBalancerIngress {
+    pub ip: IpAddr,
+    /// `ipMode: Proxy`: the load balancer proxies, so kube-proxy does not program this address.
+    pub ip_mode_proxy: bool,
+}
+
+/// Everything the proxier needs to know about one service port (upstream's ServicePort interface).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    pub name: ServicePortName,
+    /// ClusterIPs, at most one per family.
+    pub cluster_ips: Vec<IpAddr>,
+    pub port: u16,
+    pub protocol: Protocol,
+    /// NodePort, if allocated (type NodePort or LoadBalancer).
+    pub node_port: Option<u16>,
+    pub external_ips: Vec<IpAddr>,
+    pub load_balancer_ingress: Vec<LoadBalancerIngress>,
+    pub load_balancer_source_ranges: Vec<IpNet>,
+    /// Session affinity ClientIP with its timeout in seconds; `None` for no affinity.
+    pub session_affinity_timeout: Option<u32>,
+    /// externalTrafficPolicy: Local (only meaningful for NodePort / LoadBalancer / ExternalIPs).
+    pub external_policy_local: bool,
+    /// internalTrafficPolicy: Local.
+    pub internal_policy_local: bool,
+    pub health_check_node_port: Option<u16>,
+}
+
+impl ServicePort {
+    /// The ClusterIP of `family`, if the service has one.
+    pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
+        self.cluster_ips.iter().copied().find(|ip| IpFamily::of(ip) == family)
+    }
+
+    /// External IPs of `family`.
+    pub fn external_ips_of(&self, family: IpFamily) -> impl Iterator<Item = IpAddr> + '_ {
+        self.external_ips.iter().copied().filter(move |ip| IpFamily::of(ip) == family)
+    }
+
+    /// LoadBalancer ingress IPs of `family` that kube-proxy programs (ipMode Proxy skipped).
+    pub fn load_balancer_ips_of(&self, family: IpFamily) -> impl Iterator<Item = IpAddr> + '_ {
+        self.load_balancer_ingress
+            .iter()
+            .filter(move |i| !i.ip_mode_proxy && IpFamily::of(&i.ip) == family)
+            .map(|i| i.ip)
+    }
+
+    /// Whether external traffic (NodePort, ExternalIP, LB) prefers node-local endpoints.
+    pub fn external_policy_local(&self) -> bool {
+        self.external_policy_local
+            && (self.node_port.is_some()
+                || !self.external_ips.is_empty()
+                || !self.load_balancer_ingress.is_empty())
+    }
+}
+
+/// One endpoint address:port of a service port, from an EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Endpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
+    /// `hints.forNodes` names, if the slice carries them.
+    pub hints_for_nodes: Option<Vec<String>>,
+    /// `hints.forZones` names, if the slice carries them.
+    pub hints_for_zones: Option<Vec<String>>,
+}
+
+impl Endpoint {
+    /// Whether the endpoint runs on `node`.
+    pub fn is_local(&self, node: &str) -> bool {
+        self.node_name.as_deref() == Some(node)
+    }
+}
+
+/// Service ports by name; shared values so snapshots are cheap.
+pub type ServiceMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
+
+/// Endpoints of every service port (all slices merged, sorted, deduplicated).
+pub type EndpointsMap = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;

@@ -1,0 +1,1 @@
+//! Configuration: flags, KubeProxyConfiguration file, defaults and validation.

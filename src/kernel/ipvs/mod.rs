@@ -1,0 +1,112 @@
+//! IPVS virtual and real servers.
+
+use crate::cluster::model::Protocol;
+use crate::kernel::KernelResult;
+use std::net::IpAddr;
+
+/// Persistent (session affinity) service flag.
+pub const FLAG_PERSISTENT: u32 = 0x1;
+/// Hashed entry flag (set by the kernel on every service).
+pub const FLAG_HASHED: u32 = 0x2;
+/// Maglev-hash scheduler: include the source port (upstream sets it with `mh`).
+pub const FLAG_MH_PORT: u32 = 0x10;
+
+/// Identity of an IPVS virtual server (the family follows from the address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IpvsServiceKey {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+impl std::fmt::Display for IpvsServiceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.addr {
+            IpAddr::V4(a) => write!(f, "{}:{}/{}", a, self.port, self.protocol.as_upper()),
+            IpAddr::V6(a) => write!(f, "[{}]:{}/{}", a, self.port, self.protocol.as_upper()),
+        }
+    }
+}
+
+/// An IPVS virtual server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpvsService {
+    pub key: IpvsServiceKey,
+    pub scheduler: String,
+    /// Service flags (FLAG_*), compared without FLAG_HASHED.
+    pub flags: u32,
+    /// Persistence timeout in seconds (0 when not persistent).
+    pub timeout: u32,
+    /// Netmask: 0xffffffff for IPv4, 128 for IPv6.
+    pub netmask: u32,
+}
+
+/// Forwarding method of a real server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardMethod {
+    #[default]
+    Masq,
+    Local,
+    Tunnel,
+    Route,
+}
+
+/// An IPVS real server of one virtual server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpvsDestination {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub weight: u32,
+    pub forward: ForwardMethod,
+    pub upper_threshold: u32,
+    pub lower_threshold: u32,
+    /// Active connections (read back only).
+    pub active_conns: u32,
+    /// Inactive connections (read back only).
+    pub inactive_conns: u32,
+}
+
+impl IpvsDestination {
+    /// A masquerading real server with the given weight and no thresholds.
+    pub fn masq(addr: IpAddr, port: u16, weight: u32) -> Self {
+        IpvsDestination {
+            addr,
+            port,
+            weight,
+            forward: ForwardMethod::Masq,
+            upper_threshold: 0,
+            lower_threshold: 0,
+            active_conns: 0,
+            inactive_conns: 0,
+        }
+    }
+}
+
+/// IPVS connection timeouts in seconds (0 leaves a value unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IpvsTimeouts {
+    pub tcp: u32,
+    pub tcp_fin: u32,
+    pub udp: u32,
+}
+
+/// The IPVS table of the kernel.
+pub trait Ipvs: Send {
+    /// IPVS version string reported by the kernel (e.g. `1.2.1`).
+    fn version(&mut self) -> KernelResult<String>;
+    /// All virtual servers (one dump).
+    fn services(&mut self) -> KernelResult<Vec<IpvsService>>;
+    fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()>;
+    fn update_service(&mut self, svc: &IpvsService) -> KernelResult<()>;
+    fn delete_service(&mut self, key: &IpvsServiceKey) -> KernelResult<()>;
+    /// All real servers of one virtual server (one dump).
+    fn destinations(&mut self, key: &IpvsServiceKey) -> KernelResult<Vec<IpvsDestination>>;
+    fn add_destination(&mut self, key: &IpvsServiceKey, dst: &IpvsDestination) -> KernelResult<()>;
+    fn update_destination(&mut self, key: &IpvsServiceKey, dst: &IpvsDestination)
+    -> KernelResult<()>;
+    fn delete_destination(&mut self, key: &IpvsServiceKey, addr: IpAddr, port: u16)
+    -> KernelResult<()>;
+    /// Removes every virtual server (only `--cleanup` calls this).
+    fn flush(&mut self) -> KernelResult<()>;
+    fn set_timeouts(&mut self, t: IpvsTimeouts) -> KernelResult<()>;
+}

@@ -1,0 +1,23 @@
+//! The kube-ipvs0 dummy link, its addresses and the node's local addresses (rtnetlink).
+
+use crate::kernel::KernelResult;
+use std::net::IpAddr;
+
+/// Name of the dummy device that holds service addresses.
+pub const DUMMY_DEVICE: &str = "kube-ipvs0";
+
+/// Links and addresses of the kernel.
+pub trait Links: Send {
+    /// Creates the dummy link `name` if missing (left down); true if created.
+    fn ensure_dummy(&mut self, name: &str) -> KernelResult<bool>;
+    /// Addresses on one link; NotFound if the link does not exist.
+    fn addresses(&mut self, name: &str) -> KernelResult<Vec<IpAddr>>;
+    /// Binds `ip` as /32 or /128 to `name`; Ok(false) if it was already bound.
+    fn add_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool>;
+    /// Unbinds `ip` from `name`; Ok(false) if it was not bound.
+    fn del_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool>;
+    /// Every address of every link with the link's name, in one dump.
+    fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>>;
+    /// Deletes a link; Ok(false) if it did not exist.
+    fn delete_link(&mut self, name: &str) -> KernelResult<bool>;
+}

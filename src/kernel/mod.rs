@@ -1,0 +1,38 @@
+//! Narrow backends to the kernel: each a trait with a real implementation and an in-memory fake.
+
+pub mod conntrack;
+pub mod ipset;
+pub mod iptables;
+pub mod ipvs;
+pub mod link;
+pub mod sysctl;
+
+use thiserror::Error;
+
+/// An error from a kernel backend, typed where callers act on the kind.
+#[derive(Debug, Error)]
+pub enum KernelError {
+    /// The object already exists (EEXIST).
+    #[error("already exists: {0}")]
+    Exists(String),
+    /// The object does not exist (ENOENT / ESRCH).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The kernel does not support what was asked (unknown scheduler, missing module, ...).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// Any other errno from netlink, with the operation and the kernel's message.
+    #[error("{op}: errno {errno}: {message}")]
+    Errno { op: String, errno: i32, message: String },
+    /// An external command (ipset, iptables-restore) failed.
+    #[error("{command} exited with {status}: {stderr}")]
+    Command { command: String, status: String, stderr: String },
+    /// Malformed input or kernel answer.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Result of a kernel backend call.
+pub type KernelResult<T> = Result<T, KernelError>;

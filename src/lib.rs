@@ -1,0 +1,8 @@
+//! kube-proxy-rs: a drop-in replacement for Kubernetes kube-proxy in IPVS mode.
+
+pub mod cluster;
+pub mod config;
+pub mod kernel;
+pub mod proxier;
+pub mod runner;
+pub mod server;

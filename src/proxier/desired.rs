@@ -1,0 +1,74 @@
+//! The desired kernel state computed by the planner for one IP family.
+
+use crate::cluster::model::{IpFamily, ServiceName};
+use crate::kernel::ipset::IpSetSpec;
+use crate::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// One IPVS virtual server with the real servers it should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredVirtualServer {
+    pub service: IpvsService,
+    /// Real servers keyed by (address, port); weight and forwarding method in the value.
+    pub destinations: BTreeMap<(IpAddr, u16), IpvsDestination>,
+}
+
+/// Members one ipset should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredIpSet {
+    pub spec: IpSetSpec,
+    /// Entries in `ipset save` canonical text form, e.g. `10.96.0.1,tcp:443`.
+    pub entries: BTreeSet<String>,
+}
+
+/// Health-check listener wanted for one externalTrafficPolicy=Local service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckService {
+    pub service: ServiceName,
+    pub node_port: u16,
+    pub local_endpoints: usize,
+}
+
+/// Everything `sync_proxy_rules` programs for one family, as a pure value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredState {
+    pub family: IpFamily,
+    pub virtual_servers: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    /// Every ipset of this family (empty sets included: they are always created).
+    pub ipsets: BTreeMap<String, DesiredIpSet>,
+    /// Full `iptables-restore --noflush` payload (filter then nat), built-in-chain jumps excluded.
+    pub iptables_payload: String,
+    /// Jump rules that must sit at the top of built-in chains (checked, then inserted).
+    pub jumps: Vec<JumpRule>,
+    /// Addresses bound to kube-ipvs0 (/32 or /128).
+    pub bound_addresses: BTreeSet<IpAddr>,
+    /// Health-check node port listeners (externalTrafficPolicy=Local services).
+    pub health_checks: Vec<HealthCheckService>,
+    /// Service ports that fell back to cluster endpoints because they had no local one, by traffic policy
+    /// (`internal` / `external`) for the no-local-endpoints metric.
+    pub no_local_endpoints: BTreeMap<&'static str, u64>,
+}
+
+/// A jump from a built-in chain to one of ours, placed at the top of that chain.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JumpRule {
+    pub table: &'static str,
+    pub chain: &'static str,
+    pub target: &'static str,
+    pub comment: &'static str,
+}
+
+impl JumpRule {
+    /// Rule arguments after the chain name, as passed to `iptables -I <chain>`.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "-m".into(),
+            "comment".into(),
+            "--comment".into(),
+            self.comment.into(),
+            "-j".into(),
+            self.target.into(),
+        ]
+    }
+}

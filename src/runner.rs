@@ -1,0 +1,1 @@
+//! Bounded-frequency runner that drives sync_proxy_rules.

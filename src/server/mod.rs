@@ -1,0 +1,1 @@
+//! HTTP servers: healthz, metrics and per-service health checks.
