@@ -54,7 +54,11 @@ pub enum IpFamily {
 impl IpFamily {
     /// Family of an address.
     pub fn of(ip: &IpAddr) -> IpFamily {
-        if ip.is_ipv4() { IpFamily::V4 } else { IpFamily::V6 }
+        if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
     }
 
     /// Family of a network.
@@ -83,7 +87,10 @@ pub struct ServicePortName {
 impl ServicePortName {
     /// Namespace/name of the owning service.
     pub fn service(&self) -> ServiceName {
-        ServiceName { namespace: self.namespace.clone(), name: self.name.clone() }
+        ServiceName {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
     }
 }
 
@@ -143,12 +150,18 @@ pub struct ServicePort {
 impl ServicePort {
     /// The ClusterIP of `family`, if the service has one.
     pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
-        self.cluster_ips.iter().copied().find(|ip| IpFamily::of(ip) == family)
+        self.cluster_ips
+            .iter()
+            .copied()
+            .find(|ip| IpFamily::of(ip) == family)
     }
 
     /// External IPs of `family`.
     pub fn external_ips_of(&self, family: IpFamily) -> impl Iterator<Item = IpAddr> + '_ {
-        self.external_ips.iter().copied().filter(move |ip| IpFamily::of(ip) == family)
+        self.external_ips
+            .iter()
+            .copied()
+            .filter(move |ip| IpFamily::of(ip) == family)
     }
 
     /// LoadBalancer ingress IPs of `family` that kube-proxy programs (ipMode Proxy skipped).

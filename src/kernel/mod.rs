@@ -23,10 +23,18 @@ pub enum KernelError {
     Unsupported(String),
     /// Any other errno from netlink, with the operation and the kernel's message.
     #[error("{op}: errno {errno}: {message}")]
-    Errno { op: String, errno: i32, message: String },
+    Errno {
+        op: String,
+        errno: i32,
+        message: String,
+    },
     /// An external command (ipset, iptables-restore) failed.
     #[error("{command} exited with {status}: {stderr}")]
-    Command { command: String, status: String, stderr: String },
+    Command {
+        command: String,
+        status: String,
+        stderr: String,
+    },
     /// Malformed input or kernel answer.
     #[error("invalid: {0}")]
     Invalid(String),

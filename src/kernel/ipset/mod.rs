@@ -47,7 +47,11 @@ impl IpSetSpec {
                 "create {} {} family {} hashsize 1024 maxelem 65536",
                 self.name,
                 t.as_str(),
-                if self.family == IpFamily::V4 { "inet" } else { "inet6" }
+                if self.family == IpFamily::V4 {
+                    "inet"
+                } else {
+                    "inet6"
+                }
             ),
         }
     }

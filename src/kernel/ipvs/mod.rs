@@ -102,10 +102,17 @@ pub trait Ipvs: Send {
     /// All real servers of one virtual server (one dump).
     fn destinations(&mut self, key: &IpvsServiceKey) -> KernelResult<Vec<IpvsDestination>>;
     fn add_destination(&mut self, key: &IpvsServiceKey, dst: &IpvsDestination) -> KernelResult<()>;
-    fn update_destination(&mut self, key: &IpvsServiceKey, dst: &IpvsDestination)
-    -> KernelResult<()>;
-    fn delete_destination(&mut self, key: &IpvsServiceKey, addr: IpAddr, port: u16)
-    -> KernelResult<()>;
+    fn update_destination(
+        &mut self,
+        key: &IpvsServiceKey,
+        dst: &IpvsDestination,
+    ) -> KernelResult<()>;
+    fn delete_destination(
+        &mut self,
+        key: &IpvsServiceKey,
+        addr: IpAddr,
+        port: u16,
+    ) -> KernelResult<()>;
     /// Removes every virtual server (only `--cleanup` calls this).
     fn flush(&mut self) -> KernelResult<()>;
     fn set_timeouts(&mut self, t: IpvsTimeouts) -> KernelResult<()>;

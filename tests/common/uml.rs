@@ -1,0 +1,263 @@
+//! User-Mode Linux harness: runs a test body inside a real Linux kernel with IPVS.
+//!
+//! `uml_test!(name, { body })` defines a `#[test]`. On the host it boots `/usr/bin/linux` with an init script
+//! that loads the netfilter/IPVS modules and re-runs this same test binary, filtered to that one test, inside
+//! the guest with `KPRS_UML_GUEST` set; the body then runs in the guest. The guest's exit status and output
+//! come back through the test's own run directory under `target/uml-runs/`. When `/usr/bin/linux` is absent
+//! the test prints why and returns (the README test command installs it, so CI never skips).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The UML kernel binary.
+pub const KERNEL: &str = "/usr/bin/linux";
+
+/// Environment variable set inside the guest (its value is the run directory).
+pub const GUEST_ENV: &str = "KPRS_UML_GUEST";
+
+/// Modules loaded in every guest (missing ones are reported in the console log, not fatal).
+pub const MODULES: &[&str] = &[
+    "ipv6",
+    "dummy",
+    "veth",
+    "sctp",
+    "nf_conntrack",
+    "nf_conntrack_netlink",
+    "nf_nat",
+    "ip_vs",
+    "ip_vs_rr",
+    "ip_vs_wrr",
+    "ip_vs_lc",
+    "ip_vs_wlc",
+    "ip_vs_sh",
+    "ip_vs_mh",
+    "ip_vs_sed",
+    "ip_vs_nq",
+    "ip_vs_dh",
+    "ip_vs_lblc",
+    "ip_vs_lblcr",
+    "ip_vs_fo",
+    "ip_vs_ovf",
+    "ip_set",
+    "ip_set_hash_ip",
+    "ip_set_hash_ipport",
+    "ip_set_hash_ipportip",
+    "ip_set_hash_ipportnet",
+    "ip_set_hash_net",
+    "ip_set_bitmap_port",
+    "x_tables",
+    "ip_tables",
+    "ip6_tables",
+    "xt_set",
+    "xt_comment",
+    "xt_mark",
+    "xt_addrtype",
+    "xt_MASQUERADE",
+    "xt_conntrack",
+    "xt_physdev",
+    "xt_ipvs",
+    "xt_tcpudp",
+    "xt_multiport",
+    "xt_sctp",
+    "xt_nat",
+    "ipt_REJECT",
+    "ip6t_REJECT",
+    "iptable_nat",
+    "iptable_filter",
+    "iptable_mangle",
+    "ip6table_nat",
+    "ip6table_filter",
+    "ip6table_mangle",
+];
+
+/// True when running inside the UML guest.
+pub fn in_guest() -> bool {
+    std::env::var_os(GUEST_ENV).is_some()
+}
+
+/// The run directory of the current guest (inside the guest), or None on the host.
+pub fn guest_run_dir() -> Option<PathBuf> {
+    std::env::var_os(GUEST_ENV).map(PathBuf::from)
+}
+
+/// Options for one boot.
+#[derive(Clone, Debug)]
+pub struct BootOptions {
+    /// Guest memory (`mem=`).
+    pub mem: &'static str,
+    /// Host-side limit for the whole boot.
+    pub timeout: Duration,
+}
+
+impl Default for BootOptions {
+    fn default() -> Self {
+        BootOptions {
+            mem: "512M",
+            timeout: Duration::from_secs(240),
+        }
+    }
+}
+
+/// Runs `body` in a UML guest (or, inside the guest, runs it directly). `name` is the test's path as
+/// libtest filters it (`module::name` for tests in modules).
+pub fn run(name: &str, opts: BootOptions, body: impl FnOnce()) {
+    if in_guest() {
+        body();
+        return;
+    }
+    if !Path::new(KERNEL).exists() {
+        println!(
+            "SKIP {name}: {KERNEL} not found (install the user-mode-linux package; scripts/test.sh does)"
+        );
+        return;
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = run_dir(name);
+    let script = init_script(&exe, name, &dir);
+    let init = dir.join("init.sh");
+    std::fs::write(&init, script).expect("write init.sh");
+    set_executable(&init);
+    let console = dir.join("console.log");
+    let started = Instant::now();
+    let status = Command::new("timeout")
+        .arg("--kill-after=5")
+        .arg(format!("{}", opts.timeout.as_secs()))
+        .arg(KERNEL)
+        .arg(format!("mem={}", opts.mem))
+        .arg("root=/dev/root")
+        .arg("rootfstype=hostfs")
+        .arg("rootflags=/")
+        .arg("rw")
+        .arg(format!("init={}", init.display()))
+        .arg("con=null")
+        .arg("con0=fd:0,fd:1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&console).expect("console.log"))
+        .stderr(std::process::Stdio::null())
+        .current_dir(&dir)
+        .status()
+        .expect("spawn linux");
+    let elapsed = started.elapsed();
+    let result = std::fs::read_to_string(dir.join("result")).unwrap_or_default();
+    let output = std::fs::read_to_string(dir.join("guest-output.log")).unwrap_or_default();
+    if result.trim() != "0" {
+        let console_text = std::fs::read_to_string(&console).unwrap_or_default();
+        panic!(
+            "UML test {name} failed (guest exit {:?}, linux {status}, {elapsed:.1?})\n--- guest output ---\n{output}\n--- console (tail) ---\n{}",
+            result.trim(),
+            tail(&console_text, 80)
+        );
+    }
+    println!(
+        "UML test {name} passed in {elapsed:.1?} (run dir {})",
+        dir.display()
+    );
+}
+
+/// A fresh directory for one run under `target/uml-runs/`.
+pub fn run_dir(name: &str) -> PathBuf {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uml-runs");
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = base.join(format!(
+        "{}-{}-{}",
+        name.replace("::", "-"),
+        std::process::id(),
+        stamp
+    ));
+    std::fs::create_dir_all(&dir).expect("create run dir");
+    dir
+}
+
+fn set_executable(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perm = std::fs::metadata(p).expect("stat").permissions();
+    perm.set_mode(0o755);
+    std::fs::set_permissions(p, perm).expect("chmod");
+}
+
+fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+fn init_script(exe: &Path, name: &str, dir: &Path) -> String {
+    let modules = MODULES.join(" ");
+    format!(
+        r#"#!/bin/bash
+# Generated by tests/common/uml.rs: init of a UML guest for one test.
+export PATH=/run/legacy-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/tmp
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mkdir -p /run/netns /run/xtables-lock-dir
+ip link set lo up
+K=$(uname -r)
+mkdir -p /run/m/lib/modules
+ln -s /usr/lib/uml/modules/$K /run/m/lib/modules/$K
+echo "boot: $(cut -d" " -f1 /proc/uptime)s"
+modprobe -a -d /run/m {modules} || echo "some modules failed to load"
+echo "modules: $(cut -d" " -f1 /proc/uptime)s"
+mkdir -p /run/legacy-bin
+for t in iptables ip6tables; do
+  ln -sf /usr/sbin/$t-legacy /run/legacy-bin/$t
+  ln -sf /usr/sbin/$t-legacy-save /run/legacy-bin/$t-save
+  ln -sf /usr/sbin/$t-legacy-restore /run/legacy-bin/$t-restore
+done
+cd {dir}
+echo "guest up: $(uname -r)"
+{GUEST_ENV}={dir} RUST_BACKTRACE=1 {exe} --exact '{name}' --nocapture --test-threads=1 > {dir}/guest-output.log 2>&1
+echo $? > {dir}/result.tmp
+mv {dir}/result.tmp {dir}/result
+sync
+halt -f
+"#,
+        dir = dir.display(),
+        exe = exe.display(),
+    )
+}
+
+/// Defines a test whose body runs inside a UML guest: `uml_test!(name, { ... })`.
+#[macro_export]
+macro_rules! uml_test {
+    ($name:ident, $body:block) => {
+        uml_test!($name, $crate::common::uml::BootOptions::default(), $body);
+    };
+    ($name:ident, $opts:expr, $body:block) => {
+        #[test]
+        fn $name() {
+            let full = {
+                let p = module_path!();
+                match p.split_once("::") {
+                    Some((_, rest)) => format!("{}::{}", rest, stringify!($name)),
+                    None => stringify!($name).to_string(),
+                }
+            };
+            $crate::common::uml::run(&full, $opts, || $body);
+        }
+    };
+}
+
+/// Runs a shell command in the guest and returns stdout; panics with stderr on failure.
+pub fn sh(cmd: &str) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("spawn bash");
+    if !out.status.success() {
+        panic!(
+            "command failed: {cmd}\nstatus: {}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
