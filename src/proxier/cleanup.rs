@@ -13,22 +13,73 @@ use crate::proxier::reconcile::ownership::{SET_BASES, set_name};
 
 /// (table, built-in chain, our chain, comment) of every jump kube-proxy inserts.
 pub const JUMPS: &[(&str, &str, &str, &str)] = &[
-    ("nat", "OUTPUT", "KUBE-SERVICES", "kubernetes service portals"),
-    ("nat", "PREROUTING", "KUBE-SERVICES", "kubernetes service portals"),
-    ("nat", "POSTROUTING", "KUBE-POSTROUTING", "kubernetes postrouting rules"),
-    ("filter", "FORWARD", "KUBE-FORWARD", "kubernetes forwarding rules"),
-    ("filter", "INPUT", "KUBE-NODE-PORT", "kubernetes health check rules"),
-    ("filter", "INPUT", "KUBE-PROXY-FIREWALL", "kube-proxy firewall rules"),
-    ("filter", "FORWARD", "KUBE-PROXY-FIREWALL", "kube-proxy firewall rules"),
-    ("filter", "INPUT", "KUBE-IPVS-FILTER", "kubernetes ipvs access filter"),
-    ("filter", "OUTPUT", "KUBE-IPVS-OUT-FILTER", "kubernetes ipvs access filter"),
+    (
+        "nat",
+        "OUTPUT",
+        "KUBE-SERVICES",
+        "kubernetes service portals",
+    ),
+    (
+        "nat",
+        "PREROUTING",
+        "KUBE-SERVICES",
+        "kubernetes service portals",
+    ),
+    (
+        "nat",
+        "POSTROUTING",
+        "KUBE-POSTROUTING",
+        "kubernetes postrouting rules",
+    ),
+    (
+        "filter",
+        "FORWARD",
+        "KUBE-FORWARD",
+        "kubernetes forwarding rules",
+    ),
+    (
+        "filter",
+        "INPUT",
+        "KUBE-NODE-PORT",
+        "kubernetes health check rules",
+    ),
+    (
+        "filter",
+        "INPUT",
+        "KUBE-PROXY-FIREWALL",
+        "kube-proxy firewall rules",
+    ),
+    (
+        "filter",
+        "FORWARD",
+        "KUBE-PROXY-FIREWALL",
+        "kube-proxy firewall rules",
+    ),
+    (
+        "filter",
+        "INPUT",
+        "KUBE-IPVS-FILTER",
+        "kubernetes ipvs access filter",
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        "KUBE-IPVS-OUT-FILTER",
+        "kubernetes ipvs access filter",
+    ),
 ];
 
 /// Our chains per table, chains that jump to others first.
 pub const CHAINS: &[(&str, &[&str])] = &[
     (
         "nat",
-        &["KUBE-SERVICES", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-POSTROUTING", "KUBE-MARK-MASQ"],
+        &[
+            "KUBE-SERVICES",
+            "KUBE-NODE-PORT",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-POSTROUTING",
+            "KUBE-MARK-MASQ",
+        ],
     ),
     (
         "filter",
@@ -78,7 +129,10 @@ pub fn cleanup_leftovers(
 ) -> Result<CleanupReport, CleanupError> {
     let mut r = CleanupReport::default();
     r.record("IPVS table flush".into(), ipvs.flush().map(|()| true));
-    r.record(format!("link {DUMMY_DEVICE}"), links.delete_link(DUMMY_DEVICE));
+    r.record(
+        format!("link {DUMMY_DEVICE}"),
+        links.delete_link(DUMMY_DEVICE),
+    );
     for &family in families {
         let fam = family.label();
         for (table, chain, target, comment) in JUMPS {
@@ -92,7 +146,8 @@ pub fn cleanup_leftovers(
                     Ok(true) => r.removed.push(format!("{fam} {table} {chain} -j {target}")),
                     Ok(false) | Err(KernelError::NotFound(_)) => break,
                     Err(e) => {
-                        r.failures.push(format!("{fam} {table} {chain} -j {target}: {e}"));
+                        r.failures
+                            .push(format!("{fam} {table} {chain} -j {target}: {e}"));
                         break;
                     }
                 }
@@ -121,7 +176,10 @@ pub fn cleanup_leftovers(
     for family in [IpFamily::V4, IpFamily::V6] {
         for base in SET_BASES {
             let name = set_name(family, base);
-            r.record(format!("ipset {name}"), ipsets.destroy(&name).map(|()| true));
+            r.record(
+                format!("ipset {name}"),
+                ipsets.destroy(&name).map(|()| true),
+            );
         }
     }
     if r.failures.is_empty() {

@@ -43,7 +43,12 @@ pub struct GracefulTermination {
     queue: BTreeMap<IpvsServiceKey, BTreeMap<(IpAddr, u16), Instant>>,
 }
 
-fn delete_dest(ipvs: &mut dyn Ipvs, vs: &IpvsServiceKey, addr: IpAddr, port: u16) -> KernelResult<()> {
+fn delete_dest(
+    ipvs: &mut dyn Ipvs,
+    vs: &IpvsServiceKey,
+    addr: IpAddr,
+    port: u16,
+) -> KernelResult<()> {
     match ipvs.delete_destination(vs, addr, port) {
         Ok(()) | Err(KernelError::NotFound(_)) => Ok(()),
         Err(e) => Err(e),

@@ -8,6 +8,10 @@ pub mod reconcile;
 pub mod report;
 pub mod startup;
 pub mod sync;
+#[cfg(test)]
+mod sync_tests;
+#[cfg(test)]
+pub(crate) mod testkernel;
 
 pub use reconcile::{Backends, ConntrackHints, FamilyInput};
 pub use report::{FailureKind, SyncReport};

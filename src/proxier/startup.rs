@@ -106,7 +106,7 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 
 /// Whether `conn_reuse_mode=0` is needed (kernels 4.1 ≤ v < 5.9).
 pub fn needs_conn_reuse_mode_0(release: &str) -> bool {
-    kernel_version(release).is_some_and(|v| v >= (4, 1) && v < (5, 9))
+    kernel_version(release).is_some_and(|v| ((4, 1)..(5, 9)).contains(&v))
 }
 
 /// Sets `path` to `value` when it differs; records the change.
@@ -138,7 +138,12 @@ pub fn prepare_node(
 ) -> Result<StartupReport, StartupError> {
     let mut r = StartupReport::default();
     setup_conntrack(sysctl, hashsize, &cfg.conntrack, cfg.cpus, &mut r)?;
-    for path in ["net/ipv4/vs/conntrack", "net/ipv4/vs/expire_nodest_conn", "net/ipv4/vs/expire_quiescent_template", "net/ipv4/ip_forward"] {
+    for path in [
+        "net/ipv4/vs/conntrack",
+        "net/ipv4/vs/expire_nodest_conn",
+        "net/ipv4/vs/expire_quiescent_template",
+        "net/ipv4/ip_forward",
+    ] {
         ensure(sysctl, path, 1, &mut r).map_err(err(path))?;
     }
     if needs_conn_reuse_mode_0(&cfg.kernel_release) {
@@ -181,11 +186,26 @@ pub fn setup_conntrack(
     }
     let secs = |d: &Option<Duration>| d.map(|d| d.as_secs() as i64).filter(|s| *s > 0);
     let timeouts = [
-        ("net/netfilter/nf_conntrack_tcp_timeout_established", secs(&c.tcp_established_timeout)),
-        ("net/netfilter/nf_conntrack_tcp_timeout_close_wait", secs(&c.tcp_close_wait_timeout)),
-        ("net/netfilter/nf_conntrack_tcp_be_liberal", c.tcp_be_liberal.then_some(1)),
-        ("net/netfilter/nf_conntrack_udp_timeout", secs(&c.udp_timeout)),
-        ("net/netfilter/nf_conntrack_udp_timeout_stream", secs(&c.udp_stream_timeout)),
+        (
+            "net/netfilter/nf_conntrack_tcp_timeout_established",
+            secs(&c.tcp_established_timeout),
+        ),
+        (
+            "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+            secs(&c.tcp_close_wait_timeout),
+        ),
+        (
+            "net/netfilter/nf_conntrack_tcp_be_liberal",
+            c.tcp_be_liberal.then_some(1),
+        ),
+        (
+            "net/netfilter/nf_conntrack_udp_timeout",
+            secs(&c.udp_timeout),
+        ),
+        (
+            "net/netfilter/nf_conntrack_udp_timeout_stream",
+            secs(&c.udp_stream_timeout),
+        ),
     ];
     for (path, v) in timeouts {
         if let Some(v) = v {

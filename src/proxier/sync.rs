@@ -84,17 +84,28 @@ impl Proxier {
     }
 
     /// Applies already planned states (tests and benches; `sync_proxy_rules` plans then calls this).
-    pub fn apply(&mut self, families: &[FamilyInput<'_>], full: bool, hints: &ConntrackHints) -> SyncReport {
+    pub fn apply(
+        &mut self,
+        families: &[FamilyInput<'_>],
+        full: bool,
+        hints: &ConntrackHints,
+    ) -> SyncReport {
         let start = Instant::now();
         let mut report = self.apply_inner(families, full, hints);
         for f in families {
-            self.last_desired.insert(f.desired.family, f.desired.clone());
+            self.last_desired
+                .insert(f.desired.family, f.desired.clone());
         }
         report.duration = start.elapsed();
         report
     }
 
-    fn apply_inner(&mut self, families: &[FamilyInput<'_>], full: bool, hints: &ConntrackHints) -> SyncReport {
+    fn apply_inner(
+        &mut self,
+        families: &[FamilyInput<'_>],
+        full: bool,
+        hints: &ConntrackHints,
+    ) -> SyncReport {
         let full = full || self.force_full;
         let mut report = SyncReport::default();
         self.reconciler

@@ -44,7 +44,11 @@ impl Reconciler {
             let family = f.desired.family;
             let applied = self.applied.entry(family).or_default();
             let current: BTreeSet<IpAddr> = match &snap.addresses {
-                Some(a) => a.iter().copied().filter(|ip| IpFamily::of(ip) == family).collect(),
+                Some(a) => a
+                    .iter()
+                    .copied()
+                    .filter(|ip| IpFamily::of(ip) == family)
+                    .collect(),
                 None => applied.addresses.clone(),
             };
             let want = &f.desired.bound_addresses;

@@ -22,7 +22,7 @@ impl Reconciler {
         hints: &ConntrackHints,
         report: &mut SyncReport,
     ) {
-        if !(full || udp.changed || !udp.removed.is_empty() || !hints.is_empty()) {
+        if !full && !udp.changed && udp.removed.is_empty() && hints.is_empty() {
             return;
         }
         let start = Instant::now();
@@ -34,7 +34,12 @@ impl Reconciler {
                 .virtual_servers
                 .iter()
                 .filter(|(key, vs)| key.protocol == Protocol::Udp && !vs.destinations.is_empty())
-                .map(|(key, vs)| ((key.addr, key.port), vs.destinations.keys().copied().collect()))
+                .map(|(key, vs)| {
+                    (
+                        (key.addr, key.port),
+                        vs.destinations.keys().copied().collect(),
+                    )
+                })
                 .collect();
             let planned: BTreeSet<(IpAddr, u16)> = f
                 .desired
@@ -66,7 +71,8 @@ impl Reconciler {
                     Some(reals) => !reals.contains(&(flow.reply_src, flow.reply_sport)),
                     None => {
                         removed.contains(&dst)
-                            || (hints.stale_service_ips.contains(&flow.orig_dst) && !planned.contains(&dst))
+                            || (hints.stale_service_ips.contains(&flow.orig_dst)
+                                && !planned.contains(&dst))
                     }
                 };
                 if !stale {

@@ -18,8 +18,10 @@ impl Reconciler {
         let empty = BTreeSet::new();
         let mut ops = Vec::new();
         // Per family, the member lists we expect once `ops` are applied.
-        let mut expected: Vec<(crate::cluster::model::IpFamily, BTreeMap<String, BTreeSet<String>>)> =
-            Vec::new();
+        let mut expected: Vec<(
+            crate::cluster::model::IpFamily,
+            BTreeMap<String, BTreeSet<String>>,
+        )> = Vec::new();
         for f in families {
             let applied = self.applied.entry(f.desired.family).or_default();
             let current = snap.ipsets.as_ref().unwrap_or(&applied.ipsets);

@@ -64,12 +64,13 @@ impl Reconciler {
     ) {
         let family = f.desired.family;
         let mut applied = self.applied.remove(&family).unwrap_or_default();
-        let kernel: Option<BTreeMap<IpvsServiceKey, IpvsService>> = snap.services.as_ref().map(|all| {
-            all.iter()
-                .filter(|s| IpFamily::of(&s.key.addr) == family)
-                .map(|s| (s.key, s.clone()))
-                .collect()
-        });
+        let kernel: Option<BTreeMap<IpvsServiceKey, IpvsService>> =
+            snap.services.as_ref().map(|all| {
+                all.iter()
+                    .filter(|s| IpFamily::of(&s.key.addr) == family)
+                    .map(|s| (s.key, s.clone()))
+                    .collect()
+            });
         let full = kernel.is_some();
         let mut next: BTreeMap<IpvsServiceKey, DesiredVirtualServer> = BTreeMap::new();
 
@@ -126,7 +127,8 @@ impl Reconciler {
                     continue;
                 }
                 let losing_tcp = key.protocol == Protocol::Tcp
-                    && prev_dests.is_none_or(|pd| pd.keys().any(|d| !dvs.destinations.contains_key(d)));
+                    && prev_dests
+                        .is_none_or(|pd| pd.keys().any(|d| !dvs.destinations.contains_key(d)));
                 if must_dump || losing_tcp {
                     match k.ipvs.destinations(key) {
                         Ok(d) => d,
@@ -175,7 +177,8 @@ impl Reconciler {
                 own.add_sets(family, &planned_sets);
                 own.add_sets(family, &applied.ipsets);
                 own.node_port_ips.extend(f.node_port_ips.iter().copied());
-                own.node_port_ips.extend(applied.node_port_ips.iter().copied());
+                own.node_port_ips
+                    .extend(applied.node_port_ips.iter().copied());
                 own.applied.extend(applied.virtual_servers.keys().copied());
                 kmap.keys()
                     .filter(|key| !f.desired.virtual_servers.contains_key(key))

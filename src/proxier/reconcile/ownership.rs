@@ -74,14 +74,20 @@ impl Ownership {
             self.service_ips
                 .extend(m.iter().filter_map(|e| e.parse::<IpAddr>().ok()));
         }
-        for (base, proto) in [("NODE-PORT-TCP", Protocol::Tcp), ("NODE-PORT-UDP", Protocol::Udp)] {
+        for (base, proto) in [
+            ("NODE-PORT-TCP", Protocol::Tcp),
+            ("NODE-PORT-UDP", Protocol::Udp),
+        ] {
             if let Some(m) = sets.get(&set_name(family, base)) {
-                self.node_ports
-                    .extend(m.iter().filter_map(|e| e.parse::<u16>().ok().map(|p| (proto, p))));
+                self.node_ports.extend(
+                    m.iter()
+                        .filter_map(|e| e.parse::<u16>().ok().map(|p| (proto, p))),
+                );
             }
         }
         if let Some(m) = sets.get(&set_name(family, "NODE-PORT-SCTP-HASH")) {
-            self.sctp_node_ports.extend(m.iter().filter_map(|e| parse_ip_proto_port(e)));
+            self.sctp_node_ports
+                .extend(m.iter().filter_map(|e| parse_ip_proto_port(e)));
         }
     }
 
@@ -133,17 +139,27 @@ mod tests {
         let mut o = Ownership::default();
         o.node_port_ips.insert(node);
         let mut sets = BTreeMap::new();
-        sets.insert("KUBE-NODE-PORT-TCP".to_string(), BTreeSet::from(["30080".to_string()]));
+        sets.insert(
+            "KUBE-NODE-PORT-TCP".to_string(),
+            BTreeSet::from(["30080".to_string()]),
+        );
         sets.insert(
             "KUBE-NODE-PORT-SCTP-HASH".to_string(),
             BTreeSet::from(["10.0.0.10,sctp:30090".to_string()]),
         );
         o.add_sets(IpFamily::V4, &sets);
-        let key = |port, protocol| IpvsServiceKey { addr: node, port, protocol };
+        let key = |port, protocol| IpvsServiceKey {
+            addr: node,
+            port,
+            protocol,
+        };
         assert!(o.owns(&key(30080, Protocol::Tcp), &[]));
         assert!(!o.owns(&key(30081, Protocol::Tcp), &[]));
         assert!(!o.owns(&key(30080, Protocol::Udp), &[]));
         assert!(o.owns(&key(30090, Protocol::Sctp), &[]));
-        assert!(!o.owns(&key(30080, Protocol::Tcp), &["10.0.0.0/24".parse().unwrap()]));
+        assert!(!o.owns(
+            &key(30080, Protocol::Tcp),
+            &["10.0.0.0/24".parse().unwrap()]
+        ));
     }
 }
