@@ -1088,3 +1088,32 @@ fn demo_cluster_state_parses_and_is_consistent() {
         "one slice per service, no stray slices"
     );
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// docs/operators.md
+
+#[test]
+fn operators_guide_describes_every_example_and_only_existing_ones() {
+    let guide = read("docs/operators.md");
+    let files: BTreeSet<String> = yaml_files("config").iter().map(|p| file_name(p)).collect();
+    for f in &files {
+        assert!(
+            guide.contains(&format!("`{f}`")),
+            "docs/operators.md does not describe config/{f}"
+        );
+    }
+    // Every `config/<name>.yaml` the guide mentions exists.
+    for (i, _) in guide.match_indices("config/") {
+        let rest = &guide[i + "config/".len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'))
+            .unwrap_or(rest.len());
+        let name = rest[..end].trim_end_matches('.');
+        if name.ends_with(".yaml") {
+            assert!(
+                files.contains(name),
+                "docs/operators.md mentions missing config/{name}"
+            );
+        }
+    }
+}
