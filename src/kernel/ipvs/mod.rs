@@ -1,5 +1,7 @@
 //! IPVS virtual and real servers.
 
+pub mod fake;
+
 use crate::cluster::model::Protocol;
 use crate::kernel::KernelResult;
 use std::net::IpAddr;
