@@ -1,0 +1,1 @@
+//! ipsets through the `ipset` tool (in progress).

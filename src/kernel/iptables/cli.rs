@@ -1,0 +1,1 @@
+//! iptables through the iptables tools (in progress).
