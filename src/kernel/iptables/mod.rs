@@ -34,6 +34,7 @@ pub trait Iptables: Send {
 }
 
 pub mod cli;
+pub mod exec;
 pub mod fake;
 pub mod rules;
 
