@@ -10,8 +10,8 @@ pub mod startup;
 pub mod sync;
 #[cfg(test)]
 mod sync_tests;
-#[cfg(test)]
-pub(crate) mod testkernel;
+#[doc(hidden)]
+pub mod testkit;
 
 pub use reconcile::{Backends, ConntrackHints, FamilyInput};
 pub use report::{FailureKind, SyncReport};

@@ -2,15 +2,18 @@
 
 use crate::cluster::model::{IpFamily, Protocol};
 use crate::kernel::conntrack::ConntrackFlow;
-use crate::kernel::ipset::{IpSetSpec, IpSetType};
+use crate::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
+use crate::kernel::iptables::Iptables;
+use crate::kernel::ipvs::Ipvs;
 use crate::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
 use crate::kernel::link::DUMMY_DEVICE;
+use crate::kernel::link::Links;
 use crate::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
 use crate::proxier::plan::{NodeFacts, PlanConfig};
 use crate::proxier::reconcile::{ConntrackHints, FamilyInput};
 use crate::proxier::report::{FailureKind, SyncReport};
 use crate::proxier::sync::{FamilySnapshot, Proxier, SyncInput};
-use crate::proxier::testkernel::FakeKernel;
+use crate::proxier::testkit::Kit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -156,7 +159,7 @@ fn small() -> DesiredState {
     )
 }
 
-fn proxier(k: &FakeKernel) -> Proxier {
+fn proxier(k: &Kit) -> Proxier {
     Proxier::new(
         k.backends(),
         Box::new(|_, _, _, _| unreachable!("tests apply plans directly")),
@@ -190,9 +193,41 @@ fn pos(log: &[String], prefix: &str) -> usize {
         .unwrap_or_else(|| panic!("no {prefix} in {log:#?}"))
 }
 
+fn svc(addr: &str, port: u16, protocol: Protocol, scheduler: &str) -> IpvsService {
+    IpvsService {
+        key: key(addr, port, protocol),
+        scheduler: scheduler.into(),
+        flags: 0,
+        timeout: 0,
+        netmask: 0xffff_ffff,
+    }
+}
+
+/// Adds a virtual server straight into the fake kernel (as another tool or an earlier run would).
+fn seed_vs(k: &Kit, addr: &str, port: u16, scheduler: &str) {
+    let mut ipvs = k.ipvs.clone();
+    ipvs.add_service(&svc(addr, port, Protocol::Tcp, scheduler))
+        .unwrap();
+}
+
+fn seed_chain(k: &Kit, table: &str, chain: &str, rule: &[&str]) {
+    let mut t = k.iptables.clone();
+    t.ensure_chain(IpFamily::V4, table, chain).unwrap();
+    let args: Vec<String> = rule.iter().map(|s| s.to_string()).collect();
+    t.ensure_rule_first(IpFamily::V4, table, chain, &args)
+        .unwrap();
+}
+
+fn jump_args(comment: &str, target: &str) -> Vec<String> {
+    ["-m", "comment", "--comment", comment, "-j", target]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
 #[test]
 fn first_sync_programs_everything_rules_before_ipvs() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     let d = small();
     let r = apply(&mut p, &d, false);
@@ -204,26 +239,33 @@ fn first_sync_programs_everything_rules_before_ipvs() {
     assert_eq!(r.addresses.added, 3);
     assert_eq!(r.iptables_restores, 1);
     assert_eq!(r.jumps_inserted, 2);
-    let st = k.st();
-    assert_eq!(st.services.len(), 4);
-    assert_eq!(st.links[DUMMY_DEVICE].len(), 3);
+    assert_eq!(r.ipsets_created, 4);
+    assert_eq!(k.services().len(), 4);
+    assert_eq!(k.addrs(DUMMY_DEVICE).len(), 3);
     assert_eq!(
-        st.sets["KUBE-NODE-PORT-TCP"],
+        k.ipsets.members("KUBE-NODE-PORT-TCP"),
         BTreeSet::from(["30080".to_string()])
     );
-    assert_eq!(st.sets["KUBE-IPVS-IPS"].len(), 3);
-    let w = &st.writes;
+    assert_eq!(k.ipsets.members("KUBE-IPVS-IPS").len(), 3);
+    assert_eq!(
+        k.iptables
+            .rules(IpFamily::V4, "nat", "PREROUTING")
+            .unwrap()
+            .len(),
+        1
+    );
+    let w = k.writes();
     // k/k #133773: sets and SNAT rules exist before any VIP is served.
-    assert!(pos(w, "ipset.apply") < pos(w, "iptables.restore"));
-    assert!(pos(w, "iptables.restore") < pos(w, "ipvs.add_service"));
-    assert!(pos(w, "iptables.insert_rule") < pos(w, "ipvs.add_service"));
-    assert!(pos(w, "ipvs.add_service") < pos(w, "link.add_address"));
+    assert!(pos(&w, "ipset.apply") < pos(&w, "iptables.restore"));
+    assert!(pos(&w, "iptables.restore") < pos(&w, "ipvs.add_service"));
+    assert!(pos(&w, "iptables.insert_rule") < pos(&w, "ipvs.add_service"));
+    assert!(pos(&w, "ipvs.add_service") < pos(&w, "link.add_address"));
     assert_eq!(w.iter().filter(|l| l.starts_with("ipset.apply")).count(), 1);
 }
 
 #[test]
 fn identical_syncs_write_nothing_and_event_syncs_do_not_dump() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     let d = small();
     apply(&mut p, &d, true);
@@ -242,49 +284,33 @@ fn identical_syncs_write_nothing_and_event_syncs_do_not_dump() {
     assert_eq!(r.writes(), 1, "{r:?}");
     assert_eq!(k.writes(), vec!["iptables.restore V4".to_string()]);
     let reads = k.reads();
+    let count = |p: &str| reads.iter().filter(|l| l.starts_with(p)).count();
+    assert_eq!(count("ipvs.services"), 1);
+    assert_eq!(count("ipset.save_all"), 1);
+    assert_eq!(count("link.addresses"), 1);
     assert_eq!(
-        reads
-            .iter()
-            .filter(|l| l.starts_with("ipvs.services"))
-            .count(),
-        1
-    );
-    assert_eq!(
-        reads
-            .iter()
-            .filter(|l| l.starts_with("ipset.save_all"))
-            .count(),
-        1
-    );
-    assert_eq!(
-        reads
-            .iter()
-            .filter(|l| l.starts_with("link.addresses"))
-            .count(),
-        1
+        count("ipvs.destinations"),
+        4,
+        "one dump per existing service"
     );
 }
 
 #[test]
 fn event_sync_touches_only_the_changed_service() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     apply(&mut p, &small(), true);
     k.clear_logs();
-    // One endpoint added to 10.96.100.10:80 (UDP-free, additions only: no dump needed).
+    let three: &[(&str, u16)] = &[
+        ("10.244.0.11", 8080),
+        ("10.244.0.12", 8080),
+        ("10.244.0.13", 8080),
+    ];
+    // One endpoint added to 10.96.100.10:80 (additions only: no dump needed).
     let d = desired(
         &[
             ("10.96.0.1", 443, Protocol::Tcp, &[(NODE, 6443)]),
-            (
-                "10.96.100.10",
-                80,
-                Protocol::Tcp,
-                &[
-                    ("10.244.0.11", 8080),
-                    ("10.244.0.12", 8080),
-                    ("10.244.0.13", 8080),
-                ],
-            ),
+            ("10.96.100.10", 80, Protocol::Tcp, three),
             ("10.96.100.20", 80, Protocol::Tcp, EPS),
         ],
         &[30080],
@@ -297,21 +323,12 @@ fn event_sync_touches_only_the_changed_service() {
     assert!(k.reads().is_empty(), "{:?}", k.reads());
     assert_eq!(r.ipvs_destinations.added, 1);
 
-    // A new service: set members, the payload (its text changed), one service, its real servers, one address.
+    // A new service: set members, the payload (its text changed), one service, its real server, one address.
     k.clear_logs();
     let d2 = desired(
         &[
             ("10.96.0.1", 443, Protocol::Tcp, &[(NODE, 6443)]),
-            (
-                "10.96.100.10",
-                80,
-                Protocol::Tcp,
-                &[
-                    ("10.244.0.11", 8080),
-                    ("10.244.0.12", 8080),
-                    ("10.244.0.13", 8080),
-                ],
-            ),
+            ("10.96.100.10", 80, Protocol::Tcp, three),
             ("10.96.100.20", 80, Protocol::Tcp, EPS),
             ("10.96.100.30", 53, Protocol::Udp, &[("10.244.0.20", 53)]),
         ],
@@ -329,211 +346,136 @@ fn event_sync_touches_only_the_changed_service() {
     assert!(
         !k.reads()
             .iter()
-            .any(|l| l.starts_with("ipvs.") || l.starts_with("ipset.") || l.starts_with("link."))
+            .any(|l| l.starts_with("ipvs.") || l.starts_with("ipset.") || l.starts_with("link.")),
+        "{:?}",
+        k.reads()
     );
 
     // Removing it again deletes exactly its objects.
-    k.clear_logs();
     let r = apply(&mut p, &d, false);
     assert_eq!(r.ipvs_services.deleted, 1);
     assert_eq!(r.addresses.deleted, 1);
     assert_eq!(r.ipset_entries.deleted, 2);
     assert!(
-        !k.st()
-            .services
-            .contains_key(&key("10.96.100.30", 53, Protocol::Udp))
+        !k.services()
+            .contains(&key("10.96.100.30", 53, Protocol::Udp))
     );
 }
 
 /// Populates objects another tool owns, plus leftovers of ours from a previous run.
-fn seed_foreign_and_leftovers(k: &FakeKernel) {
-    let mut st = k.st();
-    let svc = |a: &str, port| {
-        let kk = key(a, port, Protocol::Tcp);
-        (
-            kk,
-            (
-                IpvsService {
-                    key: kk,
-                    scheduler: "wlc".into(),
-                    flags: 0,
-                    timeout: 0,
-                    netmask: 0xffff_ffff,
-                },
-                BTreeMap::new(),
-            ),
-        )
-    };
+fn seed_foreign_and_leftovers(k: &Kit) {
     // keepalived VIP on eth0, kube-vip on the node IP at a port that is not a NodePort of ours.
-    for (a, p) in [("192.168.1.100", 80), (NODE, 8443)] {
-        let (kk, v) = svc(a, p);
-        st.services.insert(kk, v);
-    }
+    seed_vs(k, "192.168.1.100", 80, "wlc");
+    seed_vs(k, NODE, 8443, "wlc");
     // Ours from a previous run: a ClusterIP bound on kube-ipvs0 and a NodePort recorded in our set.
-    for (a, p) in [("10.96.55.5", 80), (NODE, 30099)] {
-        let (kk, v) = svc(a, p);
-        st.services.insert(kk, v);
-    }
-    st.links.insert(
-        "eth0".into(),
-        BTreeSet::from([ip(NODE), ip("192.168.1.100")]),
+    seed_vs(k, "10.96.55.5", 80, "rr");
+    seed_vs(k, NODE, 30099, "rr");
+    k.links
+        .add_link("eth0", "ether", true, &[ip(NODE), ip("192.168.1.100")]);
+    k.links
+        .add_link(DUMMY_DEVICE, "dummy", false, &[ip("10.96.55.5")]);
+    k.ipsets.insert_set(
+        "KUBE-NODE-PORT-TCP",
+        IpSetType::BitmapPort,
+        IpFamily::V4,
+        ["30099"],
     );
-    st.links
-        .insert(DUMMY_DEVICE.into(), BTreeSet::from([ip("10.96.55.5")]));
-    st.sets.insert(
-        "KUBE-NODE-PORT-TCP".into(),
-        BTreeSet::from(["30099".to_string()]),
+    k.ipsets.insert_set(
+        "keepalived-set",
+        IpSetType::HashIp,
+        IpFamily::V4,
+        ["1.2.3.4"],
     );
-    st.sets.insert(
-        "keepalived-set".into(),
-        BTreeSet::from(["1.2.3.4".to_string()]),
-    );
-    st.chains.insert(
-        (IpFamily::V4, "filter".into(), "FOREIGN".into()),
-        vec![vec!["-j".into(), "ACCEPT".into()]],
-    );
+    seed_chain(k, "filter", "FOREIGN", &["-j", "ACCEPT"]);
 }
 
 #[test]
 fn foreign_objects_survive_and_our_leftovers_go() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     seed_foreign_and_leftovers(&k);
     let mut p = proxier(&k);
     let r = apply(&mut p, &small(), false);
     assert_eq!(r.failure_count(), 0, "{r:?}");
-    {
-        let st = k.st();
-        assert!(
-            st.services
-                .contains_key(&key("192.168.1.100", 80, Protocol::Tcp)),
-            "keepalived VS deleted"
-        );
-        assert!(
-            st.services.contains_key(&key(NODE, 8443, Protocol::Tcp)),
-            "kube-vip VS deleted"
-        );
-        assert!(
-            !st.services
-                .contains_key(&key("10.96.55.5", 80, Protocol::Tcp)),
-            "stale ClusterIP VS kept"
-        );
-        assert!(
-            !st.services.contains_key(&key(NODE, 30099, Protocol::Tcp)),
-            "stale NodePort VS kept"
-        );
-        assert_eq!(st.links["eth0"].len(), 2, "foreign addresses touched");
-        assert!(!st.links[DUMMY_DEVICE].contains(&ip("10.96.55.5")));
-        assert!(st.sets.contains_key("keepalived-set"));
-        assert_eq!(
-            st.chains[&(IpFamily::V4, "filter".into(), "FOREIGN".into())].len(),
-            1
-        );
-    }
-    // An empty plan (all services gone) still leaves them alone, over full and event-driven syncs.
+    let s = k.services();
+    assert!(
+        s.contains(&key("192.168.1.100", 80, Protocol::Tcp)),
+        "keepalived VS deleted"
+    );
+    assert!(
+        s.contains(&key(NODE, 8443, Protocol::Tcp)),
+        "kube-vip VS deleted"
+    );
+    assert!(
+        !s.contains(&key("10.96.55.5", 80, Protocol::Tcp)),
+        "stale ClusterIP VS kept"
+    );
+    assert!(
+        !s.contains(&key(NODE, 30099, Protocol::Tcp)),
+        "stale NodePort VS kept"
+    );
+    assert_eq!(k.addrs("eth0").len(), 2, "foreign addresses touched");
+    assert!(!k.addrs(DUMMY_DEVICE).contains(&ip("10.96.55.5")));
+    assert!(k.ipsets.set("keepalived-set").is_some());
+    assert_eq!(
+        k.iptables.rules(IpFamily::V4, "filter", "FOREIGN").unwrap(),
+        vec!["-j ACCEPT".to_string()]
+    );
+
+    // An empty plan (all services gone) still leaves them alone, over event-driven and full syncs.
     let empty = desired(&[], &[]);
     apply(&mut p, &empty, false);
     apply(&mut p, &empty, true);
-    let st = k.st();
     assert_eq!(
-        st.services.keys().copied().collect::<Vec<_>>(),
-        vec![
+        k.services(),
+        BTreeSet::from([
             key(NODE, 8443, Protocol::Tcp),
             key("192.168.1.100", 80, Protocol::Tcp)
-        ]
+        ])
     );
-    assert!(st.links[DUMMY_DEVICE].is_empty());
-    assert!(st.sets.contains_key("keepalived-set"));
+    assert!(k.addrs(DUMMY_DEVICE).is_empty());
+    assert_eq!(k.addrs("eth0").len(), 2);
+    assert!(k.ipsets.set("keepalived-set").is_some());
 }
 
 #[test]
 fn exclude_cidrs_are_never_deleted() {
-    let k = FakeKernel::new();
-    {
-        let mut st = k.st();
-        let kk = key("10.96.200.1", 80, Protocol::Tcp);
-        st.services.insert(
-            kk,
-            (
-                IpvsService {
-                    key: kk,
-                    scheduler: "rr".into(),
-                    flags: 0,
-                    timeout: 0,
-                    netmask: 0xffff_ffff,
-                },
-                BTreeMap::new(),
-            ),
-        );
-        // Even bound to kube-ipvs0 (looks like ours), it is inside excludeCIDRs.
-        st.links
-            .insert(DUMMY_DEVICE.into(), BTreeSet::from([ip("10.96.200.1")]));
-    }
+    let excluded = key("10.96.200.1", 80, Protocol::Tcp);
+    let seed = |k: &Kit| {
+        seed_vs(k, "10.96.200.1", 80, "rr");
+        // Bound to kube-ipvs0, it looks like ours.
+        k.links
+            .add_link(DUMMY_DEVICE, "dummy", false, &[ip("10.96.200.1")]);
+    };
+    let k = Kit::new();
+    seed(&k);
     let mut cfg = config();
     cfg.exclude_cidrs = vec!["10.96.200.0/24".parse().unwrap()];
     let mut p = proxier(&k);
     apply_cfg(&mut p, &small(), &cfg, true);
     apply_cfg(&mut p, &small(), &cfg, true);
-    assert!(
-        k.st()
-            .services
-            .contains_key(&key("10.96.200.1", 80, Protocol::Tcp))
-    );
-    // Without the exclusion it is ours (bound on kube-ipvs0... now unbound: use the applied state instead).
-    let k2 = FakeKernel::new();
-    {
-        let mut st = k2.st();
-        let kk = key("10.96.200.1", 80, Protocol::Tcp);
-        st.services.insert(
-            kk,
-            (
-                IpvsService {
-                    key: kk,
-                    scheduler: "rr".into(),
-                    flags: 0,
-                    timeout: 0,
-                    netmask: 0xffff_ffff,
-                },
-                BTreeMap::new(),
-            ),
-        );
-        st.links
-            .insert(DUMMY_DEVICE.into(), BTreeSet::from([ip("10.96.200.1")]));
-    }
+    assert!(k.services().contains(&excluded));
+
+    // Without the exclusion the same kernel state is ours and goes.
+    let k2 = Kit::new();
+    seed(&k2);
     let mut p2 = proxier(&k2);
     apply(&mut p2, &small(), true);
-    assert!(
-        !k2.st()
-            .services
-            .contains_key(&key("10.96.200.1", 80, Protocol::Tcp))
-    );
+    assert!(!k2.services().contains(&excluded));
 }
 
-fn set_conns(
-    k: &FakeKernel,
-    vs: &IpvsServiceKey,
-    addr: &str,
-    port: u16,
-    active: u32,
-    inactive: u32,
-) {
-    let mut st = k.st();
-    let d = st
-        .services
-        .get_mut(vs)
-        .unwrap()
-        .1
-        .get_mut(&(ip(addr), port))
+fn set_conns(k: &Kit, vs: &IpvsServiceKey, addr: &str, port: u16, active: u32, inactive: u32) {
+    k.ipvs
+        .set_conns(vs, ip(addr), port, active, inactive)
         .unwrap();
-    d.active_conns = active;
-    d.inactive_conns = inactive;
 }
 
 #[test]
 fn graceful_termination_drains_tcp_deletes_udp_and_restores() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     let tcp = key("10.96.100.10", 80, Protocol::Tcp);
     let udp = key("10.96.100.53", 53, Protocol::Udp);
+    let idle = key("10.96.100.11", 80, Protocol::Tcp);
     let two = [("10.244.0.11", 8080), ("10.244.0.12", 8080)];
     let both = desired(
         &[
@@ -570,7 +512,7 @@ fn graceful_termination_drains_tcp_deletes_udp_and_restores() {
             .contains_key(&(ip("10.244.0.12"), 53))
     );
     assert!(
-        !k.dests(&key("10.96.100.11", 80, Protocol::Tcp))
+        !k.dests(&idle)
             .unwrap()
             .contains_key(&(ip("10.244.0.12"), 8080))
     );
@@ -614,22 +556,19 @@ fn graceful_termination_drains_tcp_deletes_udp_and_restores() {
 
 #[test]
 fn restart_adopts_draining_real_servers() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let tcp = key("10.96.100.10", 80, Protocol::Tcp);
     {
         let mut p = proxier(&k);
         apply(&mut p, &small(), true);
     }
     // A previous process left a weight-0 real server with connections, and one without.
-    {
-        let mut st = k.st();
-        let d = &mut st.services.get_mut(&tcp).unwrap().1;
-        let mut a = IpvsDestination::masq(ip("10.244.0.99"), 8080, 0);
-        a.active_conns = 2;
-        d.insert((a.addr, a.port), a);
-        let b = IpvsDestination::masq(ip("10.244.0.98"), 8080, 0);
-        d.insert((b.addr, b.port), b);
+    let mut ipvs = k.ipvs.clone();
+    for a in ["10.244.0.99", "10.244.0.98"] {
+        ipvs.add_destination(&tcp, &IpvsDestination::masq(ip(a), 8080, 0))
+            .unwrap();
     }
+    set_conns(&k, &tcp, "10.244.0.99", 8080, 2, 0);
     k.clear_logs();
     let mut p = proxier(&k);
     let r = apply(&mut p, &small(), false);
@@ -657,15 +596,9 @@ fn restart_adopts_draining_real_servers() {
 
 #[test]
 fn failed_restore_on_cold_start_withholds_ipvs_and_retries() {
-    let k = FakeKernel::new();
-    {
-        // Rules already in the kernel (from before) must not be flushed by a failed restore.
-        let mut st = k.st();
-        st.chains.insert(
-            (IpFamily::V4, "nat".into(), "KUBE-SERVICES".into()),
-            vec![vec!["-j".into(), "OLD".into()]],
-        );
-    }
+    let k = Kit::new();
+    // Rules already in the kernel (from before) must not be flushed by a failed restore.
+    seed_chain(&k, "nat", "KUBE-SERVICES", &["-j", "RETURN"]);
     k.set_fail("iptables.restore", true);
     let mut p = proxier(&k);
     let d = small();
@@ -673,20 +606,22 @@ fn failed_restore_on_cold_start_withholds_ipvs_and_retries() {
     assert_eq!(r.failures_of(FailureKind::IptablesRestore), 1);
     assert!(r.retry_needed);
     assert_eq!(r.ipvs_withheld, 1);
-    {
-        let st = k.st();
-        assert!(st.services.is_empty(), "served a VIP without its SNAT rule");
-        assert!(st.links.get(DUMMY_DEVICE).is_none_or(|a| a.is_empty()));
-        assert_eq!(
-            st.chains[&(IpFamily::V4, "nat".into(), "KUBE-SERVICES".into())].len(),
-            1
-        );
-        assert!(
-            !st.writes
-                .iter()
-                .any(|w| w.contains("flush") || w.contains("delete_chain"))
-        );
-    }
+    assert!(
+        k.services().is_empty(),
+        "served a VIP without its SNAT rule"
+    );
+    assert!(k.addrs(DUMMY_DEVICE).is_empty());
+    assert_eq!(
+        k.iptables
+            .rules(IpFamily::V4, "nat", "KUBE-SERVICES")
+            .unwrap(),
+        vec!["-j RETURN".to_string()]
+    );
+    assert!(
+        !k.writes()
+            .iter()
+            .any(|w| w.contains("flush") || w.contains("delete_chain"))
+    );
     // Fixed: the retry (forced full) programs everything.
     k.set_fail("iptables.restore", false);
     let r = apply(&mut p, &d, false);
@@ -698,11 +633,13 @@ fn failed_restore_on_cold_start_withholds_ipvs_and_retries() {
 
 #[test]
 fn failed_restore_later_keeps_old_rules_and_still_syncs_ipvs() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     apply(&mut p, &small(), true);
-    let old_payload = k.st().restored.last().unwrap().1.clone();
-    k.set_fail("iptables.restore", true);
+    let old_rules = k.iptables.save_all(IpFamily::V4);
+    // The fake's own whole-restore failure (as iptables-restore exiting 1): nothing applied.
+    k.iptables
+        .fail_next_restore("iptables-restore: line 3 failed");
     let d = desired(
         &[
             ("10.96.0.1", 443, Protocol::Tcp, &[(NODE, 6443)]),
@@ -715,13 +652,12 @@ fn failed_restore_later_keeps_old_rules_and_still_syncs_ipvs() {
     assert!(r.retry_needed);
     assert_eq!(r.ipvs_withheld, 0);
     assert_eq!(r.ipvs_services.deleted, 2);
-    assert_eq!(k.st().restored.last().unwrap().1, old_payload);
+    assert_eq!(k.iptables.save_all(IpFamily::V4), old_rules);
     // The next sync retries the restore (full), and succeeds.
-    k.set_fail("iptables.restore", false);
     let r = apply(&mut p, &d, false);
     assert!(r.full);
     assert_eq!(r.iptables_restores, 1);
-    assert_eq!(k.st().restored.last().unwrap().1, d.iptables_payload);
+    assert_eq!(k.restored().last().unwrap().1, d.iptables_payload);
     // And then it settles.
     let r = apply(&mut p, &d, false);
     assert_eq!(r.writes(), 0);
@@ -729,7 +665,7 @@ fn failed_restore_later_keeps_old_rules_and_still_syncs_ipvs() {
 
 #[test]
 fn failed_ipvs_write_is_counted_and_retried() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     k.set_fail("ipvs.add_destination", true);
     let r = apply(&mut p, &small(), true);
@@ -743,26 +679,63 @@ fn failed_ipvs_write_is_counted_and_retried() {
 }
 
 #[test]
+fn failed_dump_requests_a_retry_without_deleting() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    apply(&mut p, &small(), true);
+    k.set_fail("ipvs.services", true);
+    k.clear_logs();
+    let r = apply(&mut p, &desired(&[], &[]), true);
+    assert!(r.retry_needed);
+    assert_eq!(r.failures_of(FailureKind::KernelDump), 1);
+    // Without a dump it still removes what it knows it applied.
+    assert_eq!(r.ipvs_services.deleted, 4);
+    k.set_fail("ipvs.services", false);
+}
+
+#[test]
 fn full_sync_repairs_drift() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     apply(&mut p, &small(), true);
     let tcp = key("10.96.100.10", 80, Protocol::Tcp);
-    {
-        let mut st = k.st();
-        st.services.remove(&key("10.96.0.1", 443, Protocol::Tcp));
-        st.services.get_mut(&tcp).unwrap().1.clear();
-        st.sets.get_mut("KUBE-CLUSTER-IP").unwrap().clear();
-        st.sets.remove("KUBE-NODE-PORT-UDP");
-        st.links.get_mut(DUMMY_DEVICE).unwrap().clear();
-        st.chains
-            .get_mut(&(IpFamily::V4, "nat".into(), "PREROUTING".into()))
-            .unwrap()
-            .clear();
+    // Someone else breaks things.
+    let mut ipvs = k.ipvs.clone();
+    ipvs.delete_service(&key("10.96.0.1", 443, Protocol::Tcp))
+        .unwrap();
+    for (a, port) in EPS {
+        ipvs.delete_destination(&tcp, ip(a), *port).unwrap();
     }
+    let mut sets = k.ipsets.clone();
+    let ops: Vec<IpSetOp> = k
+        .ipsets
+        .members("KUBE-CLUSTER-IP")
+        .into_iter()
+        .map(|entry| IpSetOp::Del {
+            set: "KUBE-CLUSTER-IP".into(),
+            entry,
+        })
+        .collect();
+    sets.apply(&ops).unwrap();
+    sets.destroy("KUBE-NODE-PORT-UDP").unwrap();
+    let mut links = k.links.clone();
+    for a in k.addrs(DUMMY_DEVICE) {
+        links.del_address(DUMMY_DEVICE, a).unwrap();
+    }
+    let mut ipt = k.iptables.clone();
+    assert!(
+        ipt.delete_rule(
+            IpFamily::V4,
+            "nat",
+            "PREROUTING",
+            &jump_args("kubernetes service portals", "KUBE-SERVICES"),
+        )
+        .unwrap()
+    );
     // An event-driven sync trusts its memory: no dumps, no writes.
     assert_eq!(apply(&mut p, &small(), false).writes(), 0);
     let r = apply(&mut p, &small(), true);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
     assert_eq!(r.ipvs_services.added, 1);
     assert_eq!(r.ipvs_destinations.added, 3);
     assert_eq!(r.ipsets_created, 1);
@@ -778,7 +751,7 @@ fn full_sync_repairs_drift() {
 
 #[test]
 fn udp_conntrack_cleanup_removes_stale_flows_only() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     let dns = |eps: &'static [(&'static str, u16)]| {
         desired(
@@ -794,59 +767,45 @@ fn udp_conntrack_cleanup_removes_stale_flows_only() {
         &dns(&[("10.244.0.5", 53), ("10.244.0.6", 53)]),
         true,
     );
-    let flow = |dst: &str, rs: &str| ConntrackFlow {
+    let flow = |sport: u16, dst: &str, rs: &str| ConntrackFlow {
         orig_src: ip("10.244.0.50"),
-        orig_sport: 40000,
+        orig_sport: sport,
         orig_dst: ip(dst),
         orig_dport: 53,
         reply_src: ip(rs),
         reply_sport: 53,
     };
-    let foreign = ConntrackFlow {
-        orig_dst: ip("8.8.8.8"),
-        reply_src: ip("8.8.8.8"),
-        ..flow("10.96.0.10", "10.244.0.5")
-    };
-    k.st().flows = vec![
-        flow("10.96.0.10", "10.244.0.5"),
-        flow("10.96.0.10", "10.244.0.6"),
-        flow("10.96.0.11", "10.244.0.6"),
+    let keep = flow(40001, "10.96.0.10", "10.244.0.5");
+    let foreign = flow(40004, "8.8.8.8", "8.8.8.8");
+    for f in [
+        keep,
+        flow(40002, "10.96.0.10", "10.244.0.6"),
+        flow(40003, "10.96.0.11", "10.244.0.6"),
         foreign,
-    ];
+    ] {
+        k.conntrack.add_flow(f);
+    }
     // Endpoint 10.244.0.6 goes away.
     let r = apply(&mut p, &dns(&[("10.244.0.5", 53)]), false);
     assert_eq!(r.conntrack_deleted, 2, "{r:?}");
-    assert_eq!(
-        k.st().flows,
-        vec![flow("10.96.0.10", "10.244.0.5"), foreign]
-    );
+    assert_eq!(k.conntrack.flows(), vec![keep, foreign]);
     // Service 10.96.0.10 removed: its flows go, others stay.
-    let r = apply(
-        &mut p,
-        &desired(
-            &[("10.96.0.11", 53, Protocol::Udp, &[("10.244.0.5", 53)])],
-            &[],
-        ),
-        false,
+    let only11 = desired(
+        &[("10.96.0.11", 53, Protocol::Udp, &[("10.244.0.5", 53)])],
+        &[],
     );
+    let r = apply(&mut p, &only11, false);
     assert_eq!(r.conntrack_deleted, 1);
-    assert_eq!(k.st().flows, vec![foreign]);
+    assert_eq!(k.conntrack.flows(), vec![foreign]);
     // Nothing changed: no conntrack dump on an event-driven sync.
     k.clear_logs();
-    apply(
-        &mut p,
-        &desired(
-            &[("10.96.0.11", 53, Protocol::Udp, &[("10.244.0.5", 53)])],
-            &[],
-        ),
-        false,
-    );
+    apply(&mut p, &only11, false);
     assert!(!k.reads().iter().any(|r| r.starts_with("conntrack")));
 }
 
 #[test]
 fn sync_proxy_rules_plans_each_family() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = Proxier::new(
         k.backends(),
         Box::new(|_, _, node, _| {
@@ -867,99 +826,95 @@ fn sync_proxy_rules_plans_each_family() {
         },
         config: config(),
     };
-    let r = p.sync_proxy_rules(SyncInput {
-        families: vec![snap.clone()],
-        full: false,
-        conntrack: ConntrackHints::default(),
-    });
-    assert_eq!(r.ipvs_services.added, 4);
-    assert_eq!(r.no_local_endpoints["external"], 1);
-    assert!(p.last_desired(IpFamily::V4).is_some());
-    let r = p.sync_proxy_rules(SyncInput {
+    let input = SyncInput {
         families: vec![snap],
         full: false,
         conntrack: ConntrackHints::default(),
-    });
-    assert_eq!(r.writes(), 0);
+    };
+    let r = p.sync_proxy_rules(input.clone());
+    assert_eq!(r.ipvs_services.added, 4);
+    assert_eq!(r.no_local_endpoints["external"], 1);
+    assert!(p.last_desired(IpFamily::V4).is_some());
+    assert_eq!(p.sync_proxy_rules(input).writes(), 0);
 }
 
 #[test]
 fn cleanup_removes_only_ours() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     seed_foreign_and_leftovers(&k);
     let mut p = proxier(&k);
     apply(&mut p, &small(), true);
-    {
-        // A foreign rule in a built-in chain and a foreign ipset must stay.
-        let mut st = k.st();
-        st.chains
-            .entry((IpFamily::V4, "nat".into(), "PREROUTING".into()))
-            .or_default()
-            .push(vec!["-j".into(), "FOREIGN-NAT".into()]);
-        st.chains
-            .insert((IpFamily::V4, "nat".into(), "FOREIGN-NAT".into()), vec![]);
-    }
-    let mut kk = k.clone();
-    let (mut a, mut b, mut c) = (k.clone(), k.clone(), k.clone());
+    // A foreign jump in a built-in chain to a foreign chain.
+    seed_chain(&k, "nat", "FOREIGN-NAT", &["-j", "RETURN"]);
+    seed_chain(&k, "nat", "PREROUTING", &["-j", "FOREIGN-NAT"]);
+    let mut b = k.backends();
     let r = crate::proxier::cleanup::cleanup_leftovers(
-        &mut kk,
-        &mut a,
-        &mut b,
-        &mut c,
+        b.ipvs.as_mut(),
+        b.links.as_mut(),
+        b.iptables.as_mut(),
+        b.ipsets.as_mut(),
         &[IpFamily::V4],
-    );
-    let r = r.expect("cleanup failed");
+    )
+    .expect("cleanup failed");
     assert!(
         r.removed.iter().any(|x| x == "ipset KUBE-CLUSTER-IP"),
         "{:?}",
         r.removed
     );
-    let st = k.st();
     // The IPVS flush is the one exception, as upstream.
-    assert!(st.services.is_empty());
-    assert!(!st.links.contains_key(DUMMY_DEVICE));
-    assert_eq!(st.links["eth0"].len(), 2);
+    assert!(k.services().is_empty());
+    assert!(k.links.link(DUMMY_DEVICE).is_none());
+    assert_eq!(k.addrs("eth0").len(), 2);
+    assert_eq!(k.ipsets.names(), vec!["keepalived-set".to_string()]);
+    for table in ["nat", "filter"] {
+        let chains = k.iptables.chains(IpFamily::V4, table);
+        assert!(chains.iter().all(|c| !c.starts_with("KUBE-")), "{chains:?}");
+    }
     assert!(
-        st.sets.keys().all(|s| !s.starts_with("KUBE-")),
-        "{:?}",
-        st.sets.keys()
+        k.iptables
+            .chains(IpFamily::V4, "filter")
+            .contains(&"FOREIGN".to_string())
     );
-    assert!(st.sets.contains_key("keepalived-set"));
-    let chains: Vec<&String> = st.chains.keys().map(|(_, _, c)| c).collect();
-    assert!(chains.iter().all(|c| !c.starts_with("KUBE-")), "{chains:?}");
-    assert!(chains.iter().any(|c| *c == "FOREIGN"));
     assert_eq!(
-        st.chains[&(IpFamily::V4, "nat".into(), "PREROUTING".into())],
-        vec![vec!["-j".to_string(), "FOREIGN-NAT".to_string()]]
+        k.iptables.rules(IpFamily::V4, "nat", "PREROUTING").unwrap(),
+        vec!["-j FOREIGN-NAT".to_string()]
     );
 }
 
 #[test]
 fn cleanup_reports_failures() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     apply(&mut p, &small(), true);
     k.set_fail("ipset.destroy", true);
-    let (mut a, mut b, mut c, mut d) = (k.clone(), k.clone(), k.clone(), k.clone());
-    let e =
-        crate::proxier::cleanup::cleanup_leftovers(&mut a, &mut b, &mut c, &mut d, &[IpFamily::V4])
-            .expect_err("cleanup must fail");
+    let mut b = k.backends();
+    let e = crate::proxier::cleanup::cleanup_leftovers(
+        b.ipvs.as_mut(),
+        b.links.as_mut(),
+        b.iptables.as_mut(),
+        b.ipsets.as_mut(),
+        &[IpFamily::V4],
+    )
+    .expect_err("cleanup must fail");
     assert_eq!(e.0.failures.len(), 34, "{:?}", e.0.failures);
     assert!(e.to_string().contains("KUBE-CLUSTER-IP"));
+    // Everything else was still cleaned.
+    assert!(k.services().is_empty());
+    assert!(k.links.link(DUMMY_DEVICE).is_none());
 }
 
 #[test]
 fn rejected_ipset_entries_are_counted_not_retried_every_sync() {
-    let k = FakeKernel::new();
+    let k = Kit::new();
     let mut p = proxier(&k);
     let mut d = small();
     d.ipsets
         .get_mut("KUBE-CLUSTER-IP")
         .unwrap()
         .entries
-        .insert("bad entry".into());
+        .insert("not-an-entry".into());
     let r = apply(&mut p, &d, true);
-    assert_eq!(r.failures_of(FailureKind::IpsetRejected), 1);
+    assert_eq!(r.failures_of(FailureKind::IpsetRejected), 1, "{r:?}");
     assert!(
         !r.retry_needed,
         "an invalid entry is not a transient failure"
@@ -968,9 +923,9 @@ fn rejected_ipset_entries_are_counted_not_retried_every_sync() {
 }
 
 mod startup {
-    use super::*;
     use crate::kernel::KernelResult;
     use crate::kernel::ipvs::IpvsTimeouts;
+    use crate::kernel::sysctl::fake::FakeSysctl;
     use crate::proxier::startup::{
         ConntrackHashsize, ConntrackSettings, StartupConfig, conntrack_max,
         needs_conn_reuse_mode_0, prepare_node,
@@ -990,25 +945,6 @@ mod startup {
             Ok(())
         }
     }
-
-    fn kernel_with(values: &[(&str, i64)]) -> FakeKernel {
-        let k = FakeKernel::new();
-        k.st().sysctls = values.iter().map(|(p, v)| (p.to_string(), *v)).collect();
-        k
-    }
-
-    const BASE: &[(&str, i64)] = &[
-        ("net/ipv4/vs/conntrack", 0),
-        ("net/ipv4/vs/expire_nodest_conn", 0),
-        ("net/ipv4/vs/expire_quiescent_template", 0),
-        ("net/ipv4/ip_forward", 1),
-        ("net/ipv4/vs/conn_reuse_mode", 1),
-        ("net/ipv4/conf/all/arp_ignore", 0),
-        ("net/ipv4/conf/all/arp_announce", 0),
-        ("net/netfilter/nf_conntrack_max", 65536),
-        ("net/netfilter/nf_conntrack_tcp_timeout_established", 432000),
-        ("net/netfilter/nf_conntrack_tcp_timeout_close_wait", 60),
-    ];
 
     fn defaults() -> ConntrackSettings {
         ConntrackSettings {
@@ -1038,9 +974,10 @@ mod startup {
 
     #[test]
     fn prepare_node_sets_what_upstream_sets() {
-        let k = kernel_with(BASE);
-        let mut s = k.clone();
-        let mut v = k.clone();
+        let sys = FakeSysctl::with_defaults();
+        sys.insert("net/ipv4/ip_forward", 1);
+        let mut s = sys.clone();
+        let mut ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
         let mut h = Hash(16384, false);
         let cfg = StartupConfig {
             strict_arp: false,
@@ -1049,30 +986,28 @@ mod startup {
             kernel_release: "6.1.0".into(),
             cpus: 1,
         };
-        let r = prepare_node(&mut s, &mut h, &mut v, &cfg).unwrap();
-        let st = k.st();
-        assert_eq!(st.sysctls["net/ipv4/vs/conntrack"], 1);
-        assert_eq!(st.sysctls["net/ipv4/vs/expire_nodest_conn"], 1);
-        assert_eq!(st.sysctls["net/ipv4/vs/expire_quiescent_template"], 1);
+        let r = prepare_node(&mut s, &mut h, &mut ipvs, &cfg).unwrap();
+        let v = |p: &str| sys.value(p).unwrap();
+        assert_eq!(v("net/ipv4/vs/conntrack"), 1);
+        assert_eq!(v("net/ipv4/vs/expire_nodest_conn"), 1);
+        assert_eq!(v("net/ipv4/vs/expire_quiescent_template"), 1);
         assert_eq!(
-            st.sysctls["net/ipv4/vs/conn_reuse_mode"], 1,
+            v("net/ipv4/vs/conn_reuse_mode"),
+            1,
             "6.1 keeps conn_reuse_mode"
         );
-        assert_eq!(st.sysctls["net/ipv4/conf/all/arp_ignore"], 0);
-        assert_eq!(st.sysctls["net/netfilter/nf_conntrack_max"], 131072);
+        assert_eq!(v("net/ipv4/conf/all/arp_ignore"), 0);
+        assert_eq!(v("net/netfilter/nf_conntrack_max"), 131072);
         assert_eq!(h.0, 32768);
         // Never lowered: 5 days stays; close_wait raised to 1h.
         assert_eq!(
-            st.sysctls["net/netfilter/nf_conntrack_tcp_timeout_established"],
+            v("net/netfilter/nf_conntrack_tcp_timeout_established"),
             432000
         );
-        assert_eq!(
-            st.sysctls["net/netfilter/nf_conntrack_tcp_timeout_close_wait"],
-            3600
-        );
-        assert!(st.timeouts.is_none(), "no IPVS timeouts configured");
+        assert_eq!(v("net/netfilter/nf_conntrack_tcp_timeout_close_wait"), 3600);
+        assert!(ipvs.ops().is_empty(), "no IPVS timeouts configured");
         assert!(
-            !st.writes.iter().any(|w| w.contains("ip_forward")),
+            !sys.writes().iter().any(|(p, _)| p == "net/ipv4/ip_forward"),
             "unchanged value rewritten"
         );
         assert!(
@@ -1086,49 +1021,46 @@ mod startup {
 
     #[test]
     fn strict_arp_old_kernel_timeouts_and_high_existing_max() {
-        let k = kernel_with(BASE);
-        k.st()
-            .sysctls
-            .insert("net/netfilter/nf_conntrack_max".into(), 1_000_000);
-        let (mut s, mut v) = (k.clone(), k.clone());
+        let sys = FakeSysctl::with_defaults();
+        sys.insert("net/netfilter/nf_conntrack_max", 1_000_000);
+        let mut s = sys.clone();
+        let ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
         let mut h = Hash(16384, true);
         let cfg = StartupConfig {
             strict_arp: true,
             ipvs_timeouts: IpvsTimeouts {
                 tcp: 900,
-                tcp_fin: 120,
+                tcp_fin: 60,
                 udp: 0,
             },
             conntrack: defaults(),
             kernel_release: "5.4.0".into(),
             cpus: 2,
         };
-        let r = prepare_node(&mut s, &mut h, &mut v, &cfg).unwrap();
-        let st = k.st();
-        assert_eq!(st.sysctls["net/ipv4/vs/conn_reuse_mode"], 0);
-        assert_eq!(st.sysctls["net/ipv4/conf/all/arp_ignore"], 1);
-        assert_eq!(st.sysctls["net/ipv4/conf/all/arp_announce"], 2);
-        assert_eq!(
-            st.sysctls["net/netfilter/nf_conntrack_max"], 1_000_000,
-            "lowered"
-        );
-        assert_eq!(st.timeouts.unwrap().tcp, 900);
+        let r = prepare_node(&mut s, &mut h, &mut ipvs.clone(), &cfg).unwrap();
+        let v = |p: &str| sys.value(p).unwrap();
+        assert_eq!(v("net/ipv4/vs/conn_reuse_mode"), 0);
+        assert_eq!(v("net/ipv4/conf/all/arp_ignore"), 1);
+        assert_eq!(v("net/ipv4/conf/all/arp_announce"), 2);
+        assert_eq!(v("net/netfilter/nf_conntrack_max"), 1_000_000, "lowered");
+        assert_eq!(ipvs.timeouts().tcp_fin, 60);
         // The hash table should grow to 131072/4 but sysfs is read-only: a warning, not an error.
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     }
 
     #[test]
     fn required_sysctl_failure_is_an_error() {
-        let k = kernel_with(BASE);
-        k.set_fail("sysctl.set", true);
-        let (mut s, mut v) = (k.clone(), k.clone());
+        let sys = FakeSysctl::with_defaults();
+        sys.make_read_only("net/ipv4/vs/conntrack");
+        let mut s = sys.clone();
+        let mut ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
         let mut h = Hash(1 << 20, false);
         let cfg = StartupConfig {
             kernel_release: "6.1.0".into(),
             cpus: 1,
             ..Default::default()
         };
-        let e = prepare_node(&mut s, &mut h, &mut v, &cfg).unwrap_err();
+        let e = prepare_node(&mut s, &mut h, &mut ipvs, &cfg).unwrap_err();
         assert!(e.to_string().contains("net/ipv4/vs/conntrack"), "{e}");
     }
 }
