@@ -1,0 +1,506 @@
+//! The reconciler with the real backends in a real kernel (UML), against upstream's small reference scenario
+//! (/work/shared/reference/small-scenario): same IPVS table, ipsets, iptables/ip6tables rules and kube-ipvs0
+//! addresses; a second sync changes nothing; foreign objects survive; `--cleanup` leaves nothing of ours.
+mod common;
+
+use common::uml::sh;
+use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
+use kube_proxy_rs::kernel::conntrack::fake::FakeConntrack;
+use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
+use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
+use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
+use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
+use kube_proxy_rs::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
+use kube_proxy_rs::kernel::link::{DUMMY_DEVICE, Links};
+use kube_proxy_rs::kernel::{KernelError, KernelResult};
+use kube_proxy_rs::proxier::cleanup::{JUMPS, cleanup_leftovers};
+use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
+use kube_proxy_rs::proxier::plan::PlanConfig;
+use kube_proxy_rs::proxier::testkit::{Log, Rec};
+use kube_proxy_rs::proxier::{Backends, ConntrackHints, FamilyInput, Proxier, SyncReport};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+const REF: &str = "/work/shared/reference/small-scenario";
+const NODE: &str = "10.0.0.10";
+
+fn reference(file: &str) -> String {
+    std::fs::read_to_string(format!("{REF}/{file}")).unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// kube-ipvs0 through the `ip` tool (test-local until the rtnetlink link backend is on main).
+struct IpCmdLinks;
+
+fn ip_cmd(args: &str) -> Result<String, String> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ip {args}"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn cmd_err(args: &str, stderr: String) -> KernelError {
+    KernelError::Command {
+        command: format!("ip {args}"),
+        status: "1".into(),
+        stderr,
+    }
+}
+
+impl Links for IpCmdLinks {
+    fn ensure_dummy(&mut self, name: &str) -> KernelResult<bool> {
+        if ip_cmd(&format!("link show {name}")).is_ok() {
+            return Ok(false);
+        }
+        let a = format!("link add {name} type dummy");
+        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
+        Ok(true)
+    }
+    fn addresses(&mut self, name: &str) -> KernelResult<Vec<IpAddr>> {
+        let a = format!("-o addr show dev {name}");
+        let out = ip_cmd(&a).map_err(|_| KernelError::NotFound(name.into()))?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                w.find(|t| *t == "inet" || *t == "inet6")?;
+                w.next()?.split('/').next()?.parse().ok()
+            })
+            .collect())
+    }
+    fn add_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
+        let plen = if ip.is_ipv4() { 32 } else { 128 };
+        let a = format!("addr add {ip}/{plen} dev {name}");
+        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
+        Ok(true)
+    }
+    fn del_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
+        let plen = if ip.is_ipv4() { 32 } else { 128 };
+        let a = format!("addr del {ip}/{plen} dev {name}");
+        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
+        Ok(true)
+    }
+    fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>> {
+        Ok(Vec::new())
+    }
+    fn delete_link(&mut self, name: &str) -> KernelResult<bool> {
+        if ip_cmd(&format!("link show {name}")).is_err() {
+            return Ok(false);
+        }
+        let a = format!("link del {name}");
+        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
+        Ok(true)
+    }
+}
+
+fn backends(log: &Arc<Mutex<Log>>) -> Backends {
+    let rec = |inner| Rec {
+        inner,
+        log: log.clone(),
+    };
+    Backends {
+        ipvs: Box::new(Rec {
+            inner: NetlinkIpvs::new().unwrap(),
+            log: log.clone(),
+        }),
+        ipsets: Box::new(Rec {
+            inner: IpsetCli::new(),
+            log: log.clone(),
+        }),
+        iptables: Box::new(Rec {
+            inner: IptablesCli::new(),
+            log: log.clone(),
+        }),
+        links: Box::new(Rec {
+            inner: IpCmdLinks,
+            log: log.clone(),
+        }),
+        conntrack: Box::new(rec(FakeConntrack::new())),
+    }
+}
+
+/// The restore payload upstream's rules amount to: the reference dump without built-in chains and jumps.
+fn payload_from(save: &str) -> String {
+    const BUILTIN: &[&str] = &["INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"];
+    save.lines()
+        .filter(|l| {
+            let chain = l
+                .strip_prefix(':')
+                .or_else(|| l.strip_prefix("-A "))
+                .and_then(|r| r.split_whitespace().next());
+            !chain.is_some_and(|c| BUILTIN.contains(&c))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Sets and members of one family from the reference `ipset save`.
+fn ipsets_from(save: &str, family: IpFamily) -> BTreeMap<String, DesiredIpSet> {
+    let mut sets: BTreeMap<String, DesiredIpSet> = BTreeMap::new();
+    for l in save.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let v6 = w.get(1).is_some_and(|n| n.starts_with("KUBE-6-"));
+        if v6 != (family == IpFamily::V6) {
+            continue;
+        }
+        match w.as_slice() {
+            ["create", name, t, ..] => {
+                let set_type = match *t {
+                    "hash:ip" => IpSetType::HashIp,
+                    "hash:ip,port" => IpSetType::HashIpPort,
+                    "hash:ip,port,ip" => IpSetType::HashIpPortIp,
+                    "hash:ip,port,net" => IpSetType::HashIpPortNet,
+                    "bitmap:port" => IpSetType::BitmapPort,
+                    other => panic!("type {other}"),
+                };
+                sets.insert(
+                    name.to_string(),
+                    DesiredIpSet {
+                        spec: IpSetSpec {
+                            name: name.to_string(),
+                            set_type,
+                            family,
+                            comment: String::new(),
+                        },
+                        entries: BTreeSet::new(),
+                    },
+                );
+            }
+            ["add", name, entry] => {
+                sets.get_mut(*name)
+                    .unwrap()
+                    .entries
+                    .insert(entry.to_string());
+            }
+            _ => {}
+        }
+    }
+    sets
+}
+
+fn vs(addr: &str, port: u16, eps: &[(&str, u16)]) -> (IpvsServiceKey, DesiredVirtualServer) {
+    let key = IpvsServiceKey {
+        addr: ip(addr),
+        port,
+        protocol: Protocol::Tcp,
+    };
+    let service = IpvsService {
+        key,
+        scheduler: "rr".into(),
+        flags: 0,
+        timeout: 0,
+        netmask: 0xffff_ffff,
+    };
+    let destinations = eps
+        .iter()
+        .map(|(a, p)| ((ip(a), *p), IpvsDestination::masq(ip(a), *p, 1)))
+        .collect();
+    (
+        key,
+        DesiredVirtualServer {
+            service,
+            destinations,
+        },
+    )
+}
+
+fn jumps() -> Vec<JumpRule> {
+    JUMPS
+        .iter()
+        .map(|(table, chain, target, comment)| JumpRule {
+            table,
+            chain,
+            target,
+            comment,
+        })
+        .collect()
+}
+
+/// Hand-built plan of the reference scenario (the planner's output for objects.yaml).
+fn desired(family: IpFamily) -> DesiredState {
+    let (virtual_servers, bound, save) = match family {
+        IpFamily::V4 => {
+            let eps = [("10.244.0.11", 8080), ("10.244.0.12", 8080)];
+            let alt = [("10.244.0.11", 8081), ("10.244.0.12", 8081)];
+            (
+                BTreeMap::from([
+                    vs(NODE, 30080, &eps),
+                    vs("10.96.0.1", 443, &[(NODE, 6443)]),
+                    vs("10.96.100.10", 80, &eps),
+                    vs("10.96.100.10", 81, &alt),
+                    vs("10.96.100.20", 80, &eps),
+                ]),
+                ["10.96.0.1", "10.96.100.10", "10.96.100.20"].map(ip).into(),
+                reference("iptables-save.txt"),
+            )
+        }
+        IpFamily::V6 => (
+            BTreeMap::new(),
+            BTreeSet::new(),
+            reference("ip6tables-save.txt"),
+        ),
+    };
+    DesiredState {
+        family,
+        virtual_servers,
+        ipsets: ipsets_from(&reference("ipset-save.txt"), family),
+        iptables_payload: payload_from(&save),
+        jumps: jumps(),
+        bound_addresses: bound,
+        health_checks: vec![],
+        no_local_endpoints: BTreeMap::new(),
+    }
+}
+
+fn config(family: IpFamily) -> PlanConfig {
+    PlanConfig {
+        family,
+        scheduler: "rr".into(),
+        masquerade_all: false,
+        masquerade_bit: 14,
+        local_detector: Default::default(),
+        exclude_cidrs: vec![],
+        random_fully: true,
+    }
+}
+
+fn sync(p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool) -> SyncReport {
+    let (c4, c6) = (config(IpFamily::V4), config(IpFamily::V6));
+    let nips = [ip(NODE)];
+    let r = p.apply(
+        &[
+            FamilyInput {
+                desired: v4,
+                config: &c4,
+                node_port_ips: &nips,
+            },
+            FamilyInput {
+                desired: v6,
+                config: &c6,
+                node_port_ips: &[],
+            },
+        ],
+        full,
+        &ConntrackHints::default(),
+    );
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
+    r
+}
+
+fn sorted(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+fn ipset_save() -> Vec<String> {
+    let text = sh("ipset save");
+    let cleaned: String = text
+        .lines()
+        .map(|l| {
+            let mut words: Vec<&str> = Vec::new();
+            let mut it = l.split_whitespace();
+            while let Some(w) = it.next() {
+                if w == "bucketsize" || w == "initval" {
+                    it.next();
+                } else {
+                    words.push(w);
+                }
+            }
+            words.join(" ") + "\n"
+        })
+        .collect();
+    sorted(&cleaned)
+}
+
+/// Rules per table (`*filter` ... `COMMIT`): the order of tables in `iptables-save` follows module load
+/// order, which differs between the reference machine and the guest.
+fn by_table(lines: impl Iterator<Item = String>) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut table = String::new();
+    for l in lines {
+        if let Some(t) = l.strip_prefix('*') {
+            table = t.to_string();
+        }
+        out.entry(table.clone()).or_default().push(l);
+    }
+    out
+}
+
+fn rules_save(tool: &str) -> BTreeMap<String, Vec<String>> {
+    by_table(
+        sh(&format!("{tool}-save"))
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                // Blank packet counters as the reference does.
+                match l.rfind(" [") {
+                    Some(i) if l.starts_with(':') => format!("{} [0:0]", &l[..i]),
+                    _ => l.to_string(),
+                }
+            }),
+    )
+}
+
+fn reference_rules(file: &str) -> BTreeMap<String, Vec<String>> {
+    by_table(
+        reference(file)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from),
+    )
+}
+
+fn dummy_addrs() -> Vec<String> {
+    let out = sh(&format!("ip -o addr show dev {DUMMY_DEVICE}"));
+    let mut v: Vec<String> = out
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            w.find(|t| *t == "inet" || *t == "inet6")?;
+            w.next().map(String::from)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Everything the reference compares, as text.
+type Rules = BTreeMap<String, Vec<String>>;
+
+fn kernel_state() -> (Vec<String>, Vec<String>, Rules, Rules, Vec<String>) {
+    (
+        sorted(&sh("ipvsadm -Sn")),
+        ipset_save(),
+        rules_save("iptables"),
+        rules_save("ip6tables"),
+        dummy_addrs(),
+    )
+}
+
+fn calls(log: &Arc<Mutex<Log>>) -> Vec<String> {
+    log.lock().unwrap().calls.clone()
+}
+
+uml_test!(small_scenario_matches_upstream_and_is_stable, {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = Proxier::new(
+        backends(&log),
+        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
+    );
+    let (v4, v6) = (desired(IpFamily::V4), desired(IpFamily::V6));
+
+    // First sync: the reference state, rules in place before the first virtual server.
+    let r = sync(&mut p, &v4, &v6, false);
+    assert!(r.full);
+    assert_eq!(r.ipvs_services.added, 5);
+    let c = calls(&log);
+    let first = |p: &str| c.iter().position(|l| l.starts_with(p)).unwrap();
+    assert!(first("W iptables.restore") < first("W ipvs.add_service"));
+    assert!(first("W iptables.insert_rule") < first("W ipvs.add_service"));
+
+    let (ipvs, sets, ipt, ip6t, addrs) = kernel_state();
+    assert_eq!(ipvs, sorted(&reference("ipvsadm-Sn.txt")));
+    assert_eq!(sets, sorted(&reference("ipset-save.txt")));
+    assert_eq!(ipt, reference_rules("iptables-save.txt"));
+    assert_eq!(ip6t, reference_rules("ip6tables-save.txt"));
+    assert_eq!(addrs, sorted(&reference("kube-ipvs0-addresses.txt")));
+
+    // Twice more (event-driven, then periodic): nothing changes; the periodic one only re-restores.
+    let r = sync(&mut p, &v4, &v6, false);
+    assert_eq!(r.writes(), 0, "{r:#?}");
+    let r = sync(&mut p, &v4, &v6, true);
+    assert_eq!(r.writes(), 2, "one restore per family: {r:#?}");
+    assert_eq!(kernel_state(), (ipvs, sets, ipt, ip6t, addrs));
+});
+
+uml_test!(foreign_objects_survive_and_cleanup_removes_ours, {
+    let log = Arc::new(Mutex::new(Log::default()));
+    // Another tool's objects: keepalived-style VIP and virtual server, a set, a chain with a jump.
+    sh("ip link add foreign0 type dummy && ip addr add 192.168.1.100/32 dev foreign0");
+    sh("ipvsadm -A -t 192.168.1.100:80 -s wlc && ipvsadm -a -t 192.168.1.100:80 -r 10.1.1.1:80 -m");
+    sh(&format!("ipvsadm -A -t {NODE}:8443 -s rr"));
+    sh("ipset create foreign-set hash:ip && ipset add foreign-set 1.2.3.4");
+    sh("iptables -N FOREIGN && iptables -A FOREIGN -j RETURN && iptables -I INPUT -j FOREIGN");
+    let mut p = Proxier::new(
+        backends(&log),
+        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
+    );
+    let (v4, v6) = (desired(IpFamily::V4), desired(IpFamily::V6));
+    sync(&mut p, &v4, &v6, false);
+    // web-np goes away: its ClusterIP and NodePort services, address and set members go with it.
+    let mut fewer = v4.clone();
+    fewer
+        .virtual_servers
+        .retain(|k, _| k.addr != ip("10.96.100.20") && k.port != 30080);
+    fewer.bound_addresses.remove(&ip("10.96.100.20"));
+    for set in fewer.ipsets.values_mut() {
+        set.entries
+            .retain(|e| !e.starts_with("10.96.100.20") && e != "30080");
+    }
+    let r = sync(&mut p, &fewer, &v6, false);
+    assert_eq!(r.ipvs_services.deleted, 2, "{r:#?}");
+    let r = sync(&mut p, &fewer, &v6, true);
+    assert_eq!(r.ipvs_services.deleted, 0, "{r:#?}");
+
+    let ipvs = sh("ipvsadm -Sn");
+    assert!(ipvs.contains("-A -t 192.168.1.100:80 -s wlc"), "{ipvs}");
+    assert!(
+        ipvs.contains("-a -t 192.168.1.100:80 -r 10.1.1.1:80 -m -w 1"),
+        "{ipvs}"
+    );
+    assert!(ipvs.contains(&format!("-A -t {NODE}:8443 -s rr")), "{ipvs}");
+    assert!(!ipvs.contains("10.96.100.20"), "{ipvs}");
+    assert!(!ipvs.contains(":30080"), "{ipvs}");
+    assert!(sh("ip -o addr show dev foreign0").contains("192.168.1.100/32"));
+    assert!(!dummy_addrs().contains(&"10.96.100.20/32".to_string()));
+    assert!(sh("ipset list -n").contains("foreign-set"));
+    assert!(sh("iptables -S INPUT").contains("-A INPUT -j FOREIGN"));
+
+    let mut b = backends(&log);
+    let report = cleanup_leftovers(
+        b.ipvs.as_mut(),
+        b.links.as_mut(),
+        b.iptables.as_mut(),
+        b.ipsets.as_mut(),
+        &[IpFamily::V4, IpFamily::V6],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!report.removed.is_empty());
+    for tool in ["iptables-save", "ip6tables-save", "ipset save"] {
+        let out = sh(tool);
+        assert!(!out.contains("KUBE-"), "{tool}:\n{out}");
+    }
+    assert!(
+        sh("ip -o link show")
+            .lines()
+            .all(|l| !l.contains(DUMMY_DEVICE))
+    );
+    assert!(sh("ipset list -n").contains("foreign-set"));
+    assert!(sh("iptables -S").contains("-A FOREIGN -j RETURN"));
+    // Cleanup, like upstream's, flushes the whole IPVS table.
+    assert_eq!(sh("ipvsadm -Sn").trim(), "");
+    // A second cleanup finds nothing and does not fail.
+    let again = cleanup_leftovers(
+        b.ipvs.as_mut(),
+        b.links.as_mut(),
+        b.iptables.as_mut(),
+        b.ipsets.as_mut(),
+        &[IpFamily::V4, IpFamily::V6],
+    );
+    assert!(again.is_ok(), "{:?}", again.err());
+});
