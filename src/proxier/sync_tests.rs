@@ -261,6 +261,20 @@ fn first_sync_programs_everything_rules_before_ipvs() {
     assert!(pos(&w, "iptables.insert_rule") < pos(&w, "ipvs.add_service"));
     assert!(pos(&w, "ipvs.add_service") < pos(&w, "link.add_address"));
     assert_eq!(w.iter().filter(|l| l.starts_with("ipset.apply")).count(), 1);
+    // IPVS writes go in two batches: services, then real servers (no deletions).
+    let batches = k
+        .log
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("B ipvs.batch"))
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(
+        batches,
+        vec!["B ipvs.batch 4".to_string(), "B ipvs.batch 7".to_string()]
+    );
 }
 
 #[test]
