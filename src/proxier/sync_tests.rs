@@ -1078,3 +1078,107 @@ mod startup {
         assert!(e.to_string().contains("net/ipv4/vs/conntrack"), "{e}");
     }
 }
+
+/// An IPv6 plan: one ClusterIP service with KUBE-6- sets.
+fn desired_v6(services: &[(&str, u16, &[(&str, u16)])]) -> DesiredState {
+    let mut d = desired(&[], &[]);
+    d.family = IpFamily::V6;
+    d.ipsets.clear();
+    let mut ips = BTreeSet::new();
+    for (vip, port, eps) in services {
+        let k = key(vip, *port, Protocol::Tcp);
+        let mut service = svc(vip, *port, Protocol::Tcp, "rr");
+        service.netmask = 128;
+        d.virtual_servers.insert(
+            k,
+            DesiredVirtualServer {
+                service,
+                destinations: eps
+                    .iter()
+                    .map(|(a, p)| ((ip(a), *p), IpvsDestination::masq(ip(a), *p, 1)))
+                    .collect(),
+            },
+        );
+        d.bound_addresses.insert(ip(vip));
+        ips.insert(vip.to_string());
+    }
+    let mut set = set("KUBE-6-IPVS-IPS", IpSetType::HashIp, &[]);
+    set.1.spec.family = IpFamily::V6;
+    set.1.entries = ips;
+    d.ipsets.insert(set.0, set.1);
+    d.iptables_payload =
+        "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n".into();
+    d
+}
+
+#[test]
+fn dual_stack_shares_ipvs_and_kube_ipvs0_without_crosstalk() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let v4 = small();
+    let v6 = desired_v6(&[("fd00::10", 80, &[("fd01::11", 8080)])]);
+    let (c4, mut c6) = (config(), config());
+    c6.family = IpFamily::V6;
+    let nips = node_ips();
+    let both = |p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool| {
+        p.apply(
+            &[
+                FamilyInput {
+                    desired: v4,
+                    config: &c4,
+                    node_port_ips: &nips,
+                },
+                FamilyInput {
+                    desired: v6,
+                    config: &c6,
+                    node_port_ips: &[],
+                },
+            ],
+            full,
+            &ConntrackHints::default(),
+        )
+    };
+    let r = both(&mut p, &v4, &v6, true);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.ipvs_services.added, 5);
+    assert_eq!(r.iptables_restores, 2);
+    assert_eq!(k.addrs(DUMMY_DEVICE).len(), 4);
+    assert!(
+        k.iptables
+            .rules(IpFamily::V6, "nat", "KUBE-SERVICES")
+            .is_some()
+    );
+    // One dump of IPVS / sets / addresses serves both families.
+    k.clear_logs();
+    let r = both(&mut p, &v4, &v6, true);
+    assert_eq!(r.writes(), 2, "{r:?}");
+    let reads = k.reads();
+    assert_eq!(
+        reads
+            .iter()
+            .filter(|l| l.starts_with("ipvs.services"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        reads
+            .iter()
+            .filter(|l| l.starts_with("link.addresses"))
+            .count(),
+        1
+    );
+    // Emptying the IPv6 plan removes only IPv6 objects, and the reverse.
+    let empty6 = desired_v6(&[]);
+    let r = both(&mut p, &v4, &empty6, true);
+    assert_eq!(r.ipvs_services.deleted, 1);
+    assert_eq!(r.addresses.deleted, 1);
+    assert_eq!(k.services().len(), 4);
+    let r = both(&mut p, &desired(&[], &[]), &v6, true);
+    assert_eq!(r.ipvs_services.deleted, 4);
+    assert_eq!(r.ipvs_services.added, 1);
+    assert_eq!(
+        k.services(),
+        BTreeSet::from([key("fd00::10", 80, Protocol::Tcp)])
+    );
+    assert_eq!(k.addrs(DUMMY_DEVICE), vec![ip("fd00::10")]);
+}
