@@ -51,7 +51,9 @@ impl Reconciler {
                         entry: e.clone(),
                     });
                 }
-                next.insert(name.clone(), set.entries.clone());
+                if applied.ipsets.get(name) != Some(&set.entries) {
+                    next.insert(name.clone(), set.entries.clone());
+                }
             }
             expected.push((f.desired.family, next));
         }
@@ -96,7 +98,14 @@ impl Reconciler {
         for (family, sets) in expected {
             let applied = self.applied.entry(family).or_default();
             if ok {
-                applied.ipsets = sets;
+                // `sets` holds only the sets whose members changed; drop sets no longer planned.
+                let planned: BTreeSet<&String> = families
+                    .iter()
+                    .filter(|f| f.desired.family == family)
+                    .flat_map(|f| f.desired.ipsets.keys())
+                    .collect();
+                applied.ipsets.retain(|name, _| planned.contains(name));
+                applied.ipsets.extend(sets);
             } else {
                 // Unknown kernel contents: forget them, so the next (full) sync compares with a dump.
                 applied.ipsets.clear();

@@ -116,36 +116,41 @@ impl Reconciler {
                     .collect()
             });
         let full = kernel.is_some();
-        let mut next: BTreeMap<IpvsServiceKey, DesiredVirtualServer> = BTreeMap::new();
+        // `applied.virtual_servers` is updated in place: unchanged virtual servers cost no copy.
+        let mut failed_deletes: BTreeSet<IpvsServiceKey> = BTreeSet::new();
 
         // 1. Virtual servers: add the missing, update the changed.
         let mut ops = Vec::new();
         // (key, exists in the kernel, kernel contents unknown, index of its op)
-        let mut todo: Vec<(IpvsServiceKey, bool, bool, Option<usize>)> = Vec::new();
+        let mut todo: Vec<(
+            &IpvsServiceKey,
+            &DesiredVirtualServer,
+            bool,
+            bool,
+            Option<usize>,
+        )> = Vec::new();
         for (key, dvs) in &f.desired.virtual_servers {
             let current = match &kernel {
-                Some(kmap) => kmap.get(key).cloned(),
-                None => applied.virtual_servers.get(key).map(|p| p.service.clone()),
+                Some(kmap) => kmap.get(key),
+                None => applied.virtual_servers.get(key).map(|p| &p.service),
             };
             match current {
                 None => {
-                    todo.push((*key, false, false, Some(ops.len())));
+                    todo.push((key, dvs, false, false, Some(ops.len())));
                     ops.push(IpvsOp::AddService(dvs.service.clone()));
                 }
-                Some(c) if !same_service(&c, &dvs.service) => {
-                    todo.push((*key, true, full, Some(ops.len())));
+                Some(c) if !same_service(c, &dvs.service) => {
+                    todo.push((key, dvs, true, full, Some(ops.len())));
                     ops.push(IpvsOp::UpdateService(dvs.service.clone()));
                 }
-                Some(_) => todo.push((*key, true, full, None)),
+                Some(_) => todo.push((key, dvs, true, full, None)),
             }
         }
         let mut results = run_batch(k.ipvs.as_mut(), &ops);
-        let mut ready: Vec<(IpvsServiceKey, bool, bool)> = Vec::new();
-        for (key, mut exists, mut dump, op) in todo {
-            let dvs = &f.desired.virtual_servers[&key];
-            let prev = applied.virtual_servers.get(&key);
+        let mut ready: Vec<(IpvsServiceKey, &DesiredVirtualServer, bool, bool)> = Vec::new();
+        for (&key, dvs, mut exists, mut dump, op) in todo {
             let Some(i) = op else {
-                ready.push((key, exists, dump));
+                ready.push((key, dvs, exists, dump));
                 continue;
             };
             let res = std::mem::replace(&mut results[i], Ok(()));
@@ -165,29 +170,29 @@ impl Reconciler {
                 }
                 (op, Err(e)) => {
                     tracing::warn!(%op, error = %e, "IPVS service write failed");
+                    // What we applied before (if anything) stays recorded: the retry compares with it.
                     report.fail(FailureKind::IpvsService);
-                    if let Some(p) = prev {
-                        next.insert(key, p.clone());
-                    }
                     continue;
                 }
                 (_, Ok(())) => {}
             }
-            ready.push((key, exists, dump));
+            ready.push((key, dvs, exists, dump));
         }
 
         // 2. Real servers: current lists (none for new services, dumps where needed, else memory), then
         //    every change of every virtual server in one batch.
         let mut planned: Vec<PlannedDest> = Vec::new();
-        for (key, exists, dump) in ready {
-            let dvs = &f.desired.virtual_servers[&key];
+        for (key, dvs, exists, dump) in ready {
             let prev = applied.virtual_servers.get(&key);
+            let unchanged = prev == Some(dvs);
             let current: Vec<IpvsDestination> = if !exists {
                 Vec::new()
             } else {
                 let prev_dests = prev.map(|p| &p.destinations);
                 if !dump && prev_dests == Some(&dvs.destinations) {
-                    next.insert(key, dvs.clone());
+                    if !unchanged {
+                        applied.virtual_servers.insert(key, dvs.clone());
+                    }
                     continue;
                 }
                 let losing_tcp = key.protocol == Protocol::Tcp
@@ -199,9 +204,6 @@ impl Reconciler {
                         Err(e) => {
                             tracing::warn!(service = %key, error = %e, "IPVS destination dump failed");
                             report.fail(FailureKind::KernelDump);
-                            if let Some(p) = prev {
-                                next.insert(key, p.clone());
-                            }
                             continue;
                         }
                     }
@@ -219,7 +221,9 @@ impl Reconciler {
                 &mut planned,
                 report,
             );
-            next.insert(key, dvs.clone());
+            if !unchanged {
+                applied.virtual_servers.insert(key, dvs.clone());
+            }
         }
         let ops: Vec<IpvsOp> = planned
             .iter()
@@ -271,7 +275,7 @@ impl Reconciler {
                         "real server write failed");
                     report.fail(FailureKind::IpvsDestination);
                     // Remember the kernel as it probably is, so the next sync retries.
-                    if let Some(vs) = next.get_mut(&p.vs) {
+                    if let Some(vs) = applied.virtual_servers.get_mut(&p.vs) {
                         match p.change {
                             DestChange::Add | DestChange::Update => {
                                 vs.destinations.remove(&dk);
@@ -320,14 +324,15 @@ impl Reconciler {
                 Err(e) => {
                     tracing::warn!(service = %key, error = %e, "IPVS delete failed");
                     report.fail(FailureKind::IpvsService);
-                    if let Some(p) = applied.virtual_servers.get(&key) {
-                        next.insert(key, p.clone());
-                    }
+                    failed_deletes.insert(key);
                 }
             }
         }
 
-        applied.virtual_servers = next;
+        // Keep what is planned (as applied) and what we failed to delete (so it is retried).
+        applied.virtual_servers.retain(|key, _| {
+            f.desired.virtual_servers.contains_key(key) || failed_deletes.contains(key)
+        });
         applied.node_port_ips = f.node_port_ips.iter().copied().collect();
         self.applied.insert(family, applied);
     }
