@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod config;
 pub mod kernel;
+pub mod metrics;
 pub mod proxier;
 pub mod runner;
 pub mod server;
