@@ -7,8 +7,8 @@
 use crate::cluster::model::IpFamily;
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -86,7 +86,9 @@ pub struct Metrics {
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Result<HistogramVec, prometheus::Error> {
     HistogramVec::new(
-        HistogramOpts::new(name, help).namespace(NAMESPACE).buckets(buckets),
+        HistogramOpts::new(name, help)
+            .namespace(NAMESPACE)
+            .buckets(buckets),
         &["ip_family"],
     )
 }
@@ -95,7 +97,10 @@ fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace(NAMESPACE)
 }
 
-fn register<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> Result<C, prometheus::Error> {
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    c: C,
+) -> Result<C, prometheus::Error> {
     registry.register(Box::new(c.clone()))?;
     Ok(c)
 }
@@ -280,8 +285,9 @@ impl Metrics {
             registry,
         };
         #[cfg(target_os = "linux")]
-        m.registry
-            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        m.registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         Ok(m)
     }
 
@@ -294,7 +300,8 @@ impl Metrics {
     pub fn init_family(&self, family: IpFamily) {
         let f = family.label();
         self.iptables_restore_failures.with_label_values(&[f]);
-        self.iptables_partial_restore_failures.with_label_values(&[f]);
+        self.iptables_partial_restore_failures
+            .with_label_values(&[f]);
         self.conntrack_deleted_entries.with_label_values(&[f]);
         for p in [TrafficPolicy::Internal, TrafficPolicy::External] {
             self.no_local_endpoints.with_label_values(&[f, p.label()]);
@@ -309,7 +316,9 @@ impl Metrics {
         if full {
             self.sync_full_duration.with_label_values(&f).observe(secs);
         } else {
-            self.sync_partial_duration.with_label_values(&f).observe(secs);
+            self.sync_partial_duration
+                .with_label_values(&f)
+                .observe(secs);
         }
     }
 
@@ -367,12 +376,16 @@ impl Metrics {
 
     /// Counts one answer of `/healthz` with HTTP status `code`.
     pub fn inc_healthz(&self, code: u16) {
-        self.healthz_total.with_label_values(&[&code.to_string()]).inc();
+        self.healthz_total
+            .with_label_values(&[&code.to_string()])
+            .inc();
     }
 
     /// Counts one answer of `/livez` with HTTP status `code`.
     pub fn inc_livez(&self, code: u16) {
-        self.livez_total.with_label_values(&[&code.to_string()]).inc();
+        self.livez_total
+            .with_label_values(&[&code.to_string()])
+            .inc();
     }
 
     /// Records one conntrack cleanup pass of `family`: its duration and the flows it deleted.
@@ -381,12 +394,16 @@ impl Metrics {
         self.conntrack_sync_duration
             .with_label_values(&f)
             .observe(duration.as_secs_f64());
-        self.conntrack_deleted_entries.with_label_values(&f).inc_by(deleted);
+        self.conntrack_deleted_entries
+            .with_label_values(&f)
+            .inc_by(deleted);
     }
 
     /// Counts `n` failed kernel writes of `backend` (`ipvs`, `ipset`, `iptables`, `link`, `conntrack`, ...).
     pub fn inc_kernel_write_failures(&self, backend: &str, n: u64) {
-        self.kernel_write_failures.with_label_values(&[backend]).inc_by(n);
+        self.kernel_write_failures
+            .with_label_values(&[backend])
+            .inc_by(n);
     }
 
     /// Counts one malformed API object of `kind` (`Service`, `EndpointSlice`, `Node`) that was skipped.

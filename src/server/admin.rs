@@ -68,7 +68,10 @@ fn json_health(r: HealthResponse) -> Response {
     (
         status,
         [
-            (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
             NOSNIFF,
         ],
         r.body,
@@ -116,11 +119,19 @@ async fn metrics(State(s): State<MetricsServerState>) -> Response {
 }
 
 async fn ok() -> Response {
-    text(StatusCode::OK, "text/plain; charset=utf-8", "ok".to_string())
+    text(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        "ok".to_string(),
+    )
 }
 
 async fn proxy_mode(State(s): State<MetricsServerState>) -> Response {
-    text(StatusCode::OK, "text/plain; charset=utf-8", s.proxy_mode.clone())
+    text(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        s.proxy_mode.clone(),
+    )
 }
 
 async fn configz(State(s): State<MetricsServerState>) -> Response {
@@ -143,7 +154,12 @@ pub fn metrics_router(state: MetricsServerState) -> Router {
 
 type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-async fn serve(server: &'static str, listener: std::net::TcpListener, router: Router, shutdown: Shutdown) {
+async fn serve(
+    server: &'static str,
+    listener: std::net::TcpListener,
+    router: Router,
+    shutdown: Shutdown,
+) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {

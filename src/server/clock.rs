@@ -111,12 +111,18 @@ mod tests {
 
     #[test]
     fn formats_like_go_rfc3339nano() {
-        assert_eq!(format_rfc3339_nano(Some(UNIX_EPOCH)), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            format_rfc3339_nano(Some(UNIX_EPOCH)),
+            "1970-01-01T00:00:00Z"
+        );
         // 2026-11-22T17:52:59Z = 1795369979
         let t = UNIX_EPOCH + Duration::new(1_795_369_979, 120_000_000);
         assert_eq!(format_rfc3339_nano(Some(t)), "2026-11-22T17:52:59.12Z");
         let t = UNIX_EPOCH + Duration::new(951_782_400, 1); // 2000-02-29
-        assert_eq!(format_rfc3339_nano(Some(t)), "2000-02-29T00:00:00.000000001Z");
+        assert_eq!(
+            format_rfc3339_nano(Some(t)),
+            "2000-02-29T00:00:00.000000001Z"
+        );
         let t = UNIX_EPOCH - Duration::from_millis(500);
         assert_eq!(format_rfc3339_nano(Some(t)), "1969-12-31T23:59:59.5Z");
         assert_eq!(format_rfc3339_nano(None), ZERO_TIME);

@@ -95,7 +95,11 @@ pub fn node_eligible(node: Option<&Node>) -> bool {
 impl ProxyHealth {
     /// Health state judged with `health_timeout` (upstream: 2 × syncPeriod), reading time from `clock`,
     /// counting answers in `metrics`. The node counts as eligible until [`ProxyHealth::sync_node`] says otherwise.
-    pub fn new(health_timeout: Duration, clock: Arc<dyn Clock>, metrics: Arc<Metrics>) -> ProxyHealth {
+    pub fn new(
+        health_timeout: Duration,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+    ) -> ProxyHealth {
         ProxyHealth {
             clock,
             health_timeout,
@@ -310,16 +314,23 @@ mod tests {
             ..Default::default()
         });
         assert!(node_eligible(Some(&node)));
-        node.spec.as_mut().unwrap().taints.as_mut().unwrap().push(Taint {
-            key: TO_BE_DELETED_TAINT.into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        });
+        node.spec
+            .as_mut()
+            .unwrap()
+            .taints
+            .as_mut()
+            .unwrap()
+            .push(Taint {
+                key: TO_BE_DELETED_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            });
         assert!(!node_eligible(Some(&node)));
         node.spec = None;
-        node.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
+        node.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
         assert!(!node_eligible(Some(&node)));
     }
 }

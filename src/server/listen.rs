@@ -12,7 +12,11 @@ pub fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     if addr.ip() == IpAddr::from([0, 0, 0, 0]) {
         match bind_dual_stack(addr.port()) {
             Ok(l) => return Ok(l),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL)
+                ) => {}
             Err(e) => return Err(e),
         }
     }
@@ -29,7 +33,12 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn set_int_opt(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn set_int_opt(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: fd is a valid open socket; the option value is a c_int of the given size.
     check(unsafe {
         libc::setsockopt(

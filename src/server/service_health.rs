@@ -81,7 +81,11 @@ pub fn response_body(service: &ServiceName, local_endpoints: usize, proxy_health
     )
 }
 
-fn respond(service: &ServiceName, endpoints: &AtomicUsize, health: &ProxyHealth) -> Response<Full<Bytes>> {
+fn respond(
+    service: &ServiceName,
+    endpoints: &AtomicUsize,
+    health: &ProxyHealth,
+) -> Response<Full<Bytes>> {
     let count = endpoints.load(Ordering::Relaxed);
     let healthy = health.is_healthy();
     let status = if count != 0 && healthy {
@@ -89,7 +93,9 @@ fn respond(service: &ServiceName, endpoints: &AtomicUsize, health: &ProxyHealth)
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut resp = Response::new(Full::new(Bytes::from(response_body(service, count, healthy))));
+    let mut resp = Response::new(Full::new(Bytes::from(response_body(
+        service, count, healthy,
+    ))));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(
@@ -100,7 +106,10 @@ fn respond(service: &ServiceName, endpoints: &AtomicUsize, health: &ProxyHealth)
         hyper::header::X_CONTENT_TYPE_OPTIONS,
         hyper::header::HeaderValue::from_static("nosniff"),
     );
-    h.insert(ENDPOINT_WEIGHT_HEADER, hyper::header::HeaderValue::from(count));
+    h.insert(
+        ENDPOINT_WEIGHT_HEADER,
+        hyper::header::HeaderValue::from(count),
+    );
     resp
 }
 
@@ -120,7 +129,11 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn serve_connection(stream: tokio::net::TcpStream, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
     let svc = service_fn(move |_req: Request<Incoming>| {
         let resp = respond(&shared.service, &shared.endpoints, &shared.health);
         async move { Ok::<_, Infallible>(resp) }
@@ -136,7 +149,11 @@ async fn serve_connection(stream: tokio::net::TcpStream, shared: Arc<Shared>, mu
     }
 }
 
-async fn accept_loop(listener: std::net::TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -180,7 +197,10 @@ impl ServiceHealthServer {
         if self.node_ips.is_empty() {
             vec![SocketAddr::from(([0, 0, 0, 0], port))]
         } else {
-            self.node_ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect()
+            self.node_ips
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, port))
+                .collect()
         }
     }
 
@@ -251,10 +271,16 @@ impl ServiceHealthServer {
             let listeners = bound
                 .into_iter()
                 .map(|l| {
-                    let address = l.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
+                    let address = l
+                        .local_addr()
+                        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
                     let (stop, rx) = watch::channel(false);
                     let task = tokio::spawn(accept_loop(l, shared.clone(), rx));
-                    Listener { address, stop, task }
+                    Listener {
+                        address,
+                        stop,
+                        task,
+                    }
                 })
                 .collect();
             self.services().insert(
@@ -285,7 +311,10 @@ impl ServiceHealthServer {
             .map(|(name, inst)| {
                 (
                     name.clone(),
-                    (inst.port, inst.listeners.iter().map(|l| l.address).collect()),
+                    (
+                        inst.port,
+                        inst.listeners.iter().map(|l| l.address).collect(),
+                    ),
                 )
             })
             .collect()
