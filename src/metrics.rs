@@ -343,13 +343,13 @@ impl Metrics {
             .observe(latency.as_secs_f64());
     }
 
-    /// Counts `n` endpoint changes received and sets the number still pending.
+    /// Counts `received` endpoint changes and sets the number still pending.
     pub fn endpoint_changes(&self, received: u64, pending: i64) {
         self.endpoint_changes_total.inc_by(received);
         self.endpoint_changes_pending.set(pending);
     }
 
-    /// Counts `n` service changes received and sets the number still pending.
+    /// Counts `received` service changes and sets the number still pending.
     pub fn service_changes(&self, received: u64, pending: i64) {
         self.service_changes_total.inc_by(received);
         self.service_changes_pending.set(pending);

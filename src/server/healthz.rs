@@ -5,6 +5,10 @@
 //! completed a sync does not count, so the proxy is healthy while starting up. `/healthz` additionally
 //! requires the Node to be eligible (present, not being deleted, not tainted `ToBeDeletedByClusterAutoscaler`);
 //! `/livez` ignores the Node.
+//!
+//! Call contract for the sync loop (as upstream's proxier): [`ProxyHealth::updated`] once when the sync
+//! loop of a family starts (so a loop whose syncs never succeed turns unhealthy), [`ProxyHealth::queued_update`]
+//! whenever a sync is requested, and [`ProxyHealth::updated`] after every successful sync.
 
 use crate::cluster::model::IpFamily;
 use crate::metrics::Metrics;
@@ -270,6 +274,19 @@ mod tests {
         assert!(s.healthy);
         assert!(s.families.is_empty());
         assert_eq!(s.last_updated, None);
+    }
+
+    #[test]
+    fn loop_started_but_never_synced_turns_unhealthy() {
+        let (clock, h) = setup();
+        h.updated(IpFamily::V4); // sync loop start
+        h.queued_update(IpFamily::V4);
+        clock.advance(Duration::from_secs(59));
+        assert!(h.is_healthy());
+        clock.advance(Duration::from_secs(1));
+        assert!(!h.is_healthy());
+        assert_eq!(h.healthz().code, 503);
+        assert_eq!(h.livez().code, 503);
     }
 
     #[test]
