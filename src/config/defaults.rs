@@ -2,7 +2,7 @@
 //! platform defaults): zero values and nulls mean "use the default".
 
 use super::duration::{GoDuration, TimeOrDuration};
-use super::types::{ProxyConfig, Quantity};
+use super::types::{API_VERSION, KIND, ProxyConfig, Quantity};
 use std::net::IpAddr;
 
 /// Port of the health check server.
@@ -59,8 +59,15 @@ pub fn append_port_if_needed(addr: &str, port: u16) -> String {
     }
 }
 
-/// Fill every unset field with upstream's default. `mode` is left alone (see `options`).
+/// Fill every unset field with upstream's default (and the type metadata). `mode` is left
+/// alone (see `options`).
 pub fn apply_defaults(c: &mut ProxyConfig) {
+    if c.api_version.is_empty() {
+        c.api_version = API_VERSION.to_string();
+    }
+    if c.kind.is_empty() {
+        c.kind = KIND.to_string();
+    }
     if c.bind_address.is_empty() {
         c.bind_address = "0.0.0.0".to_string();
     }

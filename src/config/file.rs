@@ -46,6 +46,7 @@ pub struct Decoded {
 fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) -> Result<T, String> {
     let mut options = Options::default();
     options.duplicate_keys = duplicates;
+    options.with_snippet = false;
     let failed_path: RefCell<Option<String>> = RefCell::new(None);
     let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options, |de| {
         serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
@@ -55,7 +56,8 @@ fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) ->
         })
     });
     result.map_err(|err| {
-        let message = err.to_string();
+        let text = err.to_string();
+        let message = text.strip_prefix("error: ").unwrap_or(&text).trim().to_string();
         match failed_path.into_inner() {
             Some(path) if path != "." && !path.is_empty() => format!("{path}: {message}"),
             _ => message,

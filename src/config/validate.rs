@@ -66,7 +66,11 @@ impl fmt::Display for ValidationErrors {
         if parts.len() == 1 {
             write!(f, "{}", parts[0])
         } else {
-            write!(f, "[{}]", parts.join(", "))
+            write!(f, "{} errors:", parts.len())?;
+            for p in parts {
+                write!(f, "\n  {p}")?;
+            }
+            Ok(())
         }
     }
 }
@@ -175,7 +179,7 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             "must be greater than or equal to 0",
         );
     }
-    if ipvs.min_sync_period > ipvs.sync_period {
+    if ipvs.sync_period.as_nanos() > 0 && ipvs.min_sync_period > ipvs.sync_period {
         e.invalid(
             "ipvs.syncPeriod",
             dq(ipvs.min_sync_period),
