@@ -65,7 +65,10 @@ fn write_config_to_stdout_round_trips() {
     ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let yaml = text(&out.stdout);
-    assert!(yaml.starts_with("apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"), "{yaml}");
+    assert!(
+        yaml.starts_with("apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"),
+        "{yaml}"
+    );
     for line in [
         "kind: KubeProxyConfiguration",
         "mode: ipvs",
@@ -88,7 +91,11 @@ fn write_config_to_stdout_round_trips() {
     ]);
     assert!(again.status.success(), "stderr: {}", text(&again.stderr));
     assert_eq!(text(&again.stdout), yaml);
-    assert!(!text(&again.stderr).contains("WARN"), "{}", text(&again.stderr));
+    assert!(
+        !text(&again.stderr).contains("WARN"),
+        "{}",
+        text(&again.stderr)
+    );
 }
 
 #[test]
@@ -97,7 +104,10 @@ fn bad_config_file_fails_naming_the_field() {
         "bad-type.yaml",
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\nipvs:\n  syncPeriod: often\n",
     );
-    let out = kube_proxy(&[&format!("--config={}", path.display()), "--hostname-override=n"]);
+    let out = kube_proxy(&[
+        &format!("--config={}", path.display()),
+        "--hostname-override=n",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(stderr.starts_with("error: "), "{stderr}");
@@ -109,19 +119,35 @@ fn bad_config_file_fails_naming_the_field() {
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n\
          ipvs:\n  syncPeriod: -1s\noomScoreAdj: 2000\n",
     );
-    let out = kube_proxy(&[&format!("--config={}", path.display()), "--hostname-override=n"]);
+    let out = kube_proxy(&[
+        &format!("--config={}", path.display()),
+        "--hostname-override=n",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0"), "{stderr}");
-    assert!(stderr.contains("oomScoreAdj: Invalid value: 2000"), "{stderr}");
+    assert!(
+        stderr.contains("ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("oomScoreAdj: Invalid value: 2000"),
+        "{stderr}"
+    );
 
     let path = tmp_file(
         "iptables.yaml",
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\n",
     );
-    let out = kube_proxy(&[&format!("--config={}", path.display()), "--hostname-override=n"]);
+    let out = kube_proxy(&[
+        &format!("--config={}", path.display()),
+        "--hostname-override=n",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("only IPVS mode"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("only IPVS mode"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -137,14 +163,21 @@ fn unknown_field_warns_and_runs() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("WARN") && stderr.contains("newField"), "{stderr}");
+    assert!(
+        stderr.contains("WARN") && stderr.contains("newField"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn unknown_flag_fails() {
     let out = kube_proxy(&["--frobnicate=1"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("error: unknown flag: --frobnicate"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("error: unknown flag: --frobnicate"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -104,7 +104,11 @@ fn kubeadm_config_decodes_strictly_and_defaults_like_upstream() {
     assert_eq!(raw.logging.flush_frequency.0, GoDuration::ZERO);
 
     let path = tmp_file("kubeadm.conf", KUBEADM);
-    let o = run_options(&["--config", path.to_str().unwrap(), "--hostname-override=Node-A"]);
+    let o = run_options(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--hostname-override=Node-A",
+    ]);
     let c = &o.config;
     assert_eq!(o.node_name, "node-a");
     assert_eq!(o.config_path.as_deref(), Some(path.as_path()));
@@ -118,13 +122,25 @@ fn kubeadm_config_decodes_strictly_and_defaults_like_upstream() {
     assert_eq!(c.oom_score_adj, Some(-999));
     assert_eq!(c.conntrack.max_per_core, Some(32768));
     assert_eq!(c.conntrack.min, Some(131072));
-    assert_eq!(c.conntrack.tcp_established_timeout.unwrap().to_string(), "24h0m0s");
-    assert_eq!(c.conntrack.tcp_close_wait_timeout.unwrap().to_string(), "1h0m0s");
+    assert_eq!(
+        c.conntrack.tcp_established_timeout.unwrap().to_string(),
+        "24h0m0s"
+    );
+    assert_eq!(
+        c.conntrack.tcp_close_wait_timeout.unwrap().to_string(),
+        "1h0m0s"
+    );
     assert_eq!(c.config_sync_period.to_string(), "15m0s");
-    assert_eq!(c.client_connection.content_type, "application/vnd.kubernetes.protobuf");
+    assert_eq!(
+        c.client_connection.content_type,
+        "application/vnd.kubernetes.protobuf"
+    );
     assert_eq!(c.client_connection.qps, 5.0);
     assert_eq!(c.client_connection.burst, 10);
-    assert_eq!(c.client_connection.kubeconfig, "/var/lib/kube-proxy/kubeconfig.conf");
+    assert_eq!(
+        c.client_connection.kubeconfig,
+        "/var/lib/kube-proxy/kubeconfig.conf"
+    );
     assert_eq!(c.detect_local_mode, "ClusterCIDR");
     assert_eq!(c.logging.format, "text");
     assert_eq!(c.logging.flush_frequency.0.to_string(), "5s");
@@ -175,17 +191,35 @@ fn duplicate_key_fails_strict_and_succeeds_lenient_with_warning() {
 #[test]
 fn wrong_type_is_always_an_error_naming_the_field() {
     let cases = [
-        ("conntrack:\n  maxPerCore: lots\n", "conntrack.maxPerCore", "line 4"),
-        ("ipvs:\n  syncPeriod: 30\n", "ipvs.syncPeriod", "missing unit"),
+        (
+            "conntrack:\n  maxPerCore: lots\n",
+            "conntrack.maxPerCore",
+            "line 4",
+        ),
+        (
+            "ipvs:\n  syncPeriod: 30\n",
+            "ipvs.syncPeriod",
+            "missing unit",
+        ),
         ("ipvs:\n  strictARP: maybe\n", "ipvs.strictARP", "line 4"),
-        ("clientConnection:\n  qps: fast\n", "clientConnection.qps", "line 4"),
-        ("nodePortAddresses: 10.0.0.0/8\n", "nodePortAddresses", "line 3"),
+        (
+            "clientConnection:\n  qps: fast\n",
+            "clientConnection.qps",
+            "line 4",
+        ),
+        (
+            "nodePortAddresses: 10.0.0.0/8\n",
+            "nodePortAddresses",
+            "line 3",
+        ),
         ("oomScoreAdj: 99999999999\n", "oomScoreAdj", "line 3"),
         ("featureGates:\n  Foo: sure\n", "featureGates", "line 4"),
         ("ipvs: [1, 2]\n", "ipvs", "line 3"),
     ];
     for (body, field, extra) in cases {
-        let yaml = format!("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n{body}");
+        let yaml = format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n{body}"
+        );
         let err = decode(&yaml).expect_err(body).to_string();
         assert!(err.contains(field), "{body:?}: {err}");
         assert!(err.contains(extra), "{body:?}: {err}");
@@ -203,9 +237,19 @@ fn wrong_type_in_file_with_unknown_field_still_fails() {
 #[test]
 fn api_version_and_kind_are_checked() {
     let missing_version = "kind: KubeProxyConfiguration\nmode: ipvs\n";
-    assert!(decode(missing_version).unwrap_err().to_string().contains("apiVersion"));
+    assert!(
+        decode(missing_version)
+            .unwrap_err()
+            .to_string()
+            .contains("apiVersion")
+    );
     let missing_kind = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nmode: ipvs\n";
-    assert!(decode(missing_kind).unwrap_err().to_string().contains("Kind"));
+    assert!(
+        decode(missing_kind)
+            .unwrap_err()
+            .to_string()
+            .contains("Kind")
+    );
     let wrong = "apiVersion: kubeproxy.config.k8s.io/v1beta9\nkind: KubeProxyConfiguration\n";
     let err = decode(wrong).unwrap_err().to_string();
     assert!(err.contains("v1beta9"), "{err}");
@@ -222,7 +266,10 @@ fn logging_section_accepts_integer_and_string_forms() {
     let c = decode(yaml).unwrap().config;
     assert_eq!(c.logging.flush_frequency.0.to_string(), "2s");
     assert_eq!(c.logging.verbosity, 4);
-    assert_eq!(c.logging.vmodule.as_ref().unwrap()[0].file_pattern, "proxier*");
+    assert_eq!(
+        c.logging.vmodule.as_ref().unwrap()[0].file_pattern,
+        "proxier*"
+    );
     assert!(c.logging.options.json.split_stream);
     assert_eq!(c.logging.options.json.info_buffer_size.0, "1Mi");
 }
@@ -256,9 +303,17 @@ conntrack: {tcpBeLiberal: true, udpTimeout: 30s, udpStreamTimeout: 5m}
 #[test]
 fn written_config_decodes_back_to_the_same_config() {
     let path = tmp_file("kubeadm-rt.conf", KUBEADM);
-    let o = run_options(&["--config", path.to_str().unwrap(), "--hostname-override=n1", "--v=3"]);
+    let o = run_options(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--hostname-override=n1",
+        "--v=3",
+    ]);
     let text = encode(&o.config).unwrap();
-    assert!(text.starts_with("apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"), "{text}");
+    assert!(
+        text.starts_with("apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"),
+        "{text}"
+    );
     assert!(text.contains("\nkind: KubeProxyConfiguration\n"), "{text}");
     let decoded = decode(&text).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);

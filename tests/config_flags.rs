@@ -36,10 +36,16 @@ fn tmp_file(name: &str, content: &str) -> PathBuf {
 fn go_style_booleans() {
     assert!(run(&["--cleanup", "--hostname-override=n"]).cleanup);
     for t in ["1", "t", "T", "TRUE", "true", "True"] {
-        assert!(run(&[&format!("--cleanup={t}"), "--hostname-override=n"]).cleanup, "{t}");
+        assert!(
+            run(&[&format!("--cleanup={t}"), "--hostname-override=n"]).cleanup,
+            "{t}"
+        );
     }
     for f in ["0", "f", "F", "FALSE", "false", "False"] {
-        assert!(!run(&[&format!("--cleanup={f}"), "--hostname-override=n"]).cleanup, "{f}");
+        assert!(
+            !run(&[&format!("--cleanup={f}"), "--hostname-override=n"]).cleanup,
+            "{f}"
+        );
     }
     assert!(!run(&["--hostname-override=n"]).cleanup);
     let e = err(&["--cleanup=yes"]);
@@ -47,17 +53,33 @@ fn go_style_booleans() {
     // Like pflag, a boolean does not consume the next argument.
     let e = err(&["--cleanup", "false"]);
     assert!(e.contains("false"), "{e}");
-    let o = run(&["--init-only=t", "--ipvs-strict-arp", "--masquerade-all=1", "--hostname-override=n"]);
+    let o = run(&[
+        "--init-only=t",
+        "--ipvs-strict-arp",
+        "--masquerade-all=1",
+        "--hostname-override=n",
+    ]);
     assert!(o.init_only && o.config.ipvs.strict_arp && o.config.iptables.masquerade_all);
 }
 
 #[test]
 fn underscores_and_dashes_are_equivalent_and_both_value_forms_work() {
-    let a = run(&["--hostname_override=my_node", "--ipvs_scheduler", "wrr", "--cluster-cidr=10.0.0.0/8"]);
+    let a = run(&[
+        "--hostname_override=my_node",
+        "--ipvs_scheduler",
+        "wrr",
+        "--cluster-cidr=10.0.0.0/8",
+    ]);
     assert_eq!(a.node_name, "my_node");
     assert_eq!(a.config.ipvs.scheduler, "wrr");
     assert_eq!(a.config.cluster_cidr, "10.0.0.0/8");
-    let b = run(&["--hostname-override", "My_Node", "--ipvs-scheduler=wrr", "--cluster_cidr", "10.0.0.0/8"]);
+    let b = run(&[
+        "--hostname-override",
+        "My_Node",
+        "--ipvs-scheduler=wrr",
+        "--cluster_cidr",
+        "10.0.0.0/8",
+    ]);
     assert_eq!(b.node_name, "my_node");
     assert_eq!(b.config, a.config.clone_with_hostname("my_node"));
 }
@@ -76,13 +98,25 @@ impl WithHostname for kube_proxy_rs::config::ProxyConfig {
 
 #[test]
 fn verbosity_forms() {
-    for args in [&["--v=4"][..], &["--v", "4"], &["-v", "4"], &["-v=4"], &["-v4"]] {
+    for args in [
+        &["--v=4"][..],
+        &["--v", "4"],
+        &["-v", "4"],
+        &["-v=4"],
+        &["-v4"],
+    ] {
         let mut all = args.to_vec();
         all.push("--hostname-override=n");
         assert_eq!(run(&all).config.logging.verbosity, 4, "{args:?}");
     }
     // Repeating a flag: the last one wins, as with pflag.
-    assert_eq!(run(&["--v=2", "--v=6", "--hostname-override=n"]).config.logging.verbosity, 6);
+    assert_eq!(
+        run(&["--v=2", "--v=6", "--hostname-override=n"])
+            .config
+            .logging
+            .verbosity,
+        6
+    );
     let e = err(&["--v=loud"]);
     assert!(e.contains("--v") || e.contains("-v"), "{e}");
 }
@@ -138,7 +172,11 @@ fn deprecated_and_legacy_flags_are_accepted_with_warnings() {
 
 #[test]
 fn deprecated_port_completes_a_bare_bind_ip() {
-    let o = run(&["--healthz-bind-address=10.1.2.3", "--healthz-port=9999", "--hostname-override=n"]);
+    let o = run(&[
+        "--healthz-bind-address=10.1.2.3",
+        "--healthz-port=9999",
+        "--hostname-override=n",
+    ]);
     assert_eq!(o.config.healthz_bind_address, "10.1.2.3:9999");
     let o = run(&["--metrics-bind-address=::", "--hostname-override=n"]);
     assert_eq!(o.config.metrics_bind_address, "[::]:10249");
@@ -146,11 +184,24 @@ fn deprecated_port_completes_a_bare_bind_ip() {
 
 #[test]
 fn proxy_mode() {
-    assert_eq!(run(&["--proxy-mode=ipvs", "--hostname-override=n"]).config.mode, "ipvs");
-    assert!(run(&["--proxy-mode=ipvs", "--hostname-override=n"]).warnings.is_empty());
+    assert_eq!(
+        run(&["--proxy-mode=ipvs", "--hostname-override=n"])
+            .config
+            .mode,
+        "ipvs"
+    );
+    assert!(
+        run(&["--proxy-mode=ipvs", "--hostname-override=n"])
+            .warnings
+            .is_empty()
+    );
     let o = run(&["--proxy-mode=", "--hostname-override=n"]);
     assert_eq!(o.config.mode, "ipvs");
-    assert!(o.warnings.iter().any(|w| w.contains("IPVS")), "{:?}", o.warnings);
+    assert!(
+        o.warnings.iter().any(|w| w.contains("IPVS")),
+        "{:?}",
+        o.warnings
+    );
     let o = run(&["--hostname-override=n"]);
     assert_eq!(o.config.mode, "ipvs");
     for mode in ["iptables", "nftables", "kernelspace", "userspace", "IPVS"] {
@@ -162,12 +213,21 @@ fn proxy_mode() {
 
 #[test]
 fn feature_gates() {
-    let o = run(&["--feature-gates=KubeProxyIPVS=true,Foo=false", "--feature_gates", "Bar=t", "--hostname-override=n"]);
+    let o = run(&[
+        "--feature-gates=KubeProxyIPVS=true,Foo=false",
+        "--feature_gates",
+        "Bar=t",
+        "--hostname-override=n",
+    ]);
     let g = &o.config.feature_gates;
     assert_eq!(g.get("KubeProxyIPVS"), Some(&true));
     assert_eq!(g.get("Foo"), Some(&false));
     assert_eq!(g.get("Bar"), Some(&true));
-    for bad in ["--feature-gates=KubeProxyIPVS", "--feature-gates=A=maybe", "--feature-gates==true"] {
+    for bad in [
+        "--feature-gates=KubeProxyIPVS",
+        "--feature-gates=A=maybe",
+        "--feature-gates==true",
+    ] {
         let e = err(&[bad]);
         assert!(e.contains("--feature-gates"), "{bad}: {e}");
     }
@@ -247,8 +307,14 @@ fn every_value_flag_lands_in_the_config() {
     assert_eq!(c.oom_score_adj, Some(-500));
     assert_eq!(c.conntrack.max_per_core, Some(0));
     assert_eq!(c.conntrack.min, Some(1));
-    assert_eq!(c.conntrack.tcp_established_timeout, Some(GoDuration::from_secs(7200)));
-    assert_eq!(c.conntrack.tcp_close_wait_timeout, Some(GoDuration::from_secs(1800)));
+    assert_eq!(
+        c.conntrack.tcp_established_timeout,
+        Some(GoDuration::from_secs(7200))
+    );
+    assert_eq!(
+        c.conntrack.tcp_close_wait_timeout,
+        Some(GoDuration::from_secs(1800))
+    );
     assert!(c.conntrack.tcp_be_liberal);
     assert_eq!(c.conntrack.udp_timeout, GoDuration::from_secs(30));
     assert_eq!(c.conntrack.udp_stream_timeout, GoDuration::from_secs(120));
@@ -294,7 +360,10 @@ fn config_file_wins_over_flags_except_hostname_logging_and_actions() {
     let c = &o.config;
     assert_eq!(c.ipvs.scheduler, "lc", "file wins over --ipvs-scheduler");
     assert_eq!(c.cluster_cidr, "", "file wins over --cluster-cidr");
-    assert!(c.feature_gates.is_empty(), "--feature-gates ignored with --config");
+    assert!(
+        c.feature_gates.is_empty(),
+        "--feature-gates ignored with --config"
+    );
     assert_eq!(c.logging.verbosity, 5, "--v applies on top of the file");
     assert_eq!(c.logging.format, "json");
     assert_eq!(o.master.as_deref(), Some("https://api:6443"));
@@ -302,7 +371,9 @@ fn config_file_wins_over_flags_except_hostname_logging_and_actions() {
     assert!(o.cleanup && !o.init_only);
     for name in ["ipvs-scheduler", "cluster-cidr", "feature-gates"] {
         assert!(
-            o.warnings.iter().any(|w| w.contains(&format!("--{name} is ignored"))),
+            o.warnings
+                .iter()
+                .any(|w| w.contains(&format!("--{name} is ignored"))),
             "{name}: {:?}",
             o.warnings
         );
@@ -334,7 +405,13 @@ fn missing_config_file_is_an_error() {
 fn help_and_version() {
     match parse(&["--help"]).unwrap() {
         Invocation::Help(text) => {
-            for flag in ["--config", "--proxy-mode", "--ipvs-scheduler", "--hostname-override", "--write-config-to"] {
+            for flag in [
+                "--config",
+                "--proxy-mode",
+                "--ipvs-scheduler",
+                "--hostname-override",
+                "--write-config-to",
+            ] {
                 assert!(text.contains(flag), "{flag} missing from help");
             }
             assert!(!text.contains("--log-dir"), "legacy flags are hidden");
@@ -346,6 +423,12 @@ fn help_and_version() {
         Invocation::Version(v) => assert!(v.contains(env!("CARGO_PKG_VERSION"))),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(parse(&["--version=raw"]).unwrap(), Invocation::Version(_)));
-    assert!(matches!(parse(&["--version=false", "--hostname-override=n"]).unwrap(), Invocation::Run(_)));
+    assert!(matches!(
+        parse(&["--version=raw"]).unwrap(),
+        Invocation::Version(_)
+    ));
+    assert!(matches!(
+        parse(&["--version=false", "--hostname-override=n"]).unwrap(),
+        Invocation::Run(_)
+    ));
 }

@@ -311,7 +311,17 @@ mod tests {
             GoDuration::parse("1d").unwrap_err().to_string(),
             "time: unknown unit \"d\" in duration \"1d\""
         );
-        for bad in ["", "-", "s", ".s", "1s ", " 1s", "abc", "2562047h47m16.854775808s", "1.2.3s"] {
+        for bad in [
+            "",
+            "-",
+            "s",
+            ".s",
+            "1s ",
+            " 1s",
+            "abc",
+            "2562047h47m16.854775808s",
+            "1.2.3s",
+        ] {
             assert!(GoDuration::parse(bad).is_err(), "{bad:?} should fail");
         }
     }

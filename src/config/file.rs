@@ -20,10 +20,16 @@ pub enum FileError {
     },
     /// The content is not a valid KubeProxyConfiguration.
     #[error("failed to decode config file{}: {message}", path_suffix(.path))]
-    Decode { path: Option<String>, message: String },
+    Decode {
+        path: Option<String>,
+        message: String,
+    },
     /// Wrong or missing `apiVersion`/`kind`.
     #[error("config file{}: {message}", path_suffix(.path))]
-    TypeMeta { path: Option<String>, message: String },
+    TypeMeta {
+        path: Option<String>,
+        message: String,
+    },
     /// The configuration could not be written.
     #[error("failed to write config to {path}: {message}")]
     Write { path: String, message: String },
@@ -57,7 +63,11 @@ fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) ->
     });
     result.map_err(|err| {
         let text = err.to_string();
-        let message = text.strip_prefix("error: ").unwrap_or(&text).trim().to_string();
+        let message = text
+            .strip_prefix("error: ")
+            .unwrap_or(&text)
+            .trim()
+            .to_string();
         match failed_path.into_inner() {
             Some(path) if path != "." && !path.is_empty() => format!("{path}: {message}"),
             _ => message,

@@ -85,7 +85,8 @@ impl NodePortAddresses {
 
     /// Whether NodePorts should be served on `ip`, given the node's primary IPs.
     pub fn allows(&self, ip: IpAddr, node_primary_ips: &[IpAddr]) -> bool {
-        self.cidrs.iter().any(|n| n.contains(&ip)) || (self.primary && node_primary_ips.contains(&ip))
+        self.cidrs.iter().any(|n| n.contains(&ip))
+            || (self.primary && node_primary_ips.contains(&ip))
     }
 }
 
@@ -270,7 +271,10 @@ pub fn hostname() -> Result<String, String> {
     // SAFETY: buf is writable for its full length; gethostname NUL-terminates or truncates.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
     if rc != 0 {
-        return Err(format!("couldn't determine hostname: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "couldn't determine hostname: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
     let name = String::from_utf8_lossy(&buf[..end]).trim().to_lowercase();
@@ -288,7 +292,12 @@ where
 {
     let flags = match Flags::try_parse_from(normalize_args(args)) {
         Ok(f) => f,
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
             return Ok(Invocation::Help(e.render().to_string()));
         }
         Err(e) => return Err(ConfigError::Flags(clap_error_text(&e))),
@@ -321,20 +330,38 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         ));
     }
     if flags.proxy_port_range.is_some() {
-        warnings.push("Flag --proxy-port-range has been removed upstream (userspace proxy); it is ignored".to_string());
+        warnings.push(
+            "Flag --proxy-port-range has been removed upstream (userspace proxy); it is ignored"
+                .to_string(),
+        );
     }
     if flags.udp_timeout.is_some() {
-        warnings.push("Flag --udp-timeout has been removed upstream (userspace proxy); it is ignored".to_string());
+        warnings.push(
+            "Flag --udp-timeout has been removed upstream (userspace proxy); it is ignored"
+                .to_string(),
+        );
     }
     if flags.healthz_port.is_some() {
-        warnings.push("Flag --healthz-port has been deprecated, use --healthz-bind-address instead".to_string());
+        warnings.push(
+            "Flag --healthz-port has been deprecated, use --healthz-bind-address instead"
+                .to_string(),
+        );
     }
     if flags.metrics_port.is_some() {
-        warnings.push("Flag --metrics-port has been deprecated, use --metrics-bind-address instead".to_string());
+        warnings.push(
+            "Flag --metrics-port has been deprecated, use --metrics-bind-address instead"
+                .to_string(),
+        );
     }
-    for name in ["iptables-sync-period", "iptables-min-sync-period", "iptables-localhost-nodeports"] {
+    for name in [
+        "iptables-sync-period",
+        "iptables-min-sync-period",
+        "iptables-localhost-nodeports",
+    ] {
         if flags.config_flags_given().contains(&name) {
-            warnings.push(format!("Flag --{name} applies to iptables mode only; it has no effect in IPVS mode"));
+            warnings.push(format!(
+                "Flag --{name} applies to iptables mode only; it has no effect in IPVS mode"
+            ));
         }
     }
 
@@ -356,7 +383,9 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     if let Some(h) = &flags.hostname_override {
         let h = h.trim();
         if h.is_empty() {
-            return Err(ConfigError::NodeName("empty hostname-override is invalid".to_string()));
+            return Err(ConfigError::NodeName(
+                "empty hostname-override is invalid".to_string(),
+            ));
         }
         config.hostname_override = h.to_lowercase();
     }
@@ -366,7 +395,9 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         apply_disabled_servers(&flags, &mut config);
     }
     if config.mode.is_empty() {
-        warnings.push("No proxy mode set; this binary implements IPVS mode, using \"ipvs\"".to_string());
+        warnings.push(
+            "No proxy mode set; this binary implements IPVS mode, using \"ipvs\"".to_string(),
+        );
         config.mode = "ipvs".to_string();
     }
     validate(&config)?;
@@ -581,4 +612,3 @@ fn apply_logging_flags(f: &Flags, c: &mut ProxyConfig) {
         l.options.text.info_buffer_size = Quantity(v.clone());
     }
 }
-

@@ -52,7 +52,9 @@ impl serde::de::Visitor<'_> for QuantityVisitor {
     }
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Quantity, E> {
         if v.is_empty() {
-            return Err(E::custom("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
+            return Err(E::custom(
+                "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+            ));
         }
         Ok(Quantity(v.to_string()))
     }

@@ -14,7 +14,12 @@ pub const SCHEDULERS: &[&str] = &[
 ];
 
 /// Supported `detectLocalMode` values (`""` means `ClusterCIDR`).
-pub const LOCAL_MODES: &[&str] = &["ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"];
+pub const LOCAL_MODES: &[&str] = &[
+    "ClusterCIDR",
+    "NodeCIDR",
+    "BridgeInterface",
+    "InterfaceNamePrefix",
+];
 
 /// Keywords allowed in `nodePortAddresses` besides CIDRs.
 pub const NODE_PORT_KEYWORDS: &[&str] = &["primary", "localhost", "all"];
@@ -34,7 +39,10 @@ pub enum FieldErrorKind {
     /// A bad value (already rendered, strings quoted) and why.
     Invalid { value: String, detail: String },
     /// A value outside a fixed set.
-    NotSupported { value: String, supported: Vec<String> },
+    NotSupported {
+        value: String,
+        supported: Vec<String>,
+    },
 }
 
 impl fmt::Display for FieldError {
@@ -157,20 +165,32 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
 
     for name in c.feature_gates.keys() {
         if name.trim().is_empty() {
-            e.invalid("featureGates", q(name), "feature gate names must not be empty");
+            e.invalid(
+                "featureGates",
+                q(name),
+                "feature gate names must not be empty",
+            );
         }
     }
 
     if let Some(bit) = c.iptables.masquerade_bit
         && !(0..=31).contains(&bit)
     {
-        e.invalid("iptables.masqueradeBit", bit.to_string(), "must be within the range [0, 31]");
+        e.invalid(
+            "iptables.masqueradeBit",
+            bit.to_string(),
+            "must be within the range [0, 31]",
+        );
     }
 
     // IPVS mode: ipvs.syncPeriod/minSyncPeriod are the proxier's sync periods.
     let ipvs = &c.ipvs;
     if ipvs.sync_period.as_nanos() <= 0 {
-        e.invalid("ipvs.syncPeriod", dq(ipvs.sync_period), "must be greater than 0");
+        e.invalid(
+            "ipvs.syncPeriod",
+            dq(ipvs.sync_period),
+            "must be greater than 0",
+        );
     }
     if ipvs.min_sync_period.is_negative() {
         e.invalid(
@@ -201,7 +221,11 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     }
     for (i, cidr) in ipvs.exclude_cidrs.iter().flatten().enumerate() {
         if parse_cidr(cidr).is_none() {
-            e.invalid(format!("ipvs.excludeCIDRs[{i}]"), q(cidr), "must be a valid CIDR");
+            e.invalid(
+                format!("ipvs.excludeCIDRs[{i}]"),
+                q(cidr),
+                "must be a valid CIDR",
+            );
         }
     }
 
@@ -209,12 +233,20 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     if let Some(v) = ct.max_per_core
         && v < 0
     {
-        e.invalid("conntrack.maxPerCore", v.to_string(), "must be greater than or equal to 0");
+        e.invalid(
+            "conntrack.maxPerCore",
+            v.to_string(),
+            "must be greater than or equal to 0",
+        );
     }
     if let Some(v) = ct.min
         && v < 0
     {
-        e.invalid("conntrack.min", v.to_string(), "must be greater than or equal to 0");
+        e.invalid(
+            "conntrack.min",
+            v.to_string(),
+            "must be greater than or equal to 0",
+        );
     }
     if let Some(d) = ct.tcp_established_timeout {
         e.non_negative_duration("conntrack.tcpEstablishedTimeout", d);
@@ -228,7 +260,11 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     if let Some(v) = c.oom_score_adj
         && !(-1000..=1000).contains(&v)
     {
-        e.invalid("oomScoreAdj", v.to_string(), "must be within the range [-1000, 1000]");
+        e.invalid(
+            "oomScoreAdj",
+            v.to_string(),
+            "must be within the range [-1000, 1000]",
+        );
     }
 
     if c.mode != "ipvs" {
@@ -255,7 +291,11 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     }
 
     if c.config_sync_period.as_nanos() <= 0 {
-        e.invalid("configSyncPeriod", dq(c.config_sync_period), "must be greater than 0");
+        e.invalid(
+            "configSyncPeriod",
+            dq(c.config_sync_period),
+            "must be greater than 0",
+        );
     }
 
     if c.bind_address.parse::<IpAddr>().is_err() {
@@ -273,7 +313,11 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     }
 
     if !valid_port_range(&c.port_range) {
-        e.invalid("portRange", q(&c.port_range), "must be a valid port range (e.g. 300-2000)");
+        e.invalid(
+            "portRange",
+            q(&c.port_range),
+            "must be a valid port range (e.g. 300-2000)",
+        );
     }
 
     for (i, addr) in c.node_port_addresses.iter().flatten().enumerate() {
@@ -393,6 +437,9 @@ mod tests {
                 detail: "must be greater than 0".into(),
             },
         };
-        assert_eq!(e.to_string(), "ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0");
+        assert_eq!(
+            e.to_string(),
+            "ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0"
+        );
     }
 }
