@@ -380,7 +380,8 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     };
     apply_logging_flags(&flags, &mut config);
 
-    if let Some(h) = &flags.hostname_override {
+    // As upstream, an empty value means "not set"; a blank one is an error.
+    if let Some(h) = flags.hostname_override.as_deref().filter(|h| !h.is_empty()) {
         let h = h.trim();
         if h.is_empty() {
             return Err(ConfigError::NodeName(
