@@ -215,6 +215,18 @@ fn wrong_type_is_always_an_error_naming_the_field() {
         ("oomScoreAdj: 99999999999\n", "oomScoreAdj", "line 3"),
         ("featureGates:\n  Foo: sure\n", "featureGates", "line 4"),
         ("ipvs: [1, 2]\n", "ipvs", "line 3"),
+        ("hostnameOverride: 123\n", "hostnameOverride", "line 3"),
+        ("mode: true\n", "mode", "line 3"),
+        (
+            "ipvs:\n  excludeCIDRs: [10]\n",
+            "ipvs.excludeCIDRs",
+            "line 4",
+        ),
+        (
+            "showHiddenMetricsForVersion: 1.35\n",
+            "showHiddenMetricsForVersion",
+            "line 3",
+        ),
     ];
     for (body, field, extra) in cases {
         let yaml = format!(
@@ -281,7 +293,7 @@ kind: KubeProxyConfiguration
 featureGates: {KubeProxyIPVS: true, SomethingNew: false}
 iptables: {localhostNodePorts: false, snatNodeInternalIP: true, masqueradeBit: 12}
 nftables: {masqueradeAll: true, masqueradeBit: 3, syncPeriod: 1m, minSyncPeriod: 2s}
-winkernel: {networkName: n, sourceVip: 1.2.3.4, enableDSR: true, rootHnsEndpointName: r, forwardHealthCheckVip: true}
+winkernel: {networkName: net1, sourceVip: 1.2.3.4, enableDSR: true, rootHnsEndpointName: r, forwardHealthCheckVip: true}
 windowsRunAsService: true
 portRange: 30000-31000
 showHiddenMetricsForVersion: "1.35"

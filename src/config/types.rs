@@ -23,6 +23,38 @@ where
     Option::<T>::deserialize(deserializer).map(Option::unwrap_or_default)
 }
 
+/// A string value; like Go's JSON decoding, numbers and booleans are not strings.
+struct GoStr(String);
+
+impl<'de> Deserialize<'de> for GoStr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = GoStr;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string (quote values that look like numbers or booleans)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<GoStr, E> {
+                Ok(GoStr(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// Decode a string field: `null` is the empty string; numbers and booleans are type errors.
+fn go_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Option::<GoStr>::deserialize(deserializer).map(|s| s.map(|s| s.0).unwrap_or_default())
+}
+
+/// Decode an optional list of strings (`null` stays `None`, as Go's nil slice).
+fn go_string_list<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    Option::<Vec<GoStr>>::deserialize(deserializer)
+        .map(|list| list.map(|items| items.into_iter().map(|s| s.0).collect()))
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -113,10 +145,10 @@ config_structs! {
     /// The whole kube-proxy configuration file.
     pub struct ProxyConfig {
         /// `kubeproxy.config.k8s.io/v1alpha1`.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub api_version: String,
         /// Overrides the node's primary IP (historical name; nothing binds to it).
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub bind_address: String,
         /// Treat failure to bind the healthz/metrics ports as fatal.
         #[serde(deserialize_with = "nullable")]
@@ -125,7 +157,7 @@ config_structs! {
         #[serde(deserialize_with = "nullable")]
         pub client_connection: ClientConnection,
         /// Pod CIDR(s), comma-separated for dual-stack; used by `detectLocalMode: ClusterCIDR`.
-        #[serde(rename = "clusterCIDR", deserialize_with = "nullable")]
+        #[serde(rename = "clusterCIDR", deserialize_with = "go_string")]
         pub cluster_cidr: String,
         /// How often informers resync from the API server.
         #[serde(deserialize_with = "nullable")]
@@ -137,7 +169,7 @@ config_structs! {
         #[serde(deserialize_with = "nullable")]
         pub detect_local: DetectLocalConfig,
         /// `ClusterCIDR` (default), `NodeCIDR`, `BridgeInterface` or `InterfaceNamePrefix`.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub detect_local_mode: String,
         /// Serve `/debug/pprof` on the metrics server.
         #[serde(deserialize_with = "nullable")]
@@ -146,10 +178,10 @@ config_structs! {
         #[serde(deserialize_with = "nullable", skip_serializing_if = "BTreeMap::is_empty")]
         pub feature_gates: BTreeMap<String, bool>,
         /// `ip:port` of the health check server (empty disables it).
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub healthz_bind_address: String,
         /// Node name to use instead of the hostname.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub hostname_override: String,
         /// iptables-mode settings (`masqueradeBit`/`masqueradeAll` also apply to IPVS mode).
         #[serde(deserialize_with = "nullable")]
@@ -158,29 +190,30 @@ config_structs! {
         #[serde(deserialize_with = "nullable")]
         pub ipvs: IpvsConfig,
         /// `KubeProxyConfiguration`.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub kind: String,
         /// Logging settings (component-base `LoggingConfiguration`).
         #[serde(deserialize_with = "nullable")]
         pub logging: LoggingConfig,
         /// `ip:port` of the metrics server (empty disables it).
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub metrics_bind_address: String,
         /// Proxy mode; this binary implements only `ipvs` (empty means `ipvs` here).
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub mode: String,
         /// nftables-mode settings (ignored).
         #[serde(deserialize_with = "nullable")]
         pub nftables: NftablesConfig,
         /// CIDRs and/or keywords (`primary`, `localhost`, `all`) selecting NodePort addresses.
+        #[serde(deserialize_with = "go_string_list")]
         pub node_port_addresses: Option<Vec<String>>,
         /// oom_score_adj of the process.
         pub oom_score_adj: Option<i32>,
         /// Unused (was for the userspace proxy).
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub port_range: String,
         /// Previous minor version whose hidden metrics should be shown.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub show_hidden_metrics_for_version: String,
         /// Windows HNS settings (ignored).
         #[serde(deserialize_with = "nullable")]
@@ -193,16 +226,16 @@ config_structs! {
     /// component-base `ClientConnectionConfiguration`.
     pub struct ClientConnection {
         /// `Accept` header override.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub accept_content_types: String,
         /// Client-side burst.
         #[serde(deserialize_with = "nullable")]
         pub burst: i32,
         /// Content type of requests.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub content_type: String,
         /// Path to a kubeconfig file (empty: in-cluster config).
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub kubeconfig: String,
         /// Client-side queries per second.
         #[serde(deserialize_with = "nullable")]
@@ -233,10 +266,10 @@ config_structs! {
     /// Settings for the interface-based local-traffic detectors.
     pub struct DetectLocalConfig {
         /// Bridge for `detectLocalMode: BridgeInterface`.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub bridge_interface: String,
         /// Interface name prefix for `detectLocalMode: InterfaceNamePrefix`.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub interface_name_prefix: String,
     }
 
@@ -264,12 +297,13 @@ config_structs! {
     pub struct IpvsConfig {
         /// IPVS services inside these CIDRs are never touched by cleanup.
         #[serde(rename = "excludeCIDRs")]
+        #[serde(deserialize_with = "go_string_list")]
         pub exclude_cidrs: Option<Vec<String>>,
         /// Minimum interval between syncs (0: sync on every change).
         #[serde(deserialize_with = "nullable")]
         pub min_sync_period: GoDuration,
         /// IPVS scheduler (empty means `rr`).
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub scheduler: String,
         /// Set `arp_ignore=1`/`arp_announce=2`.
         #[serde(rename = "strictARP", deserialize_with = "nullable")]
@@ -312,13 +346,13 @@ config_structs! {
         #[serde(deserialize_with = "nullable")]
         pub forward_health_check_vip: bool,
         /// HNS network name.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub network_name: String,
         /// Root HNS endpoint name.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub root_hns_endpoint_name: String,
         /// Source VIP for NAT.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub source_vip: String,
     }
 
@@ -328,7 +362,7 @@ config_structs! {
         #[serde(deserialize_with = "nullable")]
         pub flush_frequency: TimeOrDuration,
         /// `text` or `json`.
-        #[serde(deserialize_with = "nullable", skip_serializing_if = "String::is_empty")]
+        #[serde(deserialize_with = "go_string", skip_serializing_if = "String::is_empty")]
         pub format: String,
         /// Per-format options.
         #[serde(deserialize_with = "nullable")]
@@ -364,7 +398,7 @@ config_structs! {
     /// One `vmodule` entry.
     pub struct VModuleItem {
         /// File name pattern.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "go_string")]
         pub file_pattern: String,
         /// Verbosity for matching files.
         #[serde(deserialize_with = "nullable")]
