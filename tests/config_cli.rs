@@ -195,7 +195,15 @@ fn json_logging_format() {
 }
 
 #[test]
-fn runs_the_app_stub() {
+fn runs_the_app_stub_with_verbosity_from_v() {
     let out = kube_proxy(&["--hostname-override=n", "--proxy-mode=ipvs"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("node=n"), "{stderr}");
+    assert!(!stderr.contains("effective configuration"), "{stderr}");
+    // --v=4 enables debug logs, which include the effective configuration.
+    let out = kube_proxy(&["--hostname-override=n", "--proxy-mode=ipvs", "--v=4"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("effective configuration"), "{stderr}");
 }
