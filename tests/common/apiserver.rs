@@ -265,7 +265,11 @@ impl TestApiServer {
 
     /// Watch streams currently open for a kind.
     pub fn open_watches(&self, kind: Kind) -> u64 {
-        self.counters().open_watches.get(&kind).copied().unwrap_or(0)
+        self.counters()
+            .open_watches
+            .get(&kind)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Every request received so far, as "METHOD path?query".

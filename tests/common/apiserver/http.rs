@@ -90,10 +90,7 @@ fn status_response(code: u16, reason: &str, message: &str) -> Response {
 }
 
 fn expired_message(rv: u64, e: Expired) -> String {
-    format!(
-        "too old resource version: {rv} ({})",
-        e.floor
-    )
+    format!("too old resource version: {rv} ({})", e.floor)
 }
 
 /// Which objects a list or watch selects.
@@ -122,9 +119,20 @@ enum Route {
     ApiGroups,
     ResourceList(String),
     Health,
-    Collection { kind: Kind, ns: Option<String> },
-    Object { kind: Kind, ns: Option<String>, name: String },
-    Events { api_version: String, ns: String, name: Option<String> },
+    Collection {
+        kind: Kind,
+        ns: Option<String>,
+    },
+    Object {
+        kind: Kind,
+        ns: Option<String>,
+        name: String,
+    },
+    Events {
+        api_version: String,
+        ns: String,
+        name: Option<String>,
+    },
 }
 
 fn route(path: &str) -> Option<Route> {
@@ -172,26 +180,37 @@ pub async fn handle(
 ) -> Response {
     lock(&shared.requests).push(format!("{method} {uri}"));
     match (route(uri.path()), &method) {
-        (Some(Route::Version), &Method::GET) => json_response(StatusCode::OK, &json!({
-            "major": "1", "minor": "33", "gitVersion": "v1.33.0-kprs-test", "gitCommit": "test",
-            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24",
-            "compiler": "gc", "platform": "linux/amd64"
-        })),
+        (Some(Route::Version), &Method::GET) => json_response(
+            StatusCode::OK,
+            &json!({
+                "major": "1", "minor": "33", "gitVersion": "v1.33.0-kprs-test", "gitCommit": "test",
+                "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24",
+                "compiler": "gc", "platform": "linux/amd64"
+            }),
+        ),
         (Some(Route::Health), &Method::GET) => Response::new(Body::from("ok")),
-        (Some(Route::ApiVersions), &Method::GET) => json_response(StatusCode::OK, &json!({
-            "kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]
-        })),
+        (Some(Route::ApiVersions), &Method::GET) => json_response(
+            StatusCode::OK,
+            &json!({
+                "kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]
+            }),
+        ),
         (Some(Route::ApiGroups), &Method::GET) => {
-            let group = |name: &str| json!({
-                "name": name,
-                "versions": [{"groupVersion": format!("{name}/v1"), "version": "v1"}],
-                "preferredVersion": {"groupVersion": format!("{name}/v1"), "version": "v1"}
-            });
-            json_response(StatusCode::OK, &json!({
-                "kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [group("discovery.k8s.io"), group("events.k8s.io")]
-            }))
+            let group = |name: &str| {
+                json!({
+                    "name": name,
+                    "versions": [{"groupVersion": format!("{name}/v1"), "version": "v1"}],
+                    "preferredVersion": {"groupVersion": format!("{name}/v1"), "version": "v1"}
+                })
+            };
+            json_response(
+                StatusCode::OK,
+                &json!({
+                    "kind": "APIGroupList", "apiVersion": "v1",
+                    "groups": [group("discovery.k8s.io"), group("events.k8s.io")]
+                }),
+            )
         }
         (Some(Route::ResourceList(gv)), &Method::GET) => resource_list(&gv),
         (Some(Route::Collection { kind, ns }), &Method::GET) => {
@@ -209,20 +228,27 @@ pub async fn handle(
                 ),
             }
         }
-        (Some(Route::Events { api_version, ns, name }), m) => {
-            events(&shared, m, &api_version, &ns, name.as_deref(), &body)
-        }
+        (
+            Some(Route::Events {
+                api_version,
+                ns,
+                name,
+            }),
+            m,
+        ) => events(&shared, m, &api_version, &ns, name.as_deref(), &body),
         _ => {
             lock(&shared.counters).unknown += 1;
-            status_response(404, "NotFound", &format!("the server could not find {method} {uri}"))
+            status_response(
+                404,
+                "NotFound",
+                &format!("the server could not find {method} {uri}"),
+            )
         }
     }
 }
 
 fn resource_list(gv: &str) -> Response {
-    let res = |name: &str, kind: &str, namespaced: bool, verbs: &[&str]| {
-        json!({"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": verbs})
-    };
+    let res = |name: &str, kind: &str, namespaced: bool, verbs: &[&str]| json!({"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": verbs});
     let resources = match gv {
         "v1" => vec![
             res("services", "Service", true, &["get", "list", "watch"]),
@@ -230,14 +256,27 @@ fn resource_list(gv: &str) -> Response {
             res("events", "Event", true, &["create", "patch", "get", "list"]),
         ],
         "discovery.k8s.io/v1" => {
-            vec![res("endpointslices", "EndpointSlice", true, &["get", "list", "watch"])]
+            vec![res(
+                "endpointslices",
+                "EndpointSlice",
+                true,
+                &["get", "list", "watch"],
+            )]
         }
-        "events.k8s.io/v1" => vec![res("events", "Event", true, &["create", "patch", "get", "list"])],
+        "events.k8s.io/v1" => vec![res(
+            "events",
+            "Event",
+            true,
+            &["create", "patch", "get", "list"],
+        )],
         _ => return status_response(404, "NotFound", &format!("group version {gv} not served")),
     };
-    json_response(StatusCode::OK, &json!({
-        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources
-    }))
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources
+        }),
+    )
 }
 
 fn parse_filter(ns: Option<String>, q: &HashMap<String, String>) -> Result<Filter, Response> {
@@ -329,12 +368,15 @@ fn list(shared: &Shared, kind: Kind, filter: &Filter, q: &HashMap<String, String
         metadata["remainingItemCount"] = json!(matching.len() - take);
     }
     let items: Vec<&Value> = matching[..take].iter().map(|(_, v)| *v).collect();
-    json_response(StatusCode::OK, &json!({
-        "kind": format!("{}List", kind.kind()),
-        "apiVersion": kind.api_version(),
-        "metadata": metadata,
-        "items": items,
-    }))
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": format!("{}List", kind.kind()),
+            "apiVersion": kind.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }),
+    )
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -488,8 +530,10 @@ async fn run_watch(
             }
             match store.changes_since(kind, cursor) {
                 Ok(changes) => {
-                    let out: Vec<Bytes> =
-                        changes.iter().filter_map(|c| watch_event(c, &filter)).collect();
+                    let out: Vec<Bytes> = changes
+                        .iter()
+                        .filter_map(|c| watch_event(c, &filter))
+                        .collect();
                     cursor = cursor.max(store.rv);
                     Ok(out)
                 }
@@ -505,7 +549,10 @@ async fn run_watch(
                 }
             }
             Err(msg) => {
-                *lock(&shared.counters).expired_watches.entry(kind).or_default() += 1;
+                *lock(&shared.counters)
+                    .expired_watches
+                    .entry(kind)
+                    .or_default() += 1;
                 let _ = tx.send(line("ERROR", &status(410, "Expired", &msg))).await;
                 return;
             }
@@ -556,10 +603,13 @@ fn events(
                 .filter(|((av, ens, _), _)| av == api_version && ens == ns)
                 .map(|(_, v)| v)
                 .collect();
-            json_response(StatusCode::OK, &json!({
-                "kind": "EventList", "apiVersion": api_version,
-                "metadata": {"resourceVersion": store.rv.to_string()}, "items": items
-            }))
+            json_response(
+                StatusCode::OK,
+                &json!({
+                    "kind": "EventList", "apiVersion": api_version,
+                    "metadata": {"resourceVersion": store.rv.to_string()}, "items": items
+                }),
+            )
         }
         (&Method::GET, Some(n)) => match store.events.get(&key_of(n)) {
             Some(ev) => json_response(StatusCode::OK, ev),
@@ -572,7 +622,11 @@ fn events(
             };
             lock(&shared.counters).event_writes += 1;
             store.rv += 1;
-            let generated = format!("{}{:x}", ev["metadata"]["generateName"].as_str().unwrap_or("event-"), store.rv);
+            let generated = format!(
+                "{}{:x}",
+                ev["metadata"]["generateName"].as_str().unwrap_or("event-"),
+                store.rv
+            );
             let meta = match ev.get_mut("metadata").and_then(Value::as_object_mut) {
                 Some(m) => m,
                 None => {
@@ -583,14 +637,22 @@ fn events(
                     }
                 }
             };
-            let name = match meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            let name = match meta
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
                 Some(n) => n.to_string(),
                 None => generated,
             };
             meta.insert("name".into(), json!(name));
             meta.insert("namespace".into(), json!(ns));
             if store.events.contains_key(&key_of(&name)) {
-                return status_response(409, "AlreadyExists", &format!("events \"{name}\" already exists"));
+                return status_response(
+                    409,
+                    "AlreadyExists",
+                    &format!("events \"{name}\" already exists"),
+                );
             }
             if let Err(e) = store.stamp(&mut ev, None) {
                 return status_response(400, "BadRequest", &e);
@@ -622,6 +684,10 @@ fn events(
             store.events.insert(key_of(n), ev.clone());
             json_response(StatusCode::OK, &ev)
         }
-        _ => status_response(405, "MethodNotAllowed", &format!("{method} not allowed on events")),
+        _ => status_response(
+            405,
+            "MethodNotAllowed",
+            &format!("{method} not allowed on events"),
+        ),
     }
 }

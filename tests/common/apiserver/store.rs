@@ -119,7 +119,10 @@ impl Store {
     pub fn new(history_limit: usize) -> Self {
         Store {
             rv: 100,
-            kinds: Kind::ALL.into_iter().map(|k| (k, KindStore::default())).collect(),
+            kinds: Kind::ALL
+                .into_iter()
+                .map(|k| (k, KindStore::default()))
+                .collect(),
             history_limit: history_limit.max(1),
             uids: 0,
             drop_generation: 0,
@@ -266,7 +269,12 @@ impl Store {
             return Err(Expired { floor: ks.floor });
         }
         let newer = ks.history.iter().rev().take_while(|c| c.rv > after).count();
-        Ok(ks.history.iter().skip(ks.history.len() - newer).cloned().collect())
+        Ok(ks
+            .history
+            .iter()
+            .skip(ks.history.len() - newer)
+            .cloned()
+            .collect())
     }
 
     /// Drops all history: any resourceVersion older than the current one is expired.
