@@ -705,3 +705,64 @@ fn selectors_parse_and_match() {
     );
     assert!(FieldSelector::parse("nonsense").is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_yaml_applies_only_differences() {
+    let api = TestApiServer::start("127.0.0.1:0").unwrap();
+    let r = api.sync_yaml(SMALL_SCENARIO).unwrap();
+    assert_eq!((r.applied.len(), r.deleted.len(), r.unchanged), (3, 0, 0));
+    let rv = api.resource_version();
+
+    // Same text again: nothing changes, no new resourceVersion (no-op updates, as on a real API server).
+    let r = api.sync_yaml(SMALL_SCENARIO).unwrap();
+    assert_eq!((r.applied.len(), r.deleted.len(), r.unchanged), (0, 0, 3));
+    assert_eq!(api.resource_version(), rv);
+
+    // Port change on the Service, EndpointSlice removed: one MODIFIED and one DELETED event.
+    let changed =
+        SMALL_SCENARIO.replace("port: 80, targetPort: 8080", "port: 8000, targetPort: 8080");
+    let without_slice: String = changed.split("---").take(2).collect::<Vec<_>>().join("---");
+    let r = api.sync_yaml(&without_slice).unwrap();
+    assert_eq!(
+        r.applied,
+        [(Kind::Service, "default".to_string(), "web".to_string())]
+    );
+    assert_eq!(
+        r.deleted,
+        [(
+            Kind::EndpointSlice,
+            "default".to_string(),
+            "web-1".to_string()
+        )]
+    );
+    assert_eq!(r.unchanged, 1);
+    assert_eq!(api.count(Kind::EndpointSlice), 0);
+
+    let client = client_for(&api, "sync").await;
+    let wp = WatchParams::default().disable_bookmarks().timeout(1);
+    let svc_events: Vec<_> = Api::<Service>::all(client.clone())
+        .watch(&wp, &rv.to_string())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(svc_events.len(), 1);
+    match &svc_events[0] {
+        WatchEvent::Modified(s) => assert_eq!(
+            s.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+            8000
+        ),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    let slice_events: Vec<_> = Api::<EndpointSlice>::all(client)
+        .watch(&wp, &rv.to_string())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(
+        matches!(slice_events.as_slice(), [WatchEvent::Deleted(s)] if s.metadata.name.as_deref() == Some("web-1"))
+    );
+}

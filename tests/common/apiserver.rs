@@ -161,8 +161,9 @@ impl TestApiServer {
             .with_context(|| format!("write kubeconfig {}", path.display()))
     }
 
-    /// Creates or replaces a Service, EndpointSlice or Node; emits ADDED/MODIFIED; returns the new
-    /// resourceVersion.
+    /// Creates or replaces a Service, EndpointSlice or Node; emits ADDED/MODIFIED; returns the object's
+    /// resourceVersion. As on a real API server, applying an unchanged object is a no-op (same
+    /// resourceVersion, no event).
     pub fn apply<K: k8s_openapi::Resource + Serialize>(&self, obj: &K) -> Result<u64> {
         let kind = Kind::from_kind(K::KIND)
             .ok_or_else(|| anyhow!("kind {} is not served by the test API server", K::KIND))?;
@@ -171,10 +172,12 @@ impl TestApiServer {
 
     /// Creates or replaces an object given as JSON.
     pub fn apply_value(&self, kind: Kind, obj: Value) -> Result<u64> {
-        let rv = lock(&self.shared.store)
+        let (rv, changed) = lock(&self.shared.store)
             .apply(kind, obj)
             .map_err(|e| anyhow!("apply {}: {e}", kind.kind()))?;
-        self.shared.notify();
+        if changed {
+            self.shared.notify();
+        }
         Ok(rv)
     }
 
@@ -334,6 +337,69 @@ impl TestApiServer {
         }
         Ok(out)
     }
+
+    /// Makes the stored Services, EndpointSlices and Nodes exactly those of a multi-document YAML text:
+    /// new or changed documents are applied, unchanged ones left alone, objects missing from it deleted.
+    /// The whole text is parsed before anything changes.
+    pub fn sync_yaml(&self, text: &str) -> Result<SyncReport> {
+        let docs = parse_yaml(text)?;
+        let mut report = SyncReport::default();
+        let mut wanted = std::collections::BTreeSet::new();
+        for (kind, doc) in docs {
+            let before = self.resource_version();
+            let rv = self.apply_value(kind, doc.clone())?;
+            let ns = if kind.namespaced() {
+                doc.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string()
+            } else {
+                String::new()
+            };
+            let name = doc
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            if rv > before {
+                report.applied.push((kind, ns.clone(), name.clone()));
+            } else {
+                report.unchanged += 1;
+            }
+            wanted.insert((kind, ns, name));
+        }
+        let existing: Vec<(Kind, String, String)> = {
+            let store = lock(&self.shared.store);
+            Kind::ALL
+                .into_iter()
+                .flat_map(|k| {
+                    store
+                        .snapshot(k, store.rv)
+                        .unwrap_or_default()
+                        .into_keys()
+                        .map(move |(ns, name)| (k, ns, name))
+                })
+                .collect()
+        };
+        for key in existing {
+            if !wanted.contains(&key) {
+                self.delete(key.0, &key.1, &key.2);
+                report.deleted.push(key);
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What [`TestApiServer::sync_yaml`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Objects created or changed.
+    pub applied: Vec<(Kind, String, String)>,
+    /// Objects deleted because the YAML no longer has them.
+    pub deleted: Vec<(Kind, String, String)>,
+    /// Objects present and unchanged.
+    pub unchanged: usize,
 }
 
 /// Parses multi-document YAML into (kind, object) pairs, checking each object against its k8s-openapi type.

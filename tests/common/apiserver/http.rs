@@ -279,11 +279,10 @@ fn resource_list(gv: &str) -> Response {
     )
 }
 
-fn parse_filter(ns: Option<String>, q: &HashMap<String, String>) -> Result<Filter, Response> {
-    let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
-        .map_err(|e| status_response(400, "BadRequest", &e))?;
-    let fields = FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str))
-        .map_err(|e| status_response(400, "BadRequest", &e))?;
+/// Parses the selectors of a request; the error is a message for a 400 response.
+fn parse_filter(ns: Option<String>, q: &HashMap<String, String>) -> Result<Filter, String> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))?;
+    let fields = FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str))?;
     Ok(Filter {
         namespace: ns,
         labels,
@@ -303,7 +302,7 @@ async fn collection(
 ) -> Response {
     let filter = match parse_filter(ns, q) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(e) => return status_response(400, "BadRequest", &e),
     };
     if truthy(q, "watch") {
         return start_watch(shared, kind, filter, q).await;

@@ -107,6 +107,23 @@ pub struct Store {
     pub events: BTreeMap<(String, String, String), Value>,
 }
 
+/// An object without the metadata the server sets (for no-op update detection).
+fn without_server_fields(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+        ] {
+            m.remove(f);
+        }
+    }
+    o
+}
+
 /// Current time in the Kubernetes `Time` format.
 pub fn now_timestamp() -> String {
     k8s_openapi::jiff::Timestamp::now()
@@ -158,8 +175,9 @@ impl Store {
         Ok(())
     }
 
-    /// Creates or replaces an object; returns the new resourceVersion.
-    pub fn apply(&mut self, kind: Kind, mut obj: Value) -> Result<u64, String> {
+    /// Creates or replaces an object; returns its resourceVersion and whether it changed. Like the real API
+    /// server, an update that changes nothing is a no-op (no new resourceVersion, no watch event).
+    pub fn apply(&mut self, kind: Kind, mut obj: Value) -> Result<(u64, bool), String> {
         if !obj.is_object() {
             return Err("object is not a JSON object".into());
         }
@@ -191,8 +209,18 @@ impl Store {
             String::new()
         };
         let key = (ns, name);
-        self.rv += 1;
         let prev = self.kind_mut(kind).objects.get(&key).cloned();
+        if let Some(p) = &prev
+            && without_server_fields(p) == without_server_fields(&obj)
+        {
+            let rv = p
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(self.rv);
+            return Ok((rv, false));
+        }
+        self.rv += 1;
         self.stamp(&mut obj, prev.as_ref())?;
         let rv = self.rv;
         let limit = self.history_limit;
@@ -205,7 +233,7 @@ impl Store {
             obj: Some(obj),
         });
         ks.trim(limit);
-        Ok(rv)
+        Ok((rv, true))
     }
 
     /// Deletes an object; returns the deletion's resourceVersion, or None when it did not exist.
