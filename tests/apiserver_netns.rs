@@ -2,6 +2,7 @@
 //! and from another pod, and through an IPVS virtual server in masquerade mode (set up with ipvsadm here).
 mod common;
 
+use common::apiserver::{Kind, TestApiServer};
 use common::netns::{Pod, tcp_request, udp_request};
 use common::uml::sh;
 use std::collections::BTreeMap;
@@ -96,6 +97,23 @@ uml_test!(pods_answer_directly_and_through_ipvs, {
         "{stats}"
     );
     sh("ipvsadm -C && ip link del kprs-test-vip");
+
+    // The test API server works in the guest and is reachable from a pod through its gateway address.
+    let api = TestApiServer::start("0.0.0.0:0").unwrap();
+    api.apply_value(
+        Kind::Node,
+        serde_json::json!({"metadata": {"name": "uml-node"}}),
+    )
+    .unwrap();
+    let port = api.addr().port();
+    let body = client
+        .exec(&format!(
+            "curl -sS --max-time 3 http://10.244.0.1:{port}/api/v1/nodes"
+        ))
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["items"][0]["metadata"]["name"], "uml-node", "{body}");
+    drop(api);
 
     // Cleanup removes namespaces and host links.
     let host_if = client.host_if.clone();
