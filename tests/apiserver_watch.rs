@@ -115,7 +115,7 @@ fn spawn_service_watcher(client: kube::Client) -> Arc<Mutex<Seen>> {
 }
 
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..250 {
+    for _ in 0..750 {
         if cond() {
             return;
         }
@@ -253,6 +253,23 @@ async fn dropped_watches_resume_and_expired_history_relists() {
             .unwrap_or(0),
         0
     );
+
+    // Outage: watches dropped and requests refused with 503; the watcher retries and resumes afterwards.
+    eventually("watch reopened", || api.open_watches(Kind::Service) == 1).await;
+    api.set_unavailable(true);
+    api.drop_all_watches();
+    eventually("refused retries", || api.counters().refused >= 1).await;
+    api.apply(&svc("default", "e", "10.96.1.5", 80, &[]))
+        .unwrap();
+    api.set_unavailable(false);
+    eventually("resumed after outage", || {
+        names(&seen) == ["default/b", "default/c", "default/e"]
+    })
+    .await;
+    api.delete(Kind::Service, "default", "e");
+    eventually("e deleted", || names(&seen) == ["default/b", "default/c"]).await;
+    // (kube-rs retries 503 inside its client, so the watcher itself need not report an error.)
+    assert_eq!(api.list_requests(Kind::Service), 1);
 
     // Expired history: the re-watch gets an ERROR 410, the watcher relists and converges.
     eventually("watch reopened", || api.open_watches(Kind::Service) == 1).await;

@@ -74,6 +74,7 @@ impl TestApiServer {
             counters: Mutex::new(Counters::default()),
             requests: Mutex::new(Vec::new()),
             bookmark_interval: Mutex::new(opts.bookmark_interval),
+            unavailable: std::sync::atomic::AtomicBool::new(false),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
@@ -229,6 +230,14 @@ impl TestApiServer {
     /// `drop_all_watches` this lets a test change objects while no watch is open.
     pub fn hold_watches(&self, hold: bool) {
         self.shared.hold.send_replace(hold);
+    }
+
+    /// While `true`, every request is answered 503 ServiceUnavailable (open watches stay open; combine with
+    /// `drop_all_watches` to simulate an API server outage).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.shared
+            .unavailable
+            .store(unavailable, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sets the BOOKMARK interval for watches started from now on.
