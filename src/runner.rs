@@ -189,7 +189,13 @@ impl Runner {
                 sync().await;
                 deadline = Instant::now() + period;
             } else {
-                deadline = deadline.min(now + bucket.time_to_token(now));
+                // Not allowed yet: try again when a token is back, or at the scheduled time if sooner.
+                let next_possible = now + bucket.time_to_token(now);
+                deadline = if deadline <= now {
+                    next_possible
+                } else {
+                    deadline.min(next_possible)
+                };
             }
         }
     }
