@@ -184,8 +184,14 @@ async fn watchers_feed_trackers() {
     assert_eq!(stores.invalid_objects.load(Ordering::SeqCst), 1);
 
     let mut emap = EndpointsMap::new();
-    trackers.endpoints.lock().unwrap().apply(&mut emap);
+    assert_eq!(trackers.pending(), (0, 1));
+    let (s, e) = trackers.apply(&mut smap, &mut emap);
+    assert!(s.updated_services.is_empty());
+    assert_eq!(e.updated_services.len(), 1);
     assert_eq!(emap.len(), 1);
+    assert_eq!(trackers.pending(), (0, 0));
+    let (svc_total, eps_total) = trackers.totals();
+    assert!(svc_total >= 3 && eps_total >= 1, "{svc_total} {eps_total}");
     assert!(syncs.load(Ordering::SeqCst) >= 3);
 
     let mut node_rx = stores.node.clone();

@@ -5,7 +5,11 @@
 //! `sync_requested` notifier.
 
 use super::convert::ConvertError;
-use super::tracker::{EndpointsChangeTracker, ServiceChangeTracker, TrackOutcome};
+use super::model::{EndpointsMap, ServiceMap};
+use super::tracker::{
+    EndpointsChangeTracker, EndpointsUpdateResult, ServiceChangeTracker, ServiceUpdateResult,
+    TrackOutcome,
+};
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -61,6 +65,34 @@ impl Trackers {
             endpoints: Mutex::new(EndpointsChangeTracker::new(hostname)),
         })
     }
+
+    /// Applies all pending changes (start of a sync).
+    pub fn apply(
+        &self,
+        services: &mut ServiceMap,
+        endpoints: &mut EndpointsMap,
+    ) -> (ServiceUpdateResult, EndpointsUpdateResult) {
+        let s = lock(&self.services).apply(services);
+        let e = lock(&self.endpoints).apply(endpoints);
+        (s, e)
+    }
+
+    /// Pending (service, endpoint) changes, for the `*_changes_pending` metrics.
+    pub fn pending(&self) -> (usize, usize) {
+        (
+            lock(&self.services).pending(),
+            lock(&self.endpoints).pending(),
+        )
+    }
+
+    /// Recorded (service, endpoint) updates since start, for the `*_changes_total` metrics.
+    pub fn totals(&self) -> (u64, u64) {
+        (lock(&self.services).total(), lock(&self.endpoints).total())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What kube-proxy needs from its Node object.
@@ -354,10 +386,7 @@ pub fn start(
                 };
                 let was_listed = cache.listed();
                 cache.handle(event, |prev, cur| {
-                    let outcome = match trackers.services.lock() {
-                        Ok(mut t) => t.update(prev, cur),
-                        Err(_) => return,
-                    };
+                    let outcome = lock(&trackers.services).update(prev, cur);
                     report("Service", &outcome, &notifier, &invalid);
                 });
                 if cache.listed() && !was_listed {
@@ -386,14 +415,13 @@ pub fn start(
                 };
                 let was_listed = cache.listed();
                 cache.handle(event, |prev, cur| {
-                    let outcome = match trackers.endpoints.lock() {
-                        Ok(mut t) => match (prev, cur) {
-                            (_, Some(cur)) => t.update(cur, false),
-                            (Some(prev), None) => t.update(prev, true),
-                            (None, None) => return,
-                        },
-                        Err(_) => return,
+                    let mut t = lock(&trackers.endpoints);
+                    let outcome = match (prev, cur) {
+                        (_, Some(cur)) => t.update(cur, false),
+                        (Some(prev), None) => t.update(prev, true),
+                        (None, None) => return,
                     };
+                    drop(t);
                     report("EndpointSlice", &outcome, &notifier, &invalid);
                 });
                 if cache.listed() && !was_listed {
