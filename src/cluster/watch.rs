@@ -256,11 +256,15 @@ fn key_of(meta: &kube::api::ObjectMeta) -> Key {
 
 /// Turns watcher events into (previous, current) changes, keeping the last object per key (like an
 /// informer cache) and synthesising deletions for objects missing from a relist.
+///
+/// Stored objects pass through a `slim` function first (managedFields are always dropped), so only
+/// what later `previous` lookups need is kept in memory.
 #[derive(Debug)]
 pub struct EventCache<K> {
     objects: HashMap<Key, K>,
     relisting: Option<HashSet<Key>>,
     listed: bool,
+    slim: fn(&mut K),
 }
 
 impl<K> Default for EventCache<K> {
@@ -269,11 +273,27 @@ impl<K> Default for EventCache<K> {
             objects: HashMap::new(),
             relisting: None,
             listed: false,
+            slim: |_| {},
         }
     }
 }
 
+/// Keeps only what an EndpointSlice deletion needs (namespace, name, labels).
+pub fn slim_slice(slice: &mut EndpointSlice) {
+    slice.endpoints = Vec::new();
+    slice.ports = None;
+    slice.metadata.annotations = None;
+}
+
 impl<K: kube::Resource + Clone> EventCache<K> {
+    /// A cache that slims objects with `slim` before storing them.
+    pub fn with_slim(slim: fn(&mut K)) -> Self {
+        Self {
+            slim,
+            ..Self::default()
+        }
+    }
+
     /// Whether a full list has completed at least once.
     pub fn listed(&self) -> bool {
         self.listed
@@ -334,8 +354,10 @@ impl<K: kube::Resource + Clone> EventCache<K> {
 
     fn store(&mut self, key: Key, mut obj: K, change: &mut impl FnMut(Option<&K>, Option<&K>)) {
         obj.meta_mut().managed_fields = None;
-        let prev = self.objects.insert(key.clone(), obj);
-        change(prev.as_ref(), self.objects.get(&key));
+        let prev = self.objects.remove(&key);
+        change(prev.as_ref(), Some(&obj));
+        (self.slim)(&mut obj);
+        self.objects.insert(key, obj);
     }
 }
 
@@ -403,7 +425,7 @@ pub fn start(
         let notifier = notifier.clone();
         let invalid = invalid.clone();
         tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<EndpointSlice>::default();
+            let mut cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
             let mut stream = watcher(api, slice_watch_config()).default_backoff().boxed();
             while let Some(item) = stream.next().await {
                 let event = match item {
