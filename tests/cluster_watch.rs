@@ -173,7 +173,7 @@ fn slimmed_slice_cache_still_deletes() {
         }))
         .unwrap()
     };
-    let mut feed = |cache: &mut EventCache<EndpointSlice>, ev| {
+    let feed = |cache: &mut EventCache<EndpointSlice>, ev| {
         cache.handle(ev, |prev, cur| {
             let mut t = trackers.endpoints.lock().unwrap();
             match (prev, cur) {
