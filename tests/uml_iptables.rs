@@ -233,16 +233,28 @@ fn program(
     }
 }
 
-fn check_family(
-    ipt: &mut dyn Iptables,
+/// What one family's check needs.
+struct Case {
     family: IpFamily,
-    tool: &str,
-    reference: &str,
-    ipvs_rule: &str,
-    ipvs_saved: &str,
-    foreign: &str,
-    foreign_input: &str,
-) {
+    /// `iptables` or `ip6tables` (for the independent `*-save` reads).
+    tool: &'static str,
+    reference: &'static str,
+    ipvs_rule: &'static str,
+    ipvs_saved: &'static str,
+    foreign: &'static str,
+    foreign_input: &'static str,
+}
+
+fn check_family(ipt: &mut dyn Iptables, case: Case) {
+    let Case {
+        family,
+        tool,
+        reference,
+        ipvs_rule,
+        ipvs_saved,
+        foreign,
+        foreign_input,
+    } = case;
     sh(&format!(
         "printf '%s' '{foreign}' | {tool}-restore --noflush"
     ));
@@ -388,25 +400,29 @@ uml_test!(iptables_backend_on_real_kernel, {
     assert!(v4.supports_random_fully());
     check_family(
         &mut v4,
-        IpFamily::V4,
-        "iptables",
-        REF_V4,
-        IPVS_RULE_V4,
-        IPVS_SAVED_V4,
-        FOREIGN_V4,
-        "-A INPUT -s 192.0.2.1/32 -j FOREIGN",
+        Case {
+            family: IpFamily::V4,
+            tool: "iptables",
+            reference: REF_V4,
+            ipvs_rule: IPVS_RULE_V4,
+            ipvs_saved: IPVS_SAVED_V4,
+            foreign: FOREIGN_V4,
+            foreign_input: "-A INPUT -s 192.0.2.1/32 -j FOREIGN",
+        },
     );
     // IPv6 through an explicitly chosen backend.
     let mut v6 = IptablesCli::with_backend(Backend::Legacy);
     check_family(
         &mut v6,
-        IpFamily::V6,
-        "ip6tables",
-        REF_V6,
-        IPVS_RULE_V6,
-        IPVS_SAVED_V6,
-        FOREIGN_V6,
-        "-A INPUT -s 2001:db8::1/128 -j FOREIGN",
+        Case {
+            family: IpFamily::V6,
+            tool: "ip6tables",
+            reference: REF_V6,
+            ipvs_rule: IPVS_RULE_V6,
+            ipvs_saved: IPVS_SAVED_V6,
+            foreign: FOREIGN_V6,
+            foreign_input: "-A INPUT -s 2001:db8::1/128 -j FOREIGN",
+        },
     );
 
     // The node's rules are in the legacy backend.
