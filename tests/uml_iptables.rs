@@ -125,11 +125,18 @@ const IPVS_RULE_V6: &str = "-A KUBE-IPVS-OUT-FILTER -s fd00::50/128 -m ipvs --va
 const IPVS_SAVED_V4: &str = "-A KUBE-IPVS-OUT-FILTER -s 10.0.0.50/32 -m ipvs --vproto 6 --vaddr 10.0.0.50 --vport 80 -j DROP";
 const IPVS_SAVED_V6: &str = "-A KUBE-IPVS-OUT-FILTER -s fd00::50/128 -m ipvs --vproto 6 --vaddr fd00::50 --vport 80 -j DROP";
 
+/// The foreign chain as `iptables-save` prints it.
+const FOREIGN_SAVED: &[&str] = &[
+    "-A FOREIGN -j ACCEPT",
+    "-A FOREIGN -p tcp -m tcp --dport 22 -m comment --comment foreign_ssh -j ACCEPT",
+    "-A FOREIGN -m comment --comment \"two words\" -j RETURN",
+];
+
 const BUILTINS: &[&str] = &["INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"];
 
 /// Foreign state set up before kube-proxy runs: must survive everything.
-const FOREIGN_V4: &str = "*filter\n:FOREIGN - [0:0]\n-A FOREIGN -j ACCEPT\n-A INPUT -s 192.0.2.1/32 -j FOREIGN\nCOMMIT\n*nat\n-A POSTROUTING -o eth9 -j MASQUERADE\nCOMMIT\n";
-const FOREIGN_V6: &str = "*filter\n:FOREIGN - [0:0]\n-A FOREIGN -j ACCEPT\n-A INPUT -s 2001:db8::1/128 -j FOREIGN\nCOMMIT\n";
+const FOREIGN_V4: &str = "*filter\n:FOREIGN - [0:0]\n-A FOREIGN -j ACCEPT\n-A FOREIGN -p tcp --dport 22 -m comment --comment foreign_ssh -j ACCEPT\n-A FOREIGN -m comment --comment \"two words\" -j RETURN\n-A INPUT -s 192.0.2.1/32 -j FOREIGN\nCOMMIT\n*nat\n-A POSTROUTING -o eth9 -j MASQUERADE\nCOMMIT\n";
+const FOREIGN_V6: &str = "*filter\n:FOREIGN - [0:0]\n-A FOREIGN -j ACCEPT\n-A FOREIGN -p tcp --dport 22 -m comment --comment foreign_ssh -j ACCEPT\n-A FOREIGN -m comment --comment \"two words\" -j RETURN\n-A INPUT -s 2001:db8::1/128 -j FOREIGN\nCOMMIT\n";
 
 /// The restore payload: the reference minus built-in chains and their jumps, plus the `-m ipvs` rule.
 fn payload(reference: &str, ipvs_rule: &str) -> String {
@@ -273,7 +280,10 @@ fn check_family(ipt: &mut dyn Iptables, case: Case) {
         .push(foreign_input.to_string());
     want.insert(
         ("filter".to_string(), "FOREIGN".to_string()),
-        vec!["-A FOREIGN -j ACCEPT".to_string()],
+        FOREIGN_SAVED
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>(),
     );
     if family == IpFamily::V4 {
         want.get_mut(&("nat".to_string(), "POSTROUTING".to_string()))
@@ -367,7 +377,10 @@ fn check_family(ipt: &mut dyn Iptables, case: Case) {
     );
     assert_eq!(
         after[&("filter".to_string(), "FOREIGN".to_string())],
-        vec!["-A FOREIGN -j ACCEPT".to_string()]
+        FOREIGN_SAVED
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
     );
     assert!(
         after[&("filter".to_string(), "INPUT".to_string())].contains(&foreign_input.to_string())

@@ -720,6 +720,16 @@ COMMIT
             )
             .is_err()
         );
+        // `--counters` payloads may prefix rules with [packets:bytes].
+        ipt.restore(
+            IpFamily::V4,
+            "*nat\n:KUBE-C - [0:0]\n[5:300] -A KUBE-C -j RETURN\nCOMMIT\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ipt.rules(IpFamily::V4, "nat", "KUBE-C").unwrap(),
+            vec!["-j RETURN".to_string()]
+        );
         ipt.fail_next_restore("boom");
         assert!(ipt.restore(IpFamily::V4, PAYLOAD).is_err());
     }

@@ -213,6 +213,27 @@ pub fn normalize(words: &[String], family: IpFamily) -> Result<Vec<String>, Stri
         return Err("dangling `!'".into());
     }
     let mut rest = normalize_ipvs(rest, family)?;
+    // `-p tcp --dport 22` loads the protocol's match implicitly; iptables-save prints `-m tcp`.
+    if let Some((false, proto)) = &basic[4]
+        && matches!(proto.as_str(), "tcp" | "udp" | "sctp")
+        && !rest.windows(2).any(|p| p[0] == "-m" && p[1] == *proto)
+        && let Some(mut at) = rest.iter().position(|w| {
+            matches!(
+                w.as_str(),
+                "--dport"
+                    | "--sport"
+                    | "--destination-port"
+                    | "--source-port"
+                    | "--tcp-flags"
+                    | "--syn"
+            )
+        })
+    {
+        if at > 0 && rest[at - 1] == "!" {
+            at -= 1;
+        }
+        rest.splice(at..at, ["-m".to_string(), proto.clone()]);
+    }
     let is_reject = rest.windows(2).any(|p| p[0] == "-j" && p[1] == "REJECT");
     if is_reject && !rest.iter().any(|w| w == "--reject-with") {
         rest.push("--reject-with".into());
@@ -374,6 +395,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(match_sets(&n).collect::<Vec<_>>(), vec!["A", "B"]);
+        let n = normalize(&w("-p tcp ! --dport 22 -j ACCEPT"), IpFamily::V4).unwrap();
+        assert_eq!(render(&n), "-p tcp -m tcp ! --dport 22 -j ACCEPT");
+        let n = normalize(&w("-p udp -m udp --dport 53 -j ACCEPT"), IpFamily::V4).unwrap();
+        assert_eq!(render(&n), "-p udp -m udp --dport 53 -j ACCEPT");
         let n = normalize(
             &w("-s 10.0.0.50 -m ipvs --vaddr 10.0.0.50/32 --vproto 6 --vport 80 -j DROP"),
             IpFamily::V4,
