@@ -6,6 +6,7 @@ use common::uml::sh;
 use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::kernel::KernelError;
 use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
+use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -97,8 +98,17 @@ uml_test!(ipset_backend_on_real_kernel, {
             .iter()
             .any(|s| s.name == "KUBE-6-NODE-PORT-LOCAL-SCTP-HAS")
     );
+    // The fake replays every call; it must end in the same state as the kernel.
+    let mut fake = FakeIpSets::new();
+    fake.insert_set(
+        "FOREIGN-NET",
+        IpSetType::HashIp,
+        IpFamily::V4,
+        ["198.51.100.0/24"],
+    );
     for s in specs.iter().chain(specs.iter()) {
         ipset.create(s).unwrap();
+        fake.create(s).unwrap();
     }
     let save_text = sh("ipset save");
     for s in &specs {
@@ -127,6 +137,8 @@ uml_test!(ipset_backend_on_real_kernel, {
         comment: String::new(),
     };
     ipset.create(&vanished).unwrap();
+    fake.create(&vanished).unwrap();
+    fake.destroy("KUBE-VANISHED").unwrap();
     sh("ipset destroy KUBE-VANISHED");
 
     // 20,000 entries over mixed sets and types (inputs deliberately not all canonical).
@@ -205,6 +217,9 @@ uml_test!(ipset_backend_on_real_kernel, {
 
     let started = Instant::now();
     let report = ipset.apply(&ops).unwrap();
+    let fake_report = fake.apply(&ops).unwrap();
+    assert_eq!(fake_report.applied, report.applied);
+    assert_eq!(fake_report.rejected.len(), report.rejected.len());
     let elapsed = started.elapsed();
     println!(
         "FIGURE ipset apply: {} entries in one `ipset restore -exist` (UML guest, debug build): {:.1} ms",
@@ -224,6 +239,9 @@ uml_test!(ipset_backend_on_real_kernel, {
         add("KUBE-VANISHED", "10.1.1.2".into()),
     ];
     let report = ipset.apply(&batch).unwrap();
+    let fake_report = fake.apply(&batch).unwrap();
+    assert_eq!(fake_report.applied, report.applied);
+    assert_eq!(fake_report.rejected.len(), report.rejected.len());
     assert_eq!(report.applied, 2);
     let rejected: Vec<&IpSetOp> = report.rejected.iter().map(|(op, _)| op).collect();
     assert_eq!(rejected.len(), 2, "{:?}", report.rejected);
@@ -242,6 +260,7 @@ uml_test!(ipset_backend_on_real_kernel, {
 
     // Read back: the backend's save_all equals an independent parse and the expected members.
     let saved = ipset.save_all().unwrap();
+    assert_eq!(fake.save_all().unwrap(), saved, "fake vs kernel");
     assert_eq!(saved, independent_save());
     for (set, members) in &expected {
         assert_eq!(&saved[set], members, "members of {set}");
@@ -276,9 +295,15 @@ uml_test!(ipset_backend_on_real_kernel, {
         entry: "10.99.99.99".into(),
     });
     let r = ipset.apply(&dels).unwrap();
+    assert_eq!(fake.apply(&dels).unwrap(), r);
     assert_eq!(r.applied, dels.len());
     assert!(r.rejected.is_empty());
     let after = independent_save();
+    assert_eq!(
+        fake.save_all().unwrap(),
+        after,
+        "fake vs kernel after deletes"
+    );
     let odd: BTreeSet<String> = (1..2000u32)
         .step_by(2)
         .map(|i| format!("{}", 30000 + i))
