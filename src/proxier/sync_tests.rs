@@ -1080,7 +1080,10 @@ mod startup {
 }
 
 /// An IPv6 plan: one ClusterIP service with KUBE-6- sets.
-fn desired_v6(services: &[(&str, u16, &[(&str, u16)])]) -> DesiredState {
+/// (vip, port, endpoints) of a TCP service.
+type Svc6<'a> = (&'a str, u16, &'a [(&'a str, u16)]);
+
+fn desired_v6(services: &[Svc6<'_>]) -> DesiredState {
     let mut d = desired(&[], &[]);
     d.family = IpFamily::V6;
     d.ipsets.clear();
