@@ -137,6 +137,14 @@ pub fn prepare_node(
     cfg: &StartupConfig,
 ) -> Result<StartupReport, StartupError> {
     let mut r = StartupReport::default();
+    // Bridged pod traffic skips iptables without br_netfilter (upstream only warns, too).
+    if sysctl.get("net/bridge/bridge-nf-call-iptables").ok() != Some(1) {
+        r.warnings.push(
+            "br_netfilter not loaded or net/bridge/bridge-nf-call-iptables unset: bridged traffic \
+             may bypass kube-proxy's rules"
+                .into(),
+        );
+    }
     setup_conntrack(sysctl, hashsize, &cfg.conntrack, cfg.cpus, &mut r)?;
     for path in [
         "net/ipv4/vs/conntrack",

@@ -1020,6 +1020,7 @@ mod startup {
         );
         assert_eq!(v("net/netfilter/nf_conntrack_tcp_timeout_close_wait"), 3600);
         assert!(ipvs.ops().is_empty(), "no IPVS timeouts configured");
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         assert!(
             !sys.writes().iter().any(|(p, _)| p == "net/ipv4/ip_forward"),
             "unchanged value rewritten"
@@ -1060,6 +1061,29 @@ mod startup {
         assert_eq!(ipvs.timeouts().tcp_fin, 60);
         // The hash table should grow to 131072/4 but sysfs is read-only: a warning, not an error.
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("hashsize"), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn missing_br_netfilter_is_a_warning() {
+        let sys = FakeSysctl::with_defaults();
+        sys.insert("net/bridge/bridge-nf-call-iptables", 0);
+        let mut s = sys.clone();
+        let mut ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
+        let mut h = Hash(1 << 20, false);
+        let cfg = StartupConfig {
+            kernel_release: "6.1.0".into(),
+            cpus: 1,
+            ..Default::default()
+        };
+        let r = prepare_node(&mut s, &mut h, &mut ipvs, &cfg).unwrap();
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("bridge-nf-call-iptables"));
+        assert_eq!(
+            sys.value("net/bridge/bridge-nf-call-iptables"),
+            Some(0),
+            "only checked"
+        );
     }
 
     #[test]
