@@ -504,3 +504,158 @@ uml_test!(foreign_objects_survive_and_cleanup_removes_ours, {
     );
     assert!(again.is_ok(), "{:?}", again.err());
 });
+
+/// A python HTTP server in a fresh netns reachable at `pod_ip` through a veth from the root netns.
+fn start_pod(ns: &str, host_if: &str, host_ip: &str, pod_ip: &str) {
+    sh(&format!(
+        "ip netns add {ns}
+         ip link add {host_if} type veth peer name eth0 netns {ns}
+         ip addr add {host_ip}/24 dev {host_if}
+         ip link set {host_if} up
+         ip netns exec {ns} ip addr add {pod_ip}/24 dev eth0
+         ip netns exec {ns} ip link set eth0 up
+         ip netns exec {ns} ip link set lo up
+         ip netns exec {ns} ip route add default via {host_ip}
+         cd /tmp && (ip netns exec {ns} /usr/bin/python3 -m http.server 8080 --bind {pod_ip} >/tmp/{ns}.log 2>&1 &)
+         for i in $(seq 1 100); do curl -s -o /dev/null http://{pod_ip}:8080/ && exit 0; sleep 0.1; done
+         echo pod did not start; cat /tmp/{ns}.log; exit 1"
+    ));
+}
+
+/// A minimal plan: TCP 10.96.0.20:80 and UDP 10.96.0.53:53 with the given real servers.
+fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredState {
+    let (tk, mut tvs) = vs("10.96.0.20", 80, tcp_eps);
+    tvs.service.key = tk;
+    let (mut uk, mut uvs) = vs("10.96.0.53", 53, udp_eps);
+    uk.protocol = Protocol::Udp;
+    uvs.service.key = uk;
+    let mut sets = BTreeMap::new();
+    sets.insert(
+        "KUBE-IPVS-IPS".to_string(),
+        DesiredIpSet {
+            spec: IpSetSpec {
+                name: "KUBE-IPVS-IPS".into(),
+                set_type: IpSetType::HashIp,
+                family: IpFamily::V4,
+                comment: String::new(),
+            },
+            entries: ["10.96.0.20".to_string(), "10.96.0.53".to_string()].into(),
+        },
+    );
+    DesiredState {
+        family: IpFamily::V4,
+        virtual_servers: BTreeMap::from([(tk, tvs), (uk, uvs)]),
+        ipsets: sets,
+        iptables_payload: "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n".into(),
+        jumps: vec![],
+        bound_addresses: [ip("10.96.0.20"), ip("10.96.0.53")].into(),
+        health_checks: vec![],
+        no_local_endpoints: BTreeMap::new(),
+    }
+}
+
+fn weight_and_conns(listing: &str, rs: &str) -> Option<(u32, u32)> {
+    // -> RemoteAddress:Port Forward Weight ActiveConn InActConn
+    let row: Vec<&str> = listing
+        .lines()
+        .find(|l| l.contains(rs))?
+        .split_whitespace()
+        .collect();
+    Some((row[3].parse().ok()?, row[4].parse().ok()?))
+}
+
+uml_test!(graceful_termination_with_real_connections, {
+    start_pod("pod1", "veth1", "10.244.1.1", "10.244.1.2");
+    start_pod("pod2", "veth2", "10.244.2.1", "10.244.2.2");
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = Proxier::new(
+        backends(&log),
+        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
+    );
+    let c4 = config(IpFamily::V4);
+    let apply = |p: &mut Proxier, d: &DesiredState| {
+        let r = p.apply(
+            &[FamilyInput {
+                desired: d,
+                config: &c4,
+                node_port_ips: &[],
+            }],
+            false,
+            &ConntrackHints::default(),
+        );
+        assert_eq!(r.failure_count(), 0, "{r:#?}");
+        r
+    };
+    // pod3 never answers and gets no connection: it joins after the connections are made.
+    let all = [
+        ("10.244.1.2", 8080),
+        ("10.244.2.2", 8080),
+        ("10.244.3.3", 8080),
+    ];
+    let udp_all = [("10.244.1.2", 53), ("10.244.2.2", 53)];
+    apply(&mut p, &graceful_plan(&all[..2], &udp_all));
+    // Round robin over two: one held connection each.
+    let held: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect("10.96.0.20:80").unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let l = sh("ipvsadm -Ln");
+    assert_eq!(weight_and_conns(&l, "10.244.1.2:8080"), Some((1, 1)), "{l}");
+    assert_eq!(weight_and_conns(&l, "10.244.2.2:8080"), Some((1, 1)), "{l}");
+    apply(&mut p, &graceful_plan(&all, &udp_all));
+    assert_eq!(
+        weight_and_conns(&sh("ipvsadm -Ln"), "10.244.3.3:8080"),
+        Some((1, 0))
+    );
+
+    // pod2 and pod3 leave: pod2 (connected) drains at weight 0, pod3 (no connections) and the UDP real
+    // server go at once.
+    let fewer = graceful_plan(&[("10.244.1.2", 8080)], &[("10.244.1.2", 53)]);
+    let r = apply(&mut p, &fewer);
+    assert_eq!(r.graceful_queued, 1, "{r:#?}");
+    assert_eq!(r.ipvs_destinations.deleted, 2, "{r:#?}");
+    let l = sh("ipvsadm -Ln");
+    assert_eq!(weight_and_conns(&l, "10.244.2.2:8080"), Some((0, 1)), "{l}");
+    assert!(weight_and_conns(&l, "10.244.3.3:8080").is_none(), "{l}");
+    assert!(!l.contains("10.244.2.2:53"), "{l}");
+    // Still connected: the periodic check keeps it.
+    let c = p.check_graceful();
+    assert_eq!((c.deleted, c.pending, c.failures), (0, 1, 0));
+    assert!(sh("ipvsadm -Ln").contains("10.244.2.2:8080"));
+    // New connections avoid the draining server.
+    for _ in 0..4 {
+        let out = sh("curl -s -m 5 -o /dev/null -w '%{http_code}' http://10.96.0.20:80/");
+        assert_eq!(out.trim(), "200");
+    }
+    let l = sh("ipvsadm -Ln");
+    assert_eq!(weight_and_conns(&l, "10.244.2.2:8080"), Some((0, 1)), "{l}");
+
+    // pod2 comes back: weight 1 again, out of the queue.
+    let r = apply(&mut p, &graceful_plan(&all[..2], &udp_all));
+    assert_eq!(r.graceful_restored, 1, "{r:#?}");
+    let l = sh("ipvsadm -Ln");
+    assert_eq!(weight_and_conns(&l, "10.244.2.2:8080"), Some((1, 1)), "{l}");
+    assert!(p.reconciler().graceful().is_empty());
+
+    // After a restart, a leftover weight-0 real server with connections is adopted into the queue.
+    apply(&mut p, &fewer);
+    drop(p);
+    let mut p2 = Proxier::new(
+        backends(&log),
+        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
+    );
+    let r = apply(&mut p2, &fewer);
+    assert!(r.full);
+    assert_eq!(r.graceful_queued, 1, "{r:#?}");
+    assert_eq!(r.writes(), 1, "only the restore: {r:#?}");
+    assert!(p2.reconciler().graceful().contains(
+        &IpvsServiceKey {
+            addr: ip("10.96.0.20"),
+            port: 80,
+            protocol: Protocol::Tcp
+        },
+        ip("10.244.2.2"),
+        8080
+    ));
+    drop(held);
+});
