@@ -1209,3 +1209,37 @@ fn dual_stack_shares_ipvs_and_kube_ipvs0_without_crosstalk() {
     );
     assert_eq!(k.addrs(DUMMY_DEVICE), vec![ip("fd00::10")]);
 }
+
+#[test]
+fn event_sync_converges_a_service_that_appeared_behind_its_back() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    apply(&mut p, &small(), true);
+    // Someone created the next service's virtual server, with a stray real server and another scheduler.
+    let mut ipvs = k.ipvs.clone();
+    ipvs.add_service(&svc("10.96.100.30", 80, Protocol::Tcp, "wlc"))
+        .unwrap();
+    ipvs.add_destination(
+        &key("10.96.100.30", 80, Protocol::Tcp),
+        &IpvsDestination::masq(ip("10.244.9.9"), 8080, 1),
+    )
+    .unwrap();
+    let d = desired(
+        &[
+            ("10.96.0.1", 443, Protocol::Tcp, &[(NODE, 6443)]),
+            ("10.96.100.10", 80, Protocol::Tcp, EPS),
+            ("10.96.100.20", 80, Protocol::Tcp, EPS),
+            ("10.96.100.30", 80, Protocol::Tcp, EPS),
+        ],
+        &[30080],
+    );
+    let r = apply(&mut p, &d, false);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.ipvs_services.updated, 1);
+    let snap = k.ipvs.snapshot();
+    let (s, dests) = &snap[&key("10.96.100.30", 80, Protocol::Tcp)];
+    assert_eq!(s.scheduler, "rr");
+    let got: BTreeSet<IpAddr> = dests.iter().map(|d| d.addr).collect();
+    assert_eq!(got, BTreeSet::from([ip("10.244.0.11"), ip("10.244.0.12")]));
+    assert_eq!(apply(&mut p, &d, false).writes(), 0);
+}
