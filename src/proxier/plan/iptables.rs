@@ -58,18 +58,48 @@ pub fn jumps() -> Vec<JumpRule> {
     };
     vec![
         j("nat", "OUTPUT", KUBE_SERVICES, "kubernetes service portals"),
-        j("nat", "PREROUTING", KUBE_SERVICES, "kubernetes service portals"),
+        j(
+            "nat",
+            "PREROUTING",
+            KUBE_SERVICES,
+            "kubernetes service portals",
+        ),
         j(
             "nat",
             "POSTROUTING",
             KUBE_POSTROUTING,
             "kubernetes postrouting rules",
         ),
-        j("filter", "FORWARD", KUBE_FORWARD, "kubernetes forwarding rules"),
-        j("filter", "INPUT", KUBE_NODE_PORT, "kubernetes health check rules"),
-        j("filter", "INPUT", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
-        j("filter", "FORWARD", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
-        j("filter", "INPUT", KUBE_IPVS_FILTER, "kubernetes ipvs access filter"),
+        j(
+            "filter",
+            "FORWARD",
+            KUBE_FORWARD,
+            "kubernetes forwarding rules",
+        ),
+        j(
+            "filter",
+            "INPUT",
+            KUBE_NODE_PORT,
+            "kubernetes health check rules",
+        ),
+        j(
+            "filter",
+            "INPUT",
+            KUBE_PROXY_FIREWALL,
+            "kube-proxy firewall rules",
+        ),
+        j(
+            "filter",
+            "FORWARD",
+            KUBE_PROXY_FIREWALL,
+            "kube-proxy firewall rules",
+        ),
+        j(
+            "filter",
+            "INPUT",
+            KUBE_IPVS_FILTER,
+            "kubernetes ipvs access filter",
+        ),
         j(
             "filter",
             "OUTPUT",
@@ -86,104 +116,114 @@ enum Table {
     Filter,
 }
 
-/// Upstream's `ipsetWithIptablesChain`: set, table, chain, target, match type, protocol match.
-const SET_RULES: [(SetKind, Table, &str, &str, &str, Option<Protocol>); 12] = [
-    (
-        SetKind::LoopBack,
-        Table::Nat,
-        KUBE_POSTROUTING,
-        "MASQUERADE",
-        "dst,dst,src",
-        None,
-    ),
-    (
-        SetKind::LoadBalancer,
-        Table::Nat,
-        KUBE_SERVICES,
-        KUBE_LOAD_BALANCER,
-        "dst,dst",
-        None,
-    ),
-    (
-        SetKind::LoadBalancerLocal,
-        Table::Nat,
-        KUBE_LOAD_BALANCER,
-        "RETURN",
-        "dst,dst",
-        None,
-    ),
-    (
-        SetKind::NodePortLocalTcp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        "RETURN",
-        "dst",
-        Some(Protocol::Tcp),
-    ),
-    (
-        SetKind::NodePortTcp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        KUBE_MARK_MASQ,
-        "dst",
-        Some(Protocol::Tcp),
-    ),
-    (
-        SetKind::NodePortLocalUdp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        "RETURN",
-        "dst",
-        Some(Protocol::Udp),
-    ),
-    (
-        SetKind::NodePortUdp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        KUBE_MARK_MASQ,
-        "dst",
-        Some(Protocol::Udp),
-    ),
-    (
-        SetKind::NodePortLocalSctp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        "RETURN",
-        "dst,dst",
-        Some(Protocol::Sctp),
-    ),
-    (
-        SetKind::NodePortSctp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        KUBE_MARK_MASQ,
-        "dst,dst",
-        Some(Protocol::Sctp),
-    ),
-    (
-        SetKind::LoadBalancerFw,
-        Table::Filter,
-        KUBE_PROXY_FIREWALL,
-        KUBE_SOURCE_RANGES_FIREWALL,
-        "dst,dst",
-        None,
-    ),
-    (
-        SetKind::LoadBalancerSourceCidr,
-        Table::Filter,
-        KUBE_SOURCE_RANGES_FIREWALL,
-        "RETURN",
-        "dst,dst,src",
-        None,
-    ),
-    (
-        SetKind::LoadBalancerSourceIp,
-        Table::Filter,
-        KUBE_SOURCE_RANGES_FIREWALL,
-        "RETURN",
-        "dst,dst,src",
-        None,
-    ),
+/// One row of upstream's `ipsetWithIptablesChain`: a rule matching a set, written when the set is non-empty.
+struct SetRule {
+    set: SetKind,
+    table: Table,
+    chain: &'static str,
+    target: &'static str,
+    match_type: &'static str,
+    proto: Option<Protocol>,
+}
+
+/// Upstream's `ipsetWithIptablesChain`, in order.
+const SET_RULES: [SetRule; 12] = [
+    SetRule {
+        set: SetKind::LoopBack,
+        table: Table::Nat,
+        chain: KUBE_POSTROUTING,
+        target: "MASQUERADE",
+        match_type: "dst,dst,src",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancer,
+        table: Table::Nat,
+        chain: KUBE_SERVICES,
+        target: KUBE_LOAD_BALANCER,
+        match_type: "dst,dst",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancerLocal,
+        table: Table::Nat,
+        chain: KUBE_LOAD_BALANCER,
+        target: "RETURN",
+        match_type: "dst,dst",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::NodePortLocalTcp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: "RETURN",
+        match_type: "dst",
+        proto: Some(Protocol::Tcp),
+    },
+    SetRule {
+        set: SetKind::NodePortTcp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: KUBE_MARK_MASQ,
+        match_type: "dst",
+        proto: Some(Protocol::Tcp),
+    },
+    SetRule {
+        set: SetKind::NodePortLocalUdp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: "RETURN",
+        match_type: "dst",
+        proto: Some(Protocol::Udp),
+    },
+    SetRule {
+        set: SetKind::NodePortUdp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: KUBE_MARK_MASQ,
+        match_type: "dst",
+        proto: Some(Protocol::Udp),
+    },
+    SetRule {
+        set: SetKind::NodePortLocalSctp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: "RETURN",
+        match_type: "dst,dst",
+        proto: Some(Protocol::Sctp),
+    },
+    SetRule {
+        set: SetKind::NodePortSctp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: KUBE_MARK_MASQ,
+        match_type: "dst,dst",
+        proto: Some(Protocol::Sctp),
+    },
+    SetRule {
+        set: SetKind::LoadBalancerFw,
+        table: Table::Filter,
+        chain: KUBE_PROXY_FIREWALL,
+        target: KUBE_SOURCE_RANGES_FIREWALL,
+        match_type: "dst,dst",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancerSourceCidr,
+        table: Table::Filter,
+        chain: KUBE_SOURCE_RANGES_FIREWALL,
+        target: "RETURN",
+        match_type: "dst,dst,src",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancerSourceIp,
+        table: Table::Filter,
+        chain: KUBE_SOURCE_RANGES_FIREWALL,
+        target: "RETURN",
+        match_type: "dst,dst,src",
+        proto: None,
+    },
 ];
 
 /// What the rules depend on.
@@ -247,7 +287,15 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
     };
     let _ = writeln!(nat, "-A {KUBE_SERVICES} -s {lo} -j RETURN");
 
-    for (kind, table, chain, target, match_type, proto) in SET_RULES {
+    for SetRule {
+        set: kind,
+        table,
+        chain,
+        target,
+        match_type,
+        proto,
+    } in SET_RULES
+    {
         if !inp.has(kind) {
             continue;
         }
@@ -294,7 +342,10 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
         }
     }
 
-    for (kind, masq) in [(SetKind::ExternalIp, true), (SetKind::ExternalIpLocal, false)] {
+    for (kind, masq) in [
+        (SetKind::ExternalIp, true),
+        (SetKind::ExternalIpLocal, false),
+    ] {
         if !inp.has(kind) {
             continue;
         }
@@ -443,7 +494,9 @@ mod tests {
         let br = LocalDetector::BridgeInterface("cbr0".into());
         assert!(masq_rule(&payload(&input(&n, &br))).starts_with("-A KUBE-SERVICES ! -i cbr0 -m"));
         let pre = LocalDetector::InterfaceNamePrefix("veth".into());
-        assert!(masq_rule(&payload(&input(&n, &pre))).starts_with("-A KUBE-SERVICES ! -i veth+ -m"));
+        assert!(
+            masq_rule(&payload(&input(&n, &pre))).starts_with("-A KUBE-SERVICES ! -i veth+ -m")
+        );
         let mut all = input(&n, &cidr);
         all.masquerade_all = true;
         let p = payload(&all);
