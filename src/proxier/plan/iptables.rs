@@ -251,6 +251,15 @@ impl RulesInput<'_> {
     }
 }
 
+/// IANA protocol number, as iptables-save prints `--vproto`.
+fn proto_number(p: Protocol) -> u8 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => 17,
+        Protocol::Sctp => 132,
+    }
+}
+
 /// `! -s <cidr>` / `! -i <iface>` for the local detector, in the position iptables-save prints it
 /// (right after the chain); `None` when no detector applies to this family.
 fn if_not_local(detector: &LocalDetector, family: IpFamily) -> Option<String> {
@@ -371,11 +380,14 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
     let _ = writeln!(nat, "-A {KUBE_LOAD_BALANCER} -j {KUBE_MARK_MASQ}");
     let _ = writeln!(filter, "-A {KUBE_SOURCE_RANGES_FIREWALL} -j DROP");
 
+    // Upstream writes `-s <ip> -m ipvs --vaddr <ip> --vproto <name> --vport <port>`; the same rule is written
+    // here the way iptables-save prints it back (host prefix on -s, numeric protocol first).
     for (ip, proto, port) in inp.lb_no_node_access {
+        let host = if ip.is_ipv4() { 32 } else { 128 };
         let _ = writeln!(
             filter,
-            "-A {KUBE_IPVS_OUT_FILTER} -s {ip} -m ipvs --vaddr {ip} --vproto {} --vport {port} -j DROP",
-            proto.as_lower()
+            "-A {KUBE_IPVS_OUT_FILTER} -s {ip}/{host} -m ipvs --vproto {} --vaddr {ip} --vport {port} -j DROP",
+            proto_number(*proto)
         );
     }
 
