@@ -1,5 +1,7 @@
 //! UDP conntrack cleanup over netlink.
 
+pub mod fake;
+
 use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
 use std::net::IpAddr;

@@ -1,5 +1,10 @@
 //! IPVS virtual and real servers.
 
+pub mod codec;
+pub mod fake;
+pub mod netlink;
+pub mod socket;
+
 use crate::cluster::model::Protocol;
 use crate::kernel::KernelResult;
 use std::net::IpAddr;
@@ -116,4 +121,49 @@ pub trait Ipvs: Send {
     /// Removes every virtual server (only `--cleanup` calls this).
     fn flush(&mut self) -> KernelResult<()>;
     fn set_timeouts(&mut self, t: IpvsTimeouts) -> KernelResult<()>;
+
+    /// Applies many changes and returns one result per change, in order; a failed change does not stop
+    /// the others. The outer error means the transport itself failed. The netlink backend sends several
+    /// changes per datagram; this default applies them one by one.
+    fn apply(&mut self, ops: &[IpvsOp]) -> KernelResult<Vec<KernelResult<()>>> {
+        Ok(ops
+            .iter()
+            .map(|op| match op {
+                IpvsOp::AddService(s) => self.add_service(s),
+                IpvsOp::UpdateService(s) => self.update_service(s),
+                IpvsOp::DeleteService(k) => self.delete_service(k),
+                IpvsOp::AddDestination(k, d) => self.add_destination(k, d),
+                IpvsOp::UpdateDestination(k, d) => self.update_destination(k, d),
+                IpvsOp::DeleteDestination(k, a, p) => self.delete_destination(k, *a, *p),
+            })
+            .collect())
+    }
+}
+
+/// One change to the IPVS table, for [`Ipvs::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpvsOp {
+    AddService(IpvsService),
+    UpdateService(IpvsService),
+    DeleteService(IpvsServiceKey),
+    AddDestination(IpvsServiceKey, IpvsDestination),
+    UpdateDestination(IpvsServiceKey, IpvsDestination),
+    DeleteDestination(IpvsServiceKey, IpAddr, u16),
+}
+
+impl std::fmt::Display for IpvsOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IpvsOp::AddService(s) => write!(f, "add IPVS service {}", s.key),
+            IpvsOp::UpdateService(s) => write!(f, "update IPVS service {}", s.key),
+            IpvsOp::DeleteService(k) => write!(f, "delete IPVS service {k}"),
+            IpvsOp::AddDestination(k, d) => {
+                write!(f, "add destination {}:{} to {k}", d.addr, d.port)
+            }
+            IpvsOp::UpdateDestination(k, d) => {
+                write!(f, "update destination {}:{} of {k}", d.addr, d.port)
+            }
+            IpvsOp::DeleteDestination(k, a, p) => write!(f, "delete destination {a}:{p} of {k}"),
+        }
+    }
 }
