@@ -2,6 +2,8 @@
 //! (/work/shared/reference/small-scenario): same IPVS table, ipsets, iptables/ip6tables rules and kube-ipvs0
 //! addresses; a second sync changes nothing; foreign objects survive; `--cleanup` leaves nothing of ours.
 mod common;
+#[allow(dead_code)]
+mod planner_support;
 
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
@@ -15,9 +17,11 @@ use kube_proxy_rs::kernel::link::{DUMMY_DEVICE, Links};
 use kube_proxy_rs::kernel::{KernelError, KernelResult};
 use kube_proxy_rs::proxier::cleanup::{JUMPS, cleanup_leftovers};
 use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
-use kube_proxy_rs::proxier::plan::PlanConfig;
+use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
 use kube_proxy_rs::proxier::testkit::{Log, Rec};
-use kube_proxy_rs::proxier::{Backends, ConntrackHints, FamilyInput, Proxier, SyncReport};
+use kube_proxy_rs::proxier::{
+    Backends, ConntrackHints, FamilyInput, FamilySnapshot, Proxier, SyncInput, SyncReport,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -274,6 +278,56 @@ fn config(family: IpFamily) -> PlanConfig {
     }
 }
 
+/// objects.yaml (plus the apiserver's default/kubernetes service) as the trackers would hand it over.
+fn scenario_input(full: bool) -> SyncInput {
+    use planner_support::{ep, maps, svc};
+    let tcp = Protocol::Tcp;
+    let kubernetes = svc("default", "kubernetes", "https", tcp, "10.96.0.1", 443);
+    let web_http = svc("default", "web", "http", tcp, "10.96.100.10", 80);
+    let web_alt = svc("default", "web", "alt", tcp, "10.96.100.10", 81);
+    let mut web_np = svc("default", "web-np", "http", tcp, "10.96.100.20", 80);
+    web_np.node_port = Some(30080);
+    let pods = |port| {
+        vec![
+            ep("10.244.0.11", port, Some("ref-node")),
+            ep("10.244.0.12", port, Some("ref-node")),
+        ]
+    };
+    let eps = vec![
+        (kubernetes.name.clone(), vec![ep(NODE, 6443, None)]),
+        (web_http.name.clone(), pods(8080)),
+        (web_alt.name.clone(), pods(8081)),
+        (web_np.name.clone(), pods(8080)),
+    ];
+    let (services, endpoints) = maps(vec![kubernetes, web_http, web_alt, web_np], eps);
+    let (v4, v6) = (ip(NODE), ip("fd00:10::10"));
+    let node = NodeFacts {
+        node_name: "ref-node".into(),
+        zone: None,
+        node_ips: vec![v4, v6],
+        node_port_ips: vec![v4, v6],
+        local_addresses: vec![v4, v6],
+    };
+    let family = |family| {
+        let mut config = config(family);
+        config.scheduler = String::new();
+        if family == IpFamily::V4 {
+            config.local_detector = LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]);
+        }
+        FamilySnapshot {
+            services: services.clone(),
+            endpoints: endpoints.clone(),
+            node: node.clone(),
+            config,
+        }
+    };
+    SyncInput {
+        families: vec![family(IpFamily::V4), family(IpFamily::V6)],
+        full,
+        conntrack: ConntrackHints::default(),
+    }
+}
+
 fn sync(p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool) -> SyncReport {
     let (c4, c6) = (config(IpFamily::V4), config(IpFamily::V6));
     let nips = [ip(NODE)];
@@ -397,15 +451,13 @@ fn calls(log: &Arc<Mutex<Log>>) -> Vec<String> {
 }
 
 uml_test!(small_scenario_matches_upstream_and_is_stable, {
+    // The whole pipeline: cluster snapshot -> planner -> reconciler -> real kernel.
     let log = Arc::new(Mutex::new(Log::default()));
-    let mut p = Proxier::new(
-        backends(&log),
-        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
-    );
-    let (v4, v6) = (desired(IpFamily::V4), desired(IpFamily::V6));
+    let mut p = Proxier::with_planner(backends(&log));
 
     // First sync: the reference state, rules in place before the first virtual server.
-    let r = sync(&mut p, &v4, &v6, false);
+    let r = p.sync_proxy_rules(scenario_input(false));
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
     assert!(r.full);
     assert_eq!(r.ipvs_services.added, 5);
     let c = calls(&log);
@@ -421,11 +473,19 @@ uml_test!(small_scenario_matches_upstream_and_is_stable, {
     assert_eq!(addrs, sorted(&reference("kube-ipvs0-addresses.txt")));
 
     // Twice more (event-driven, then periodic): nothing changes; the periodic one only re-restores.
-    let r = sync(&mut p, &v4, &v6, false);
+    let r = p.sync_proxy_rules(scenario_input(false));
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
     assert_eq!(r.writes(), 0, "{r:#?}");
-    let r = sync(&mut p, &v4, &v6, true);
+    let r = p.sync_proxy_rules(scenario_input(true));
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
     assert_eq!(r.writes(), 2, "one restore per family: {r:#?}");
     assert_eq!(kernel_state(), (ipvs, sets, ipt, ip6t, addrs));
+
+    // The hand-built plan of the same scenario (used by the other tests) is what the planner produced.
+    assert_eq!(
+        p.last_desired(IpFamily::V4).unwrap().virtual_servers,
+        desired(IpFamily::V4).virtual_servers
+    );
 });
 
 uml_test!(foreign_objects_survive_and_cleanup_removes_ours, {
