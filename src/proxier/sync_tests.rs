@@ -1243,3 +1243,15 @@ fn event_sync_converges_a_service_that_appeared_behind_its_back() {
     assert_eq!(got, BTreeSet::from([ip("10.244.0.11"), ip("10.244.0.12")]));
     assert_eq!(apply(&mut p, &d, false).writes(), 0);
 }
+
+#[test]
+fn proxier_can_move_to_a_blocking_thread() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<Proxier>();
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let r = std::thread::spawn(move || apply(&mut p, &small(), false))
+        .join()
+        .unwrap();
+    assert_eq!(r.ipvs_services.added, 4);
+}
