@@ -108,11 +108,11 @@ impl Reconciler {
     ) {
         let family = f.desired.family;
         let mut applied = self.applied.remove(&family).unwrap_or_default();
-        let kernel: Option<BTreeMap<IpvsServiceKey, IpvsService>> =
+        let kernel: Option<BTreeMap<IpvsServiceKey, &IpvsService>> =
             snap.services.as_ref().map(|all| {
                 all.iter()
                     .filter(|s| IpFamily::of(&s.key.addr) == family)
-                    .map(|s| (s.key, s.clone()))
+                    .map(|s| (s.key, s))
                     .collect()
             });
         let full = kernel.is_some();
@@ -131,7 +131,7 @@ impl Reconciler {
         )> = Vec::new();
         for (key, dvs) in &f.desired.virtual_servers {
             let current = match &kernel {
-                Some(kmap) => kmap.get(key),
+                Some(kmap) => kmap.get(key).copied(),
                 None => applied.virtual_servers.get(key).map(|p| &p.service),
             };
             match current {
