@@ -1255,3 +1255,28 @@ fn proxier_can_move_to_a_blocking_thread() {
         .unwrap();
     assert_eq!(r.ipvs_services.added, 4);
 }
+
+#[test]
+fn non_canonical_planned_entry_never_ends_missing() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let mut d = small();
+    let (name, mut set) = set(
+        "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+        IpSetType::HashIpPortNet,
+        &["1.2.3.4,tcp:80,10.1.2.3/32"],
+    );
+    set.entries.insert("1.2.3.4,tcp:80,10.1.2.3/32".into());
+    d.ipsets.insert(name.clone(), set);
+    apply(&mut p, &d, true);
+    assert_eq!(
+        k.ipsets.members(&name),
+        BTreeSet::from(["1.2.3.4,tcp:80,10.1.2.3".to_string()])
+    );
+    // The periodic sync sees the kernel's spelling differ from the plan's: it must not lose the member.
+    apply(&mut p, &d, true);
+    assert_eq!(
+        k.ipsets.members(&name),
+        BTreeSet::from(["1.2.3.4,tcp:80,10.1.2.3".to_string()])
+    );
+}

@@ -39,14 +39,16 @@ impl Reconciler {
                         &empty
                     }
                 };
-                for e in set.entries.difference(members) {
-                    ops.push(IpSetOp::Add {
+                // Deletions first: should a planned entry ever differ in text from the kernel's form of the
+                // same member, the member ends up present (deleted, then re-added), never missing.
+                for e in members.difference(&set.entries) {
+                    ops.push(IpSetOp::Del {
                         set: name.clone(),
                         entry: e.clone(),
                     });
                 }
-                for e in members.difference(&set.entries) {
-                    ops.push(IpSetOp::Del {
+                for e in set.entries.difference(members) {
+                    ops.push(IpSetOp::Add {
                         set: name.clone(),
                         entry: e.clone(),
                     });
