@@ -1280,3 +1280,68 @@ fn non_canonical_planned_entry_never_ends_missing() {
         BTreeSet::from(["1.2.3.4,tcp:80,10.1.2.3".to_string()])
     );
 }
+
+#[test]
+fn conntrack_hints_from_tracker_results() {
+    use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult, StaleUdpEndpoint};
+    let svc = ServiceUpdateResult {
+        deleted_udp_cluster_ips: BTreeSet::from([ip("10.96.0.10")]),
+        ..Default::default()
+    };
+    let eps = EndpointsUpdateResult {
+        deleted_udp_endpoints: vec![StaleUdpEndpoint {
+            port_name: crate::cluster::model::ServicePortName {
+                namespace: "kube-system".into(),
+                name: "dns".into(),
+                port_name: "dns".into(),
+                protocol: Protocol::Udp,
+            },
+            ip: ip("10.244.0.6"),
+            port: 53,
+        }],
+        ..Default::default()
+    };
+    let mut h = ConntrackHints::from_updates(&svc, &eps);
+    assert_eq!(h.stale_service_ips, BTreeSet::from([ip("10.96.0.10")]));
+    assert_eq!(h.stale_endpoint_ips, BTreeSet::from([ip("10.244.0.6")]));
+    h.merge(ConntrackHints {
+        stale_service_ips: BTreeSet::from([ip("10.96.0.11")]),
+        ..Default::default()
+    });
+    assert_eq!(h.stale_service_ips.len(), 2);
+    assert!(!h.is_empty());
+    assert!(ConntrackHints::default().is_empty());
+}
+
+#[test]
+fn hinted_removed_service_flows_are_deleted_even_without_ipvs_changes() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    apply(&mut p, &small(), true);
+    // A UDP service that this process never programmed (e.g. removed while it restarted).
+    let stale = ConntrackFlow {
+        orig_src: ip("10.244.0.50"),
+        orig_sport: 40000,
+        orig_dst: ip("10.96.0.10"),
+        orig_dport: 53,
+        reply_src: ip("10.244.0.6"),
+        reply_sport: 53,
+    };
+    k.conntrack.add_flow(stale);
+    let nips = node_ips();
+    let d = small();
+    let r = p.apply(
+        &[FamilyInput {
+            desired: &d,
+            config: &config(),
+            node_port_ips: &nips,
+        }],
+        false,
+        &ConntrackHints {
+            stale_service_ips: BTreeSet::from([ip("10.96.0.10")]),
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.conntrack_deleted, 1, "{r:?}");
+    assert!(k.conntrack.flows().is_empty());
+}
