@@ -96,7 +96,10 @@ uml_test!(link_dummy_addresses_and_local_dump, {
         .build()
         .unwrap();
     let n = rt.block_on(async { l.local_addresses().unwrap().len() });
-    let now_ip = sh("ip -o addr show | wc -l").trim().parse::<usize>().unwrap();
+    let now_ip = sh("ip -o addr show | wc -l")
+        .trim()
+        .parse::<usize>()
+        .unwrap();
     assert_eq!(n, now_ip);
     assert!(n < total_ip);
 });
