@@ -1,8 +1,10 @@
 //! kube-proxy-rs: a drop-in replacement for Kubernetes kube-proxy in IPVS mode.
 
+pub mod app;
 pub mod cluster;
 pub mod config;
 pub mod kernel;
+pub mod metrics;
 pub mod proxier;
 pub mod runner;
 pub mod server;

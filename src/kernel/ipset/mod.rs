@@ -83,3 +83,8 @@ pub trait IpSets: Send {
     /// Destroys one set.
     fn destroy(&mut self, name: &str) -> KernelResult<()>;
 }
+
+pub mod cli;
+pub mod entry;
+pub mod fake;
+pub mod save;

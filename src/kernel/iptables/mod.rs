@@ -32,3 +32,63 @@ pub trait Iptables: Send {
     /// Whether MASQUERADE supports `--random-fully`.
     fn supports_random_fully(&mut self) -> bool;
 }
+
+pub mod cli;
+pub mod exec;
+pub mod fake;
+pub mod rules;
+
+/// The payload line an `iptables-restore` error names (`Error occurred at line: N`, `line N failed`,
+/// `COMMIT expected at line N`), 1-based.
+pub fn failing_line(stderr: &str) -> Option<usize> {
+    for marker in ["Error occurred at line: ", "line ", "at line "] {
+        for (i, _) in stderr.match_indices(marker) {
+            let digits: String = stderr[i + marker.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if let Ok(n) = digits.parse::<usize>() {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+/// Appends the text of the payload line that `stderr` names, so the error shows the failing rule.
+pub fn annotate_restore_error(stderr: &str, payload: &str) -> String {
+    let stderr = stderr.trim_end();
+    match failing_line(stderr) {
+        Some(n) => match payload.lines().nth(n.wrapping_sub(1)) {
+            Some(text) => format!("{stderr}\n(payload line {n}: {text})"),
+            None => format!("{stderr}\n(payload line {n}: <end of payload>)"),
+        },
+        None => stderr.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_failing_line() {
+        assert_eq!(failing_line("iptables-restore: line 7 failed"), Some(7));
+        assert_eq!(
+            failing_line(
+                "iptables-restore v1.8.9 (legacy): Couldn't load target `X'\nError occurred at line: 3\nTry"
+            ),
+            Some(3)
+        );
+        assert_eq!(
+            failing_line("iptables-restore: COMMIT expected at line 9"),
+            Some(9)
+        );
+        assert_eq!(failing_line("nothing"), None);
+        let a = annotate_restore_error(
+            "iptables-restore: line 2 failed\n",
+            "*nat\n-A X -j Y\nCOMMIT\n",
+        );
+        assert!(a.ends_with("(payload line 2: -A X -j Y)"), "{a}");
+    }
+}

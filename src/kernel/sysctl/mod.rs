@@ -6,4 +6,18 @@ use crate::kernel::KernelResult;
 pub trait Sysctl: Send {
     fn get(&mut self, path: &str) -> KernelResult<i64>;
     fn set(&mut self, path: &str, value: i64) -> KernelResult<()>;
+    /// Writes `value` only when the current value differs; true if it wrote.
+    fn ensure(&mut self, path: &str, value: i64) -> KernelResult<bool> {
+        if self.get(path)? == value {
+            return Ok(false);
+        }
+        self.set(path, value)?;
+        Ok(true)
+    }
 }
+
+pub mod fake;
+pub mod procfs;
+pub mod version;
+
+pub use version::{KernelVersion, wants_conn_reuse_mode_zero};

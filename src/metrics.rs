@@ -1,0 +1,452 @@
+//! Prometheus metrics with upstream kube-proxy's names (`kubeproxy_*`), labels and buckets, plus a few
+//! `kubeproxy_rs_*` extras where upstream has no equivalent.
+//!
+//! Every [`Metrics`] owns its own [`Registry`] (no global statics), so tests can use a fresh one. Methods
+//! take plain values; the sync loop calls them, the metrics server renders [`Metrics::encode`].
+
+use crate::cluster::model::IpFamily;
+use prometheus::core::Collector;
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Prefix of every upstream metric name.
+pub const NAMESPACE: &str = "kubeproxy";
+/// Prefix of our own metrics that have no upstream equivalent.
+pub const EXTRA_NAMESPACE: &str = "kubeproxy_rs";
+
+/// Errors building the registry or rendering the exposition.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("prometheus: {0}")]
+    Prometheus(#[from] prometheus::Error),
+    #[error("metrics exposition is not UTF-8: {0}")]
+    Utf8(#[from] std::string::FromUtf8Error),
+}
+
+/// Traffic policy label of `sync_proxy_rules_no_local_endpoints_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrafficPolicy {
+    /// internalTrafficPolicy=Local (ClusterIP).
+    Internal,
+    /// externalTrafficPolicy=Local (NodePort, external IPs, load balancers).
+    External,
+}
+
+impl TrafficPolicy {
+    /// Label value as upstream spells it.
+    pub fn label(self) -> &'static str {
+        match self {
+            TrafficPolicy::Internal => "internal",
+            TrafficPolicy::External => "external",
+        }
+    }
+}
+
+/// Upstream's sync-duration buckets: 1 ms doubling 15 times (last finite bound 16.384 s).
+pub fn sync_duration_buckets() -> Vec<f64> {
+    (0..15).map(|i| 0.001 * f64::from(1u32 << i)).collect()
+}
+
+/// Upstream's network-programming buckets: 0 s, 0.25 s, 0.5 s, then 1..59 s by 1, 60..115 s by 5 and
+/// 120..300 s by 30 (upstream merges the ranges after a leading zero bound).
+pub fn network_programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.0, 0.25, 0.5];
+    b.extend((1..=59).map(f64::from));
+    b.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
+    b.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
+    b
+}
+
+/// All kube-proxy metrics of one process, in one registry.
+pub struct Metrics {
+    registry: Registry,
+    sync_duration: HistogramVec,
+    sync_full_duration: HistogramVec,
+    sync_partial_duration: HistogramVec,
+    network_programming: HistogramVec,
+    last_sync_timestamp: GaugeVec,
+    last_queued_timestamp: GaugeVec,
+    endpoint_changes_pending: IntGauge,
+    endpoint_changes_total: IntCounter,
+    service_changes_pending: IntGauge,
+    service_changes_total: IntCounter,
+    no_local_endpoints: IntGaugeVec,
+    iptables_restore_failures: IntCounterVec,
+    iptables_partial_restore_failures: IntCounterVec,
+    healthz_total: IntCounterVec,
+    livez_total: IntCounterVec,
+    conntrack_sync_duration: HistogramVec,
+    conntrack_deleted_entries: IntCounterVec,
+    kernel_write_failures: IntCounterVec,
+    invalid_objects: IntCounterVec,
+}
+
+fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Result<HistogramVec, prometheus::Error> {
+    HistogramVec::new(
+        HistogramOpts::new(name, help)
+            .namespace(NAMESPACE)
+            .buckets(buckets),
+        &["ip_family"],
+    )
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace(NAMESPACE)
+}
+
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    c: C,
+) -> Result<C, prometheus::Error> {
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+impl Metrics {
+    /// Builds every metric in a fresh registry, with the process collector (`process_*`) on Linux.
+    pub fn new() -> Result<Metrics, MetricsError> {
+        let registry = Registry::new();
+        let r = &registry;
+        let m = Metrics {
+            sync_duration: register(
+                r,
+                histogram(
+                    "sync_proxy_rules_duration_seconds",
+                    "Time one sync of the proxy rules took, in seconds",
+                    sync_duration_buckets(),
+                )?,
+            )?,
+            sync_full_duration: register(
+                r,
+                histogram(
+                    "sync_full_proxy_rules_duration_seconds",
+                    "Time one full sync of the proxy rules (kernel state re-read) took, in seconds",
+                    sync_duration_buckets(),
+                )?,
+            )?,
+            sync_partial_duration: register(
+                r,
+                histogram(
+                    "sync_partial_proxy_rules_duration_seconds",
+                    "Time one incremental sync of the proxy rules took, in seconds",
+                    sync_duration_buckets(),
+                )?,
+            )?,
+            network_programming: register(
+                r,
+                histogram(
+                    "network_programming_duration_seconds",
+                    "Seconds from a Service or endpoint change (EndpointSlice last-change-trigger-time) to its rules being programmed",
+                    network_programming_buckets(),
+                )?,
+            )?,
+            last_sync_timestamp: register(
+                r,
+                GaugeVec::new(
+                    opts(
+                        "sync_proxy_rules_last_timestamp_seconds",
+                        "Unix time of the last successful sync of the proxy rules",
+                    ),
+                    &["ip_family"],
+                )?,
+            )?,
+            last_queued_timestamp: register(
+                r,
+                GaugeVec::new(
+                    opts(
+                        "sync_proxy_rules_last_queued_timestamp_seconds",
+                        "Unix time a sync of the proxy rules was last requested",
+                    ),
+                    &["ip_family"],
+                )?,
+            )?,
+            endpoint_changes_pending: register(
+                r,
+                IntGauge::with_opts(opts(
+                    "sync_proxy_rules_endpoint_changes_pending",
+                    "Endpoint changes received but not yet programmed",
+                ))?,
+            )?,
+            endpoint_changes_total: register(
+                r,
+                IntCounter::with_opts(opts(
+                    "sync_proxy_rules_endpoint_changes_total",
+                    "Endpoint changes received since start",
+                ))?,
+            )?,
+            service_changes_pending: register(
+                r,
+                IntGauge::with_opts(opts(
+                    "sync_proxy_rules_service_changes_pending",
+                    "Service changes received but not yet programmed",
+                ))?,
+            )?,
+            service_changes_total: register(
+                r,
+                IntCounter::with_opts(opts(
+                    "sync_proxy_rules_service_changes_total",
+                    "Service changes received since start",
+                ))?,
+            )?,
+            no_local_endpoints: register(
+                r,
+                IntGaugeVec::new(
+                    opts(
+                        "sync_proxy_rules_no_local_endpoints_total",
+                        "Service ports with a Local traffic policy but no local endpoint in the last sync",
+                    ),
+                    &["ip_family", "traffic_policy"],
+                )?,
+            )?,
+            iptables_restore_failures: register(
+                r,
+                IntCounterVec::new(
+                    opts(
+                        "sync_proxy_rules_iptables_restore_failures_total",
+                        "Failed iptables-restore runs since start",
+                    ),
+                    &["ip_family"],
+                )?,
+            )?,
+            iptables_partial_restore_failures: register(
+                r,
+                IntCounterVec::new(
+                    opts(
+                        "sync_proxy_rules_iptables_partial_restore_failures_total",
+                        "Failed incremental iptables-restore runs that forced a full resync, since start",
+                    ),
+                    &["ip_family"],
+                )?,
+            )?,
+            healthz_total: register(
+                r,
+                IntCounterVec::new(
+                    opts("proxy_healthz_total", "Answers of the /healthz endpoint by HTTP status code"),
+                    &["code"],
+                )?,
+            )?,
+            livez_total: register(
+                r,
+                IntCounterVec::new(
+                    opts("proxy_livez_total", "Answers of the /livez endpoint by HTTP status code"),
+                    &["code"],
+                )?,
+            )?,
+            conntrack_sync_duration: register(
+                r,
+                histogram(
+                    "conntrack_reconciler_sync_duration_seconds",
+                    "Time one pass removing stale conntrack flows took, in seconds",
+                    sync_duration_buckets(),
+                )?,
+            )?,
+            conntrack_deleted_entries: register(
+                r,
+                IntCounterVec::new(
+                    opts(
+                        "conntrack_reconciler_deleted_entries_total",
+                        "Stale conntrack flows deleted since start",
+                    ),
+                    &["ip_family"],
+                )?,
+            )?,
+            kernel_write_failures: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kernel_write_failures_total",
+                        "Failed kernel writes since start, by backend (ipvs, ipset, iptables, link, conntrack, sysctl)",
+                    )
+                    .namespace(EXTRA_NAMESPACE),
+                    &["backend"],
+                )?,
+            )?,
+            invalid_objects: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "invalid_objects_total",
+                        "Malformed API objects skipped since start, by kind",
+                    )
+                    .namespace(EXTRA_NAMESPACE),
+                    &["kind"],
+                )?,
+            )?,
+            registry,
+        };
+        #[cfg(target_os = "linux")]
+        m.registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        Ok(m)
+    }
+
+    /// The registry, to register further collectors.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Creates the per-family series of the counters at 0, so rates work from the first scrape.
+    pub fn init_family(&self, family: IpFamily) {
+        let f = family.label();
+        self.iptables_restore_failures.with_label_values(&[f]);
+        self.iptables_partial_restore_failures
+            .with_label_values(&[f]);
+        self.conntrack_deleted_entries.with_label_values(&[f]);
+        for p in [TrafficPolicy::Internal, TrafficPolicy::External] {
+            self.no_local_endpoints.with_label_values(&[f, p.label()]);
+        }
+    }
+
+    /// Records one sync of `family` that took `duration`; `full` selects the full or partial histogram.
+    pub fn observe_sync(&self, family: IpFamily, duration: Duration, full: bool) {
+        let f = [family.label()];
+        let secs = duration.as_secs_f64();
+        self.sync_duration.with_label_values(&f).observe(secs);
+        if full {
+            self.sync_full_duration.with_label_values(&f).observe(secs);
+        } else {
+            self.sync_partial_duration
+                .with_label_values(&f)
+                .observe(secs);
+        }
+    }
+
+    /// Sets the last-successful-sync timestamp of `family`.
+    pub fn set_last_sync(&self, family: IpFamily, at: SystemTime) {
+        self.last_sync_timestamp
+            .with_label_values(&[family.label()])
+            .set(unix_seconds(at));
+    }
+
+    /// Sets the last-queued-sync timestamp of `family`.
+    pub fn set_last_queued(&self, family: IpFamily, at: SystemTime) {
+        self.last_queued_timestamp
+            .with_label_values(&[family.label()])
+            .set(unix_seconds(at));
+    }
+
+    /// Records one network-programming latency (trigger time to programmed) for `family`.
+    pub fn observe_network_programming(&self, family: IpFamily, latency: Duration) {
+        self.network_programming
+            .with_label_values(&[family.label()])
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Counts `received` endpoint changes and sets the number still pending.
+    pub fn endpoint_changes(&self, received: u64, pending: i64) {
+        self.endpoint_changes_total.inc_by(received);
+        self.endpoint_changes_pending.set(pending);
+    }
+
+    /// Counts `received` service changes and sets the number still pending.
+    pub fn service_changes(&self, received: u64, pending: i64) {
+        self.service_changes_total.inc_by(received);
+        self.service_changes_pending.set(pending);
+    }
+
+    /// Sets the number of service ports of `family` with a Local `policy` and no local endpoint.
+    pub fn set_no_local_endpoints(&self, family: IpFamily, policy: TrafficPolicy, count: u64) {
+        self.no_local_endpoints
+            .with_label_values(&[family.label(), policy.label()])
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one failed iptables-restore of `family`; `partial` also counts it as a partial-restore failure.
+    pub fn inc_iptables_restore_failure(&self, family: IpFamily, partial: bool) {
+        self.iptables_restore_failures
+            .with_label_values(&[family.label()])
+            .inc();
+        if partial {
+            self.iptables_partial_restore_failures
+                .with_label_values(&[family.label()])
+                .inc();
+        }
+    }
+
+    /// Counts one answer of `/healthz` with HTTP status `code`.
+    pub fn inc_healthz(&self, code: u16) {
+        self.healthz_total
+            .with_label_values(&[&code.to_string()])
+            .inc();
+    }
+
+    /// Counts one answer of `/livez` with HTTP status `code`.
+    pub fn inc_livez(&self, code: u16) {
+        self.livez_total
+            .with_label_values(&[&code.to_string()])
+            .inc();
+    }
+
+    /// Records one conntrack cleanup pass of `family`: its duration and the flows it deleted.
+    pub fn observe_conntrack_reconcile(&self, family: IpFamily, duration: Duration, deleted: u64) {
+        let f = [family.label()];
+        self.conntrack_sync_duration
+            .with_label_values(&f)
+            .observe(duration.as_secs_f64());
+        self.conntrack_deleted_entries
+            .with_label_values(&f)
+            .inc_by(deleted);
+    }
+
+    /// Counts `n` failed kernel writes of `backend` (`ipvs`, `ipset`, `iptables`, `link`, `conntrack`, ...).
+    pub fn inc_kernel_write_failures(&self, backend: &str, n: u64) {
+        self.kernel_write_failures
+            .with_label_values(&[backend])
+            .inc_by(n);
+    }
+
+    /// Counts one malformed API object of `kind` (`Service`, `EndpointSlice`, `Node`) that was skipped.
+    pub fn inc_invalid_object(&self, kind: &str) {
+        self.invalid_objects.with_label_values(&[kind]).inc();
+    }
+
+    /// Renders every metric in the Prometheus text format (version 0.0.4).
+    pub fn encode(&self) -> Result<String, MetricsError> {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
+        Ok(String::from_utf8(buf)?)
+    }
+
+    /// Content type of [`Metrics::encode`]'s output.
+    pub fn content_type(&self) -> &'static str {
+        prometheus::TEXT_FORMAT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_buckets_double_from_one_millisecond() {
+        let b = sync_duration_buckets();
+        assert_eq!(b.len(), 15);
+        assert_eq!(b[0], 0.001);
+        assert!((b[14] - 16.384).abs() < 1e-9);
+        assert!(b.windows(2).all(|w| (w[1] / w[0] - 2.0).abs() < 1e-9));
+    }
+
+    #[test]
+    fn network_programming_buckets_match_upstream_ranges() {
+        let b = network_programming_buckets();
+        assert_eq!(b.len(), 81);
+        assert_eq!(&b[..4], &[0.0, 0.25, 0.5, 1.0]);
+        assert_eq!(b[61], 59.0);
+        assert_eq!(b[62], 60.0);
+        assert_eq!(b[73], 115.0);
+        assert_eq!(b[74], 120.0);
+        assert_eq!(*b.last().unwrap(), 300.0);
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -1,0 +1,257 @@
+//! The healthz server (`/healthz`, `/livez`; default 0.0.0.0:10256) and the metrics server (`/metrics`,
+//! `/healthz`, `/proxyMode`, `/configz`; default 127.0.0.1:10249), on axum.
+//!
+//! Bind failures follow `bindAddressHardFail`: with it the start function returns the error so the daemon
+//! can exit; without it the failure is logged and binding is retried every 5 s in the background, as
+//! upstream does.
+
+use crate::metrics::Metrics;
+use crate::server::healthz::{HealthResponse, ProxyHealth};
+use crate::server::listen::bind_tcp;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// How long to wait before retrying a failed bind (upstream: `wait.Until(..., 5*time.Second)`).
+pub const BIND_RETRY: Duration = Duration::from_secs(5);
+
+/// The `/configz` key upstream registers the configuration under.
+pub const CONFIGZ_KEY: &str = "kubeproxy.config.k8s.io";
+
+/// Failure to start a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("failed to start {server} server on {addr}: {source}")]
+    Bind {
+        server: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A started server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    /// The address actually bound (`None` while binding failed and is being retried).
+    pub local_addr: Option<SocketAddr>,
+    /// The serving task; ends after the shutdown future completes.
+    pub task: JoinHandle<()>,
+}
+
+/// What the metrics server serves.
+#[derive(Clone)]
+pub struct MetricsServerState {
+    pub metrics: Arc<Metrics>,
+    /// Proxy mode reported by `/proxyMode` (always `ipvs` for us).
+    pub proxy_mode: String,
+    /// Effective configuration shown by `/configz` under [`CONFIGZ_KEY`].
+    pub configz: serde_json::Value,
+}
+
+const NOSNIFF: (header::HeaderName, HeaderValue) = (
+    header::X_CONTENT_TYPE_OPTIONS,
+    HeaderValue::from_static("nosniff"),
+);
+
+fn json_health(r: HealthResponse) -> Response {
+    let status = StatusCode::from_u16(r.code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    (
+        status,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            NOSNIFF,
+        ],
+        r.body,
+    )
+        .into_response()
+}
+
+async fn healthz(State(h): State<Arc<ProxyHealth>>) -> Response {
+    json_health(h.healthz())
+}
+
+async fn livez(State(h): State<Arc<ProxyHealth>>) -> Response {
+    json_health(h.livez())
+}
+
+/// Router of the healthz server.
+pub fn healthz_router(health: Arc<ProxyHealth>) -> Router {
+    Router::new()
+        .route("/healthz", any(healthz))
+        .route("/livez", any(livez))
+        .with_state(health)
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            NOSNIFF,
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn metrics(State(s): State<MetricsServerState>) -> Response {
+    match s.metrics.encode() {
+        Ok(body) => text(StatusCode::OK, prometheus::TEXT_FORMAT, body),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            format!("error gathering metrics: {e}\n"),
+        ),
+    }
+}
+
+async fn ok() -> Response {
+    text(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        "ok".to_string(),
+    )
+}
+
+async fn proxy_mode(State(s): State<MetricsServerState>) -> Response {
+    text(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        s.proxy_mode.clone(),
+    )
+}
+
+async fn configz(State(s): State<MetricsServerState>) -> Response {
+    let mut body = serde_json::Map::new();
+    body.insert(CONFIGZ_KEY.to_string(), s.configz.clone());
+    let body = serde_json::Value::Object(body).to_string();
+    text(StatusCode::OK, "application/json", body)
+}
+
+/// Router of the metrics server.
+pub fn metrics_router(state: MetricsServerState) -> Router {
+    Router::new()
+        .route("/metrics", any(metrics))
+        .route("/healthz", any(ok))
+        .route("/healthz/ping", any(ok))
+        .route("/proxyMode", any(proxy_mode))
+        .route("/configz", any(configz))
+        .with_state(state)
+}
+
+type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+async fn serve(
+    server: &'static str,
+    listener: std::net::TcpListener,
+    router: Router,
+    shutdown: Shutdown,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(server, error = %e, "cannot register listener");
+            return;
+        }
+    };
+    if let Err(e) = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(server, error = %e, "server failed");
+    }
+}
+
+/// Binds `addr` and serves `router` until `shutdown` completes. See the module doc for `hard_fail`.
+pub async fn start_server<F>(
+    server: &'static str,
+    addr: SocketAddr,
+    router: Router,
+    hard_fail: bool,
+    shutdown: F,
+) -> Result<ServerHandle, ServeError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut shutdown: Shutdown = Box::pin(shutdown);
+    match bind_tcp(addr) {
+        Ok(listener) => {
+            let local_addr = listener.local_addr().ok();
+            tracing::info!(server, address = ?local_addr, "serving");
+            let task = tokio::spawn(serve(server, listener, router, shutdown));
+            Ok(ServerHandle { local_addr, task })
+        }
+        Err(source) => {
+            let err = ServeError::Bind {
+                server,
+                addr,
+                source,
+            };
+            if hard_fail {
+                return Err(err);
+            }
+            tracing::error!(error = %err, "will retry in {BIND_RETRY:?}");
+            let task = tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = &mut shutdown => return,
+                        _ = tokio::time::sleep(BIND_RETRY) => {}
+                    }
+                    match bind_tcp(addr) {
+                        Ok(listener) => {
+                            tracing::info!(server, address = %addr, "serving after retry");
+                            serve(server, listener, router, shutdown).await;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(server, address = %addr, error = %e, "bind failed, will retry")
+                        }
+                    }
+                }
+            });
+            Ok(ServerHandle {
+                local_addr: None,
+                task,
+            })
+        }
+    }
+}
+
+/// Starts the healthz server (`/healthz`, `/livez`) on `addr`.
+pub async fn start_healthz_server<F>(
+    addr: SocketAddr,
+    health: Arc<ProxyHealth>,
+    hard_fail: bool,
+    shutdown: F,
+) -> Result<ServerHandle, ServeError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    start_server("healthz", addr, healthz_router(health), hard_fail, shutdown).await
+}
+
+/// Starts the metrics server (`/metrics`, `/healthz`, `/proxyMode`, `/configz`) on `addr`.
+pub async fn start_metrics_server<F>(
+    addr: SocketAddr,
+    state: MetricsServerState,
+    hard_fail: bool,
+    shutdown: F,
+) -> Result<ServerHandle, ServeError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    start_server("metrics", addr, metrics_router(state), hard_fail, shutdown).await
+}
