@@ -2,7 +2,6 @@
 //! (/work/shared/reference/small-scenario): same IPVS table, ipsets, iptables/ip6tables rules and kube-ipvs0
 //! addresses; a second sync changes nothing; foreign objects survive; `--cleanup` leaves nothing of ours.
 mod common;
-#[allow(dead_code)]
 mod planner_support;
 
 use common::uml::sh;
