@@ -238,7 +238,6 @@ const DURATION_FIELDS: &[(&str, &str)] = &[
 
 const SCHEDULERS: &[&str] = &[
     "", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
-    "twos",
 ];
 
 /// Go's `time.ParseDuration` syntax: "0", or one or more `<decimal><unit>` with unit ns|us|µs|ms|s|m|h.

@@ -63,9 +63,9 @@ pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
         && !ct.is_empty()
         && ct != "application/json"
     {
-        tracing::warn!(
+        tracing::info!(
             content_type = ct,
-            "only application/json is supported, using JSON"
+            "requests use application/json (the configured content type is not used)"
         );
     }
     Ok(config)

@@ -198,7 +198,7 @@ pub struct Flags {
     /// Exit with an error when a server port cannot be bound. Ignored with --config.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub bind_address_hard_fail: Option<bool>,
-    /// Serve profiling data on /debug/pprof of the metrics server. Ignored with --config.
+    /// Accepted for compatibility; no profiling endpoints are served. Ignored with --config.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub profiling: Option<bool>,
     /// Previous minor version (e.g. 1.16) whose hidden metrics should still be shown. Ignored with --config.
@@ -233,7 +233,7 @@ pub struct Flags {
     /// IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh, fo, ovf; empty means rr). Ignored with --config.
     #[arg(long, value_name = "NAME")]
     pub ipvs_scheduler: Option<String>,
-    /// Comma-separated CIDRs whose IPVS services cleanup must leave alone. Ignored with --config.
+    /// Comma-separated CIDRs whose IPVS services are never deleted by syncs (--cleanup still flushes IPVS). Ignored with --config.
     #[arg(long, value_name = "strings", action = ArgAction::Append)]
     pub ipvs_exclude_cidrs: Vec<String>,
     /// Set arp_ignore=1 and arp_announce=2 (strict ARP). Ignored with --config.
@@ -289,7 +289,7 @@ pub struct Flags {
     /// Conntrack timeout of assured UDP streams (0 leaves it alone). Ignored with --config.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub conntrack_udp_timeout_stream: Option<GoDuration>,
-    /// How often the API server watches are fully resynced; must be above 0. Ignored with --config.
+    /// Accepted for compatibility (watches relist on their own); must be above 0. Ignored with --config.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub config_sync_period: Option<GoDuration>,
 

@@ -171,7 +171,7 @@ config_structs! {
         /// `ClusterCIDR` (default), `NodeCIDR`, `BridgeInterface` or `InterfaceNamePrefix`.
         #[serde(deserialize_with = "go_string")]
         pub detect_local_mode: String,
-        /// Serve `/debug/pprof` on the metrics server.
+        /// Accepted for compatibility; no profiling endpoints are served.
         #[serde(deserialize_with = "nullable")]
         pub enable_profiling: bool,
         /// Feature gates by name.
