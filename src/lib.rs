@@ -1,5 +1,6 @@
 //! kube-proxy-rs: a drop-in replacement for Kubernetes kube-proxy in IPVS mode.
 
+pub mod app;
 pub mod cluster;
 pub mod config;
 pub mod kernel;

@@ -1,0 +1,162 @@
+//! Reading and writing the configuration file: strict decoding first (unknown fields and
+//! duplicate keys are errors), then lenient decoding with a warning, as upstream does.
+//! A value of the wrong type is always an error naming the field.
+
+use super::types::{API_VERSION, KIND, ProxyConfig, strict};
+use serde::de::DeserializeOwned;
+use serde_saphyr::{DuplicateKeyPolicy, Options};
+use std::cell::RefCell;
+use std::path::Path;
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file could not be read.
+    #[error("failed to read config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The content is not a valid KubeProxyConfiguration.
+    #[error("failed to decode config file{}: {message}", path_suffix(.path))]
+    Decode {
+        path: Option<String>,
+        message: String,
+    },
+    /// Wrong or missing `apiVersion`/`kind`.
+    #[error("config file{}: {message}", path_suffix(.path))]
+    TypeMeta {
+        path: Option<String>,
+        message: String,
+    },
+    /// The configuration could not be written.
+    #[error("failed to write config to {path}: {message}")]
+    Write { path: String, message: String },
+}
+
+fn path_suffix(path: &Option<String>) -> String {
+    path.as_ref().map(|p| format!(" {p}")).unwrap_or_default()
+}
+
+/// A decoded configuration plus the warnings produced while decoding.
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    /// The configuration as written in the file (not yet defaulted).
+    pub config: ProxyConfig,
+    /// Non-fatal problems, e.g. the reason strict decoding failed.
+    pub warnings: Vec<String>,
+}
+
+/// Decode `T` and describe a failure as `field.path: message (with line/column)`.
+fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) -> Result<T, String> {
+    let mut options = Options::default();
+    options.duplicate_keys = duplicates;
+    options.with_snippet = false;
+    let failed_path: RefCell<Option<String>> = RefCell::new(None);
+    let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options, |de| {
+        serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+            let path = e.path().to_string();
+            *failed_path.borrow_mut() = Some(path);
+            e.into_inner()
+        })
+    });
+    result.map_err(|err| {
+        let text = err.to_string();
+        let message = text
+            .strip_prefix("error: ")
+            .unwrap_or(&text)
+            .trim()
+            .to_string();
+        match failed_path.into_inner() {
+            Some(path) if path != "." && !path.is_empty() => format!("{path}: {message}"),
+            _ => message,
+        }
+    })
+}
+
+/// Decode configuration text: strictly, falling back to lenient decoding with a warning.
+pub fn decode(yaml: &str) -> Result<Decoded, FileError> {
+    decode_inner(yaml, None)
+}
+
+fn decode_inner(yaml: &str, path: Option<&str>) -> Result<Decoded, FileError> {
+    let path_owned = path.map(str::to_string);
+    let mut warnings = Vec::new();
+    let strict_result = decode_as::<strict::ProxyConfig>(yaml, DuplicateKeyPolicy::Error);
+    let config = match decode_as::<ProxyConfig>(yaml, DuplicateKeyPolicy::LastWins) {
+        Ok(config) => config,
+        Err(message) => {
+            return Err(FileError::Decode {
+                path: path_owned,
+                message,
+            });
+        }
+    };
+    if let Err(strict_error) = strict_result {
+        warnings.push(format!(
+            "Using lenient decoding as strict decoding failed: {strict_error}"
+        ));
+    }
+    check_type_meta(&config).map_err(|message| FileError::TypeMeta {
+        path: path_owned,
+        message,
+    })?;
+    Ok(Decoded { config, warnings })
+}
+
+fn check_type_meta(config: &ProxyConfig) -> Result<(), String> {
+    if config.api_version.is_empty() {
+        return Err("Object 'apiVersion' is missing".to_string());
+    }
+    if config.kind.is_empty() {
+        return Err("Object 'Kind' is missing".to_string());
+    }
+    if config.api_version != API_VERSION || config.kind != KIND {
+        return Err(format!(
+            "no kind \"{}\" is registered for version \"{}\": expected apiVersion \"{API_VERSION}\" and kind \"{KIND}\"",
+            config.kind, config.api_version
+        ));
+    }
+    Ok(())
+}
+
+/// Read and decode a configuration file.
+pub fn load(path: &Path) -> Result<Decoded, FileError> {
+    let display = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+        path: display.clone(),
+        source,
+    })?;
+    decode_inner(&text, Some(&display))
+}
+
+/// Encode a configuration as YAML, with `apiVersion` and `kind` set.
+pub fn encode(config: &ProxyConfig) -> Result<String, FileError> {
+    let mut config = config.clone();
+    config.api_version = API_VERSION.to_string();
+    config.kind = KIND.to_string();
+    let mut text = serde_saphyr::to_string(&config).map_err(|e| FileError::Write {
+        path: String::new(),
+        message: e.to_string(),
+    })?;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// Write a configuration as YAML to `path` (`/dev/stdout` works).
+pub fn write(config: &ProxyConfig, path: &Path) -> Result<(), FileError> {
+    let text = encode(config).map_err(|e| match e {
+        FileError::Write { message, .. } => FileError::Write {
+            path: path.display().to_string(),
+            message,
+        },
+        other => other,
+    })?;
+    std::fs::write(path, text).map_err(|e| FileError::Write {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}

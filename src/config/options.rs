@@ -1,0 +1,615 @@
+//! Resolution of flags and configuration file into the [`Options`] the daemon runs with,
+//! with upstream's precedence, plus typed accessors for the daemon.
+
+use super::defaults::{append_port_if_needed, apply_defaults};
+use super::file::{self, FileError};
+use super::flags::{Flags, normalize_args, split_list};
+use super::types::{ProxyConfig, Quantity};
+use super::validate::{ValidationErrors, parse_cidr, validate};
+use crate::cluster::model::IpFamily;
+use crate::proxier::plan::LocalDetector;
+use clap::Parser;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use ipnet::IpNet;
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Why the command line could not be turned into [`Options`].
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Bad flag syntax, unknown flag or bad flag value.
+    #[error("{0}")]
+    Flags(String),
+    /// The configuration file could not be read or decoded.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// The resolved configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Invalid(#[from] ValidationErrors),
+    /// `--hostname-override` is blank, or the host name cannot be determined.
+    #[error("{0}")]
+    NodeName(String),
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Run (or clean up / init / write config) with these options.
+    Run(Box<Options>),
+    /// Print this help text and exit 0.
+    Help(String),
+    /// Print this version text and exit 0.
+    Version(String),
+}
+
+/// Everything the daemon needs, resolved, defaulted and validated.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Effective configuration (defaulted; `mode` is `ipvs`).
+    pub config: ProxyConfig,
+    /// The `--config` file, if any (upstream exits when it changes).
+    pub config_path: Option<PathBuf>,
+    /// `--cleanup`: remove our kernel state and exit.
+    pub cleanup: bool,
+    /// `--init-only`: do privileged initialisation and exit.
+    pub init_only: bool,
+    /// `--write-config-to`: write the effective configuration there and exit.
+    pub write_config_to: Option<PathBuf>,
+    /// `--master`: API server URL overriding the kubeconfig's.
+    pub master: Option<String>,
+    /// Node name: `--hostname-override`/`hostnameOverride`, else the lower-cased host name.
+    pub node_name: String,
+    /// Warnings gathered while parsing, to be logged once logging is set up.
+    pub warnings: Vec<String>,
+}
+
+/// Parsed `nodePortAddresses`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodePortAddresses {
+    /// CIDRs (keywords `all` and `localhost` already expanded).
+    pub cidrs: Vec<IpNet>,
+    /// Whether `primary` (the Node object's primary IPs) was listed.
+    pub primary: bool,
+}
+
+impl NodePortAddresses {
+    /// CIDRs of one family.
+    pub fn cidrs_for(&self, family: IpFamily) -> Vec<IpNet> {
+        self.cidrs
+            .iter()
+            .filter(|n| IpFamily::of_net(n) == family)
+            .copied()
+            .collect()
+    }
+
+    /// Whether NodePorts should be served on `ip`, given the node's primary IPs.
+    pub fn allows(&self, ip: IpAddr, node_primary_ips: &[IpAddr]) -> bool {
+        self.cidrs.iter().any(|n| n.contains(&ip))
+            || (self.primary && node_primary_ips.contains(&ip))
+    }
+}
+
+/// `detectLocalMode`, typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalMode {
+    /// Source in `clusterCIDR`.
+    ClusterCidr,
+    /// Source in the Node's `podCIDRs`.
+    NodeCidr,
+    /// Arriving on `detectLocal.bridgeInterface`.
+    BridgeInterface,
+    /// Arriving on an interface starting with `detectLocal.interfaceNamePrefix`.
+    InterfaceNamePrefix,
+}
+
+impl ProxyConfig {
+    /// Parsed `clusterCIDR` entries (invalid entries are skipped; validation reports them).
+    pub fn cluster_cidrs(&self) -> Vec<IpNet> {
+        self.cluster_cidr
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .filter_map(parse_cidr)
+            .collect()
+    }
+
+    /// The `clusterCIDR` entry of one family.
+    pub fn cluster_cidr_for(&self, family: IpFamily) -> Option<IpNet> {
+        self.cluster_cidrs()
+            .into_iter()
+            .find(|n| IpFamily::of_net(n) == family)
+    }
+
+    /// Parsed `nodePortAddresses`; unset or empty means every local address (`all`).
+    pub fn node_port_addresses(&self) -> NodePortAddresses {
+        let mut out = NodePortAddresses::default();
+        let entries = self.node_port_addresses.clone().unwrap_or_default();
+        let entries = if entries.is_empty() {
+            vec!["all".to_string()]
+        } else {
+            entries
+        };
+        let mut push = |n: IpNet| {
+            if !out.cidrs.contains(&n) {
+                out.cidrs.push(n);
+            }
+        };
+        for entry in &entries {
+            match entry.as_str() {
+                "primary" => out.primary = true,
+                "all" => {
+                    push("0.0.0.0/0".parse().unwrap_or_default());
+                    push("::/0".parse().unwrap_or_default());
+                }
+                "localhost" => {
+                    push("127.0.0.0/8".parse().unwrap_or_default());
+                    push("::1/128".parse().unwrap_or_default());
+                }
+                cidr => {
+                    if let Some(n) = parse_cidr(cidr) {
+                        push(n);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Parsed `ipvs.excludeCIDRs`.
+    pub fn exclude_cidrs(&self) -> Vec<IpNet> {
+        self.ipvs
+            .exclude_cidrs
+            .iter()
+            .flatten()
+            .filter_map(|s| parse_cidr(s))
+            .collect()
+    }
+
+    /// IPVS scheduler with the default applied (`""` is `rr`).
+    pub fn scheduler(&self) -> &str {
+        if self.ipvs.scheduler.is_empty() {
+            "rr"
+        } else {
+            &self.ipvs.scheduler
+        }
+    }
+
+    /// The SNAT mark bit (`iptables.masqueradeBit`, default 14).
+    pub fn masquerade_bit(&self) -> u32 {
+        self.iptables
+            .masquerade_bit
+            .and_then(|b| u32::try_from(b).ok())
+            .unwrap_or(14)
+    }
+
+    /// `detectLocalMode` (unset means ClusterCIDR); `None` for an unknown value.
+    pub fn local_mode(&self) -> Option<LocalMode> {
+        match self.detect_local_mode.as_str() {
+            "" | "ClusterCIDR" => Some(LocalMode::ClusterCidr),
+            "NodeCIDR" => Some(LocalMode::NodeCidr),
+            "BridgeInterface" => Some(LocalMode::BridgeInterface),
+            "InterfaceNamePrefix" => Some(LocalMode::InterfaceNamePrefix),
+            _ => None,
+        }
+    }
+
+    /// The local-traffic detector for one family; `node_pod_cidrs` are the Node's podCIDRs
+    /// (used in NodeCIDR mode). No CIDR of the family gives [`LocalDetector::None`].
+    pub fn local_detector(&self, family: IpFamily, node_pod_cidrs: &[IpNet]) -> LocalDetector {
+        let of_family = |nets: Vec<IpNet>| -> LocalDetector {
+            let nets: Vec<IpNet> = nets
+                .into_iter()
+                .filter(|n| IpFamily::of_net(n) == family)
+                .collect();
+            if nets.is_empty() {
+                LocalDetector::None
+            } else {
+                LocalDetector::Cidrs(nets)
+            }
+        };
+        match self.local_mode() {
+            Some(LocalMode::ClusterCidr) => of_family(self.cluster_cidrs()),
+            Some(LocalMode::NodeCidr) => of_family(node_pod_cidrs.to_vec()),
+            Some(LocalMode::BridgeInterface) => {
+                LocalDetector::BridgeInterface(self.detect_local.bridge_interface.clone())
+            }
+            Some(LocalMode::InterfaceNamePrefix) => {
+                LocalDetector::InterfaceNamePrefix(self.detect_local.interface_name_prefix.clone())
+            }
+            None => LocalDetector::None,
+        }
+    }
+
+    /// Longest interval between full syncs (`ipvs.syncPeriod`).
+    pub fn sync_period(&self) -> std::time::Duration {
+        self.ipvs.sync_period.to_std()
+    }
+
+    /// Shortest interval between syncs (`ipvs.minSyncPeriod`).
+    pub fn min_sync_period(&self) -> std::time::Duration {
+        self.ipvs.min_sync_period.to_std()
+    }
+}
+
+/// The version line printed by `--version`.
+pub fn version_text(raw: bool) -> String {
+    let v = env!("CARGO_PKG_VERSION");
+    if raw {
+        format!("version: v{v}\nimplementation: kube-proxy-rs (IPVS mode)\n")
+    } else {
+        format!("kube-proxy-rs v{v}\n")
+    }
+}
+
+/// Render a clap error as one line naming the offending flag or value.
+fn clap_error_text(err: &clap::Error) -> String {
+    let arg = match err.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    match err.kind() {
+        ErrorKind::UnknownArgument if arg.as_deref().is_some_and(|a| a.starts_with('-')) => {
+            let arg = arg.unwrap_or_default();
+            let name = arg.split('=').next().unwrap_or(&arg).to_string();
+            format!("unknown flag: {name}")
+        }
+        ErrorKind::UnknownArgument => format!(
+            "unexpected argument {:?}: kube-proxy takes no positional arguments (boolean flags take values as --flag=false)",
+            arg.unwrap_or_default()
+        ),
+        _ => {
+            let text = err.render().to_string();
+            let first = text.lines().next().unwrap_or("").trim();
+            first.strip_prefix("error: ").unwrap_or(first).to_string()
+        }
+    }
+}
+
+/// The lower-cased host name of this machine.
+pub fn hostname() -> Result<String, String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its full length; gethostname NUL-terminates or truncates.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(format!(
+            "couldn't determine hostname: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).trim().to_lowercase();
+    if name.is_empty() {
+        return Err("empty hostname is invalid".to_string());
+    }
+    Ok(name)
+}
+
+/// Parse a full argv (program name first) into an [`Invocation`].
+pub fn parse_args<I, T>(args: I) -> Result<Invocation, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let flags = match Flags::try_parse_from(normalize_args(args)) {
+        Ok(f) => f,
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            return Ok(Invocation::Help(e.render().to_string()));
+        }
+        Err(e) => return Err(ConfigError::Flags(clap_error_text(&e))),
+    };
+    if let Some(v) = &flags.version {
+        match v.as_str() {
+            "raw" => return Ok(Invocation::Version(version_text(true))),
+            other => {
+                let show = super::flags::parse_go_bool(other).map_err(|_| {
+                    ConfigError::Flags(format!(
+                        "invalid argument {other:?} for \"--version\" flag: must be true, false or raw"
+                    ))
+                })?;
+                if show {
+                    return Ok(Invocation::Version(version_text(false)));
+                }
+            }
+        }
+    }
+    resolve(flags).map(|o| Invocation::Run(Box::new(o)))
+}
+
+/// Apply upstream's precedence: a config file wins over flags except `--hostname-override`,
+/// `--master`, logging flags and action flags. Then default, resolve the mode and validate.
+pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
+    let mut warnings = Vec::new();
+    for name in flags.legacy_flags_given() {
+        warnings.push(format!(
+            "Flag --{name} is a legacy klog flag; it is accepted and ignored (logs go to stderr)"
+        ));
+    }
+    if flags.proxy_port_range.is_some() {
+        warnings.push(
+            "Flag --proxy-port-range has been removed upstream (userspace proxy); it is ignored"
+                .to_string(),
+        );
+    }
+    if flags.udp_timeout.is_some() {
+        warnings.push(
+            "Flag --udp-timeout has been removed upstream (userspace proxy); it is ignored"
+                .to_string(),
+        );
+    }
+    if flags.healthz_port.is_some() {
+        warnings.push(
+            "Flag --healthz-port has been deprecated, use --healthz-bind-address instead"
+                .to_string(),
+        );
+    }
+    if flags.metrics_port.is_some() {
+        warnings.push(
+            "Flag --metrics-port has been deprecated, use --metrics-bind-address instead"
+                .to_string(),
+        );
+    }
+    for name in [
+        "iptables-sync-period",
+        "iptables-min-sync-period",
+        "iptables-localhost-nodeports",
+    ] {
+        if flags.config_flags_given().contains(&name) {
+            warnings.push(format!(
+                "Flag --{name} applies to iptables mode only; it has no effect in IPVS mode"
+            ));
+        }
+    }
+
+    let mut config = match &flags.config {
+        Some(path) => {
+            let decoded = file::load(path)?;
+            warnings.extend(decoded.warnings);
+            for name in flags.config_flags_given() {
+                warnings.push(format!(
+                    "Flag --{name} is ignored because --config is set; set it in the configuration file instead"
+                ));
+            }
+            decoded.config
+        }
+        None => config_from_flags(&flags),
+    };
+    apply_logging_flags(&flags, &mut config);
+
+    // As upstream, an empty value means "not set"; a blank one is an error.
+    if let Some(h) = flags.hostname_override.as_deref().filter(|h| !h.is_empty()) {
+        let h = h.trim();
+        if h.is_empty() {
+            return Err(ConfigError::NodeName(
+                "empty hostname-override is invalid".to_string(),
+            ));
+        }
+        config.hostname_override = h.to_lowercase();
+    }
+
+    apply_defaults(&mut config);
+    if flags.config.is_none() {
+        apply_disabled_servers(&flags, &mut config);
+    }
+    if config.mode.is_empty() {
+        warnings.push(
+            "No proxy mode set; this binary implements IPVS mode, using \"ipvs\"".to_string(),
+        );
+        config.mode = "ipvs".to_string();
+    }
+    validate(&config)?;
+
+    let node_name = if config.hostname_override.trim().is_empty() {
+        hostname().map_err(ConfigError::NodeName)?
+    } else {
+        config.hostname_override.trim().to_lowercase()
+    };
+
+    Ok(Options {
+        config,
+        config_path: flags.config.clone(),
+        cleanup: flags.cleanup.unwrap_or(false),
+        init_only: flags.init_only.unwrap_or(false),
+        write_config_to: flags.write_config_to.clone(),
+        master: flags.master.clone(),
+        node_name,
+        warnings,
+    })
+}
+
+/// Bare IP from a bind-address flag completed with the deprecated `--*-port` value.
+fn address_with_port(addr: &str, port: i32) -> String {
+    match u16::try_from(port) {
+        Ok(p) if p != 0 && !addr.is_empty() => append_port_if_needed(addr, p),
+        _ => addr.to_string(),
+    }
+}
+
+/// Flags-only mode: servers disabled by an empty bind address or a deprecated port of 0
+/// stay disabled after defaulting (upstream applies flags on top of defaults).
+fn apply_disabled_servers(f: &Flags, c: &mut ProxyConfig) {
+    let deprecated_ports_apply = f.write_config_to.is_none();
+    if f.healthz_bind_address.as_deref() == Some("")
+        || (deprecated_ports_apply && f.healthz_port == Some(0))
+    {
+        c.healthz_bind_address.clear();
+    }
+    if f.metrics_bind_address.as_deref() == Some("")
+        || (deprecated_ports_apply && f.metrics_port == Some(0))
+    {
+        c.metrics_bind_address.clear();
+    }
+}
+
+/// Build the configuration from flags alone (no `--config`).
+fn config_from_flags(f: &Flags) -> ProxyConfig {
+    let mut c = ProxyConfig::default();
+    for gates in &f.feature_gates {
+        for (name, value) in gates {
+            c.feature_gates.insert(name.clone(), *value);
+        }
+    }
+    let cc = &mut c.client_connection;
+    if let Some(v) = &f.kubeconfig {
+        cc.kubeconfig = v.clone();
+    }
+    if let Some(v) = &f.kube_api_content_type {
+        cc.content_type = v.clone();
+    }
+    if let Some(v) = f.kube_api_burst {
+        cc.burst = v;
+    }
+    if let Some(v) = f.kube_api_qps {
+        cc.qps = v;
+    }
+    if let Some(v) = &f.bind_address {
+        c.bind_address = v.clone();
+    }
+    if let Some(v) = &f.healthz_bind_address {
+        c.healthz_bind_address = v.clone();
+    }
+    if let Some(v) = &f.metrics_bind_address {
+        c.metrics_bind_address = v.clone();
+    }
+    if let Some(v) = f.bind_address_hard_fail {
+        c.bind_address_hard_fail = v;
+    }
+    if let Some(v) = f.profiling {
+        c.enable_profiling = v;
+    }
+    if let Some(v) = &f.show_hidden_metrics_for_version {
+        c.show_hidden_metrics_for_version = v.clone();
+    }
+    if let Some(v) = &f.proxy_mode {
+        c.mode = v.clone();
+    }
+    if let Some(v) = f.iptables_masquerade_bit {
+        c.iptables.masquerade_bit = Some(v);
+    }
+    if let Some(v) = f.masquerade_all {
+        c.iptables.masquerade_all = v;
+    }
+    if let Some(v) = f.iptables_localhost_nodeports {
+        c.iptables.localhost_node_ports = Some(v);
+    }
+    if let Some(v) = f.iptables_sync_period {
+        c.iptables.sync_period = v;
+    }
+    if let Some(v) = f.iptables_min_sync_period {
+        c.iptables.min_sync_period = v;
+    }
+    if let Some(v) = f.ipvs_sync_period {
+        c.ipvs.sync_period = v;
+    }
+    if let Some(v) = f.ipvs_min_sync_period {
+        c.ipvs.min_sync_period = v;
+    }
+    if let Some(v) = &f.ipvs_scheduler {
+        c.ipvs.scheduler = v.clone();
+    }
+    if !f.ipvs_exclude_cidrs.is_empty() {
+        c.ipvs.exclude_cidrs = Some(split_list(&f.ipvs_exclude_cidrs));
+    }
+    if let Some(v) = f.ipvs_strict_arp {
+        c.ipvs.strict_arp = v;
+    }
+    if let Some(v) = f.ipvs_tcp_timeout {
+        c.ipvs.tcp_timeout = v;
+    }
+    if let Some(v) = f.ipvs_tcpfin_timeout {
+        c.ipvs.tcp_fin_timeout = v;
+    }
+    if let Some(v) = f.ipvs_udp_timeout {
+        c.ipvs.udp_timeout = v;
+    }
+    if let Some(v) = &f.detect_local_mode {
+        c.detect_local_mode = v.clone();
+    }
+    if let Some(v) = &f.pod_bridge_interface {
+        c.detect_local.bridge_interface = v.clone();
+    }
+    if let Some(v) = &f.pod_interface_name_prefix {
+        c.detect_local.interface_name_prefix = v.clone();
+    }
+    if let Some(v) = &f.cluster_cidr {
+        c.cluster_cidr = v.clone();
+    }
+    if !f.nodeport_addresses.is_empty() {
+        c.node_port_addresses = Some(split_list(&f.nodeport_addresses));
+    }
+    if let Some(v) = f.oom_score_adj {
+        c.oom_score_adj = Some(v);
+    }
+    if let Some(v) = f.conntrack_max_per_core {
+        c.conntrack.max_per_core = Some(v);
+    }
+    if let Some(v) = f.conntrack_min {
+        c.conntrack.min = Some(v);
+    }
+    if let Some(v) = f.conntrack_tcp_timeout_established {
+        c.conntrack.tcp_established_timeout = Some(v);
+    }
+    if let Some(v) = f.conntrack_tcp_timeout_close_wait {
+        c.conntrack.tcp_close_wait_timeout = Some(v);
+    }
+    if let Some(v) = f.conntrack_tcp_be_liberal {
+        c.conntrack.tcp_be_liberal = v;
+    }
+    if let Some(v) = f.conntrack_udp_timeout {
+        c.conntrack.udp_timeout = v;
+    }
+    if let Some(v) = f.conntrack_udp_timeout_stream {
+        c.conntrack.udp_stream_timeout = v;
+    }
+    if let Some(v) = f.config_sync_period {
+        c.config_sync_period = v;
+    }
+    if let Some(v) = &f.proxy_port_range {
+        c.port_range = v.clone();
+    }
+    // Deprecated port flags only apply when neither --config nor --write-config-to is used.
+    if f.write_config_to.is_none() {
+        if let Some(port) = f.healthz_port {
+            c.healthz_bind_address = address_with_port(&c.healthz_bind_address, port);
+        }
+        if let Some(port) = f.metrics_port {
+            c.metrics_bind_address = address_with_port(&c.metrics_bind_address, port);
+        }
+    }
+    c
+}
+
+/// Logging flags override the configuration (file or flags), as upstream's copyLogsFromFlags.
+fn apply_logging_flags(f: &Flags, c: &mut ProxyConfig) {
+    let l = &mut c.logging;
+    if let Some(v) = &f.logging_format {
+        l.format = v.clone();
+    }
+    if let Some(v) = f.log_flush_frequency {
+        l.flush_frequency = super::duration::TimeOrDuration(v);
+    }
+    if let Some(v) = f.v {
+        l.verbosity = v;
+    }
+    if !f.vmodule.is_empty() {
+        let mut items: Vec<_> = f.vmodule.iter().flatten().cloned().collect();
+        items.extend(l.vmodule.take().unwrap_or_default());
+        l.vmodule = Some(items);
+    }
+    if let Some(v) = f.log_json_split_stream {
+        l.options.json.split_stream = v;
+    }
+    if let Some(v) = &f.log_json_info_buffer_size {
+        l.options.json.info_buffer_size = Quantity(v.clone());
+    }
+    if let Some(v) = f.log_text_split_stream {
+        l.options.text.split_stream = v;
+    }
+    if let Some(v) = &f.log_text_info_buffer_size {
+        l.options.text.info_buffer_size = Quantity(v.clone());
+    }
+}

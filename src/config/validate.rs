@@ -1,0 +1,445 @@
+//! Validation as upstream (`pkg/proxy/apis/config/validation/validation.go`), limited to what
+//! matters in IPVS mode. Every problem is collected; paths are the YAML field paths.
+
+use super::defaults::split_host_port;
+use super::duration::GoDuration;
+use super::types::ProxyConfig;
+use ipnet::IpNet;
+use std::fmt;
+use std::net::IpAddr;
+
+/// IPVS schedulers the kernel may provide (`""` means `rr`).
+pub const SCHEDULERS: &[&str] = &[
+    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
+];
+
+/// Supported `detectLocalMode` values (`""` means `ClusterCIDR`).
+pub const LOCAL_MODES: &[&str] = &[
+    "ClusterCIDR",
+    "NodeCIDR",
+    "BridgeInterface",
+    "InterfaceNamePrefix",
+];
+
+/// Keywords allowed in `nodePortAddresses` besides CIDRs.
+pub const NODE_PORT_KEYWORDS: &[&str] = &["primary", "localhost", "all"];
+
+/// One invalid field, printed like Kubernetes' `field.Error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// YAML path of the field, e.g. `ipvs.syncPeriod` or `nodePortAddresses[1]`.
+    pub field: String,
+    /// What is wrong.
+    pub kind: FieldErrorKind,
+}
+
+/// The kind of a [`FieldError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldErrorKind {
+    /// A bad value (already rendered, strings quoted) and why.
+    Invalid { value: String, detail: String },
+    /// A value outside a fixed set.
+    NotSupported {
+        value: String,
+        supported: Vec<String>,
+    },
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            FieldErrorKind::Invalid { value, detail } => {
+                write!(f, "{}: Invalid value: {value}: {detail}", self.field)
+            }
+            FieldErrorKind::NotSupported { value, supported } => {
+                let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+                write!(
+                    f,
+                    "{}: Unsupported value: {value}: supported values: {}",
+                    self.field,
+                    list.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// All validation errors of a configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        if parts.len() == 1 {
+            write!(f, "{}", parts[0])
+        } else {
+            write!(f, "{} errors:", parts.len())?;
+            for p in parts {
+                write!(f, "\n  {p}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn q(s: &str) -> String {
+    format!("{s:?}")
+}
+
+fn dq(d: GoDuration) -> String {
+    q(&d.to_string())
+}
+
+struct Errs(Vec<FieldError>);
+
+impl Errs {
+    fn invalid(&mut self, field: impl Into<String>, value: String, detail: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            kind: FieldErrorKind::Invalid {
+                value,
+                detail: detail.into(),
+            },
+        });
+    }
+
+    fn not_supported(&mut self, field: impl Into<String>, value: &str, supported: &[&str]) {
+        self.0.push(FieldError {
+            field: field.into(),
+            kind: FieldErrorKind::NotSupported {
+                value: q(value),
+                supported: supported.iter().map(|s| s.to_string()).collect(),
+            },
+        });
+    }
+
+    fn non_negative_duration(&mut self, field: &str, d: GoDuration) {
+        if d.is_negative() {
+            self.invalid(field, dq(d), "must be greater than or equal to 0");
+        }
+    }
+
+    fn host_port(&mut self, field: &str, input: &str) {
+        let (host, port) = match split_host_port(input) {
+            Ok(hp) => hp,
+            Err(_) => {
+                self.invalid(field, q(input), "must be IP:port");
+                return;
+            }
+        };
+        if host.parse::<IpAddr>().is_err() {
+            self.invalid(field, q(host), "must be a valid IP");
+        }
+        match port.parse::<u32>() {
+            Ok(p) if (1..=65535).contains(&p) => {}
+            _ => self.invalid(field, q(port), "must be a valid port"),
+        }
+    }
+}
+
+/// Parse a CIDR like Go's `ParseCIDRSloppy` (host bits allowed; the network is returned).
+pub fn parse_cidr(s: &str) -> Option<IpNet> {
+    s.trim().parse::<IpNet>().ok().map(|n| n.trunc())
+}
+
+/// Whether `s` is a port range as upstream accepts it (`""`, `N`, `A-B`, `A+N`).
+fn valid_port_range(s: &str) -> bool {
+    let s = s.trim();
+    if s.is_empty() {
+        return true;
+    }
+    let port = |p: &str| p.parse::<u32>().ok().filter(|p| *p <= 65535);
+    if let Some((a, b)) = s.split_once('-') {
+        matches!((port(a), port(b)), (Some(a), Some(b)) if a <= b)
+    } else if let Some((a, n)) = s.split_once('+') {
+        matches!((port(a), n.parse::<u32>().ok()), (Some(a), Some(n)) if a + n <= 65535)
+    } else {
+        port(s).is_some()
+    }
+}
+
+/// Validate a defaulted configuration whose `mode` has been resolved.
+pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
+    let mut e = Errs(Vec::new());
+
+    for name in c.feature_gates.keys() {
+        if name.trim().is_empty() {
+            e.invalid(
+                "featureGates",
+                q(name),
+                "feature gate names must not be empty",
+            );
+        }
+    }
+
+    if let Some(bit) = c.iptables.masquerade_bit
+        && !(0..=31).contains(&bit)
+    {
+        e.invalid(
+            "iptables.masqueradeBit",
+            bit.to_string(),
+            "must be within the range [0, 31]",
+        );
+    }
+
+    // IPVS mode: ipvs.syncPeriod/minSyncPeriod are the proxier's sync periods.
+    let ipvs = &c.ipvs;
+    if ipvs.sync_period.as_nanos() <= 0 {
+        e.invalid(
+            "ipvs.syncPeriod",
+            dq(ipvs.sync_period),
+            "must be greater than 0",
+        );
+    }
+    if ipvs.min_sync_period.is_negative() {
+        e.invalid(
+            "ipvs.minSyncPeriod",
+            dq(ipvs.min_sync_period),
+            "must be greater than or equal to 0",
+        );
+    }
+    if ipvs.sync_period.as_nanos() > 0 && ipvs.min_sync_period > ipvs.sync_period {
+        e.invalid(
+            "ipvs.syncPeriod",
+            dq(ipvs.min_sync_period),
+            "must be greater than or equal to ipvs.minSyncPeriod",
+        );
+    }
+    e.non_negative_duration("ipvs.tcpTimeout", ipvs.tcp_timeout);
+    e.non_negative_duration("ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout);
+    e.non_negative_duration("ipvs.udpTimeout", ipvs.udp_timeout);
+    if !ipvs.scheduler.is_empty() && !SCHEDULERS.contains(&ipvs.scheduler.as_str()) {
+        e.invalid(
+            "ipvs.scheduler",
+            q(&ipvs.scheduler),
+            format!(
+                "must be one of [{}], blank means the default algorithm method (currently rr)",
+                SCHEDULERS.join(" ")
+            ),
+        );
+    }
+    for (i, cidr) in ipvs.exclude_cidrs.iter().flatten().enumerate() {
+        if parse_cidr(cidr).is_none() {
+            e.invalid(
+                format!("ipvs.excludeCIDRs[{i}]"),
+                q(cidr),
+                "must be a valid CIDR",
+            );
+        }
+    }
+
+    let ct = &c.conntrack;
+    if let Some(v) = ct.max_per_core
+        && v < 0
+    {
+        e.invalid(
+            "conntrack.maxPerCore",
+            v.to_string(),
+            "must be greater than or equal to 0",
+        );
+    }
+    if let Some(v) = ct.min
+        && v < 0
+    {
+        e.invalid(
+            "conntrack.min",
+            v.to_string(),
+            "must be greater than or equal to 0",
+        );
+    }
+    if let Some(d) = ct.tcp_established_timeout {
+        e.non_negative_duration("conntrack.tcpEstablishedTimeout", d);
+    }
+    if let Some(d) = ct.tcp_close_wait_timeout {
+        e.non_negative_duration("conntrack.tcpCloseWaitTimeout", d);
+    }
+    e.non_negative_duration("conntrack.udpTimeout", ct.udp_timeout);
+    e.non_negative_duration("conntrack.udpStreamTimeout", ct.udp_stream_timeout);
+
+    if let Some(v) = c.oom_score_adj
+        && !(-1000..=1000).contains(&v)
+    {
+        e.invalid(
+            "oomScoreAdj",
+            v.to_string(),
+            "must be within the range [-1000, 1000]",
+        );
+    }
+
+    if c.mode != "ipvs" {
+        e.invalid(
+            "mode",
+            q(&c.mode),
+            "this binary implements only IPVS mode: must be \"ipvs\" or blank",
+        );
+    }
+
+    if c.client_connection.burst < 0 {
+        e.invalid(
+            "clientConnection.burst",
+            c.client_connection.burst.to_string(),
+            "must be greater than or equal to 0",
+        );
+    }
+    if !c.client_connection.qps.is_finite() {
+        e.invalid(
+            "clientConnection.qps",
+            c.client_connection.qps.to_string(),
+            "must be a finite number",
+        );
+    }
+
+    if c.config_sync_period.as_nanos() <= 0 {
+        e.invalid(
+            "configSyncPeriod",
+            dq(c.config_sync_period),
+            "must be greater than 0",
+        );
+    }
+
+    if c.bind_address.parse::<IpAddr>().is_err() {
+        e.invalid(
+            "bindAddress",
+            q(&c.bind_address),
+            "not a valid textual representation of an IP address",
+        );
+    }
+    if !c.healthz_bind_address.is_empty() {
+        e.host_port("healthzBindAddress", &c.healthz_bind_address);
+    }
+    if !c.metrics_bind_address.is_empty() {
+        e.host_port("metricsBindAddress", &c.metrics_bind_address);
+    }
+
+    if !valid_port_range(&c.port_range) {
+        e.invalid(
+            "portRange",
+            q(&c.port_range),
+            "must be a valid port range (e.g. 300-2000)",
+        );
+    }
+
+    for (i, addr) in c.node_port_addresses.iter().flatten().enumerate() {
+        if !NODE_PORT_KEYWORDS.contains(&addr.as_str()) && parse_cidr(addr).is_none() {
+            e.invalid(
+                format!("nodePortAddresses[{i}]"),
+                q(addr),
+                "must be a valid CIDR or one of 'primary', 'localhost', 'all'",
+            );
+        }
+    }
+
+    let v = &c.show_hidden_metrics_for_version;
+    if !v.is_empty() {
+        let ok = v
+            .split_once('.')
+            .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
+        if !ok {
+            e.invalid(
+                "showHiddenMetricsForVersion",
+                q(v),
+                "must be a version in the form <major>.<minor>, e.g. 1.16",
+            );
+        }
+    }
+
+    validate_detect_local(c, &mut e);
+
+    if !matches!(c.logging.format.as_str(), "" | "text" | "json") {
+        e.not_supported("logging.format", &c.logging.format, &["json", "text"]);
+    }
+
+    if e.0.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationErrors(e.0))
+    }
+}
+
+fn validate_detect_local(c: &ProxyConfig, e: &mut Errs) {
+    let mode = c.detect_local_mode.as_str();
+    if !mode.is_empty() && !LOCAL_MODES.contains(&mode) {
+        let mut supported = LOCAL_MODES.to_vec();
+        supported.push("");
+        e.not_supported("detectLocalMode", mode, &supported);
+        return;
+    }
+    match mode {
+        "BridgeInterface" if c.detect_local.bridge_interface.is_empty() => e.invalid(
+            "detectLocal.bridgeInterface",
+            q(""),
+            "must not be empty when detectLocalMode is BridgeInterface",
+        ),
+        "InterfaceNamePrefix" if c.detect_local.interface_name_prefix.is_empty() => e.invalid(
+            "detectLocal.interfaceNamePrefix",
+            q(""),
+            "must not be empty when detectLocalMode is InterfaceNamePrefix",
+        ),
+        "" | "ClusterCIDR" if !c.cluster_cidr.trim().is_empty() => {
+            validate_cluster_cidr(&c.cluster_cidr, e)
+        }
+        _ => {}
+    }
+}
+
+fn validate_cluster_cidr(value: &str, e: &mut Errs) {
+    let parts: Vec<&str> = value.split(',').collect();
+    if parts.len() > 2 {
+        e.invalid(
+            "clusterCIDR",
+            q(value),
+            "must be either a single CIDR or a dual-stack pair of CIDRs (e.g. 10.100.0.0/16,fde4:8dba:82e1::/48)",
+        );
+        return;
+    }
+    let nets: Vec<Option<IpNet>> = parts.iter().map(|p| parse_cidr(p)).collect();
+    for (i, net) in nets.iter().enumerate() {
+        if net.is_none() {
+            e.invalid(
+                format!("clusterCIDR[{i}]"),
+                q(parts[i].trim()),
+                "must be a valid CIDR block (e.g. 10.100.0.0/16 or fde4:8dba:82e1::/48)",
+            );
+        }
+    }
+    if let [Some(a), Some(b)] = nets.as_slice()
+        && matches!(a, IpNet::V4(_)) == matches!(b, IpNet::V4(_))
+    {
+        e.invalid(
+            "clusterCIDR",
+            q(value),
+            "must be either a single CIDR or a dual-stack pair of CIDRs (at most one per IP family)",
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_ranges() {
+        for ok in ["", "0", "300-2000", "300+100", "65535", "0-0"] {
+            assert!(valid_port_range(ok), "{ok}");
+        }
+        for bad in ["x", "2000-300", "70000", "1-", "65535+1"] {
+            assert!(!valid_port_range(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn error_format() {
+        let e = FieldError {
+            field: "ipvs.syncPeriod".into(),
+            kind: FieldErrorKind::Invalid {
+                value: dq(GoDuration::from_secs(-1)),
+                detail: "must be greater than 0".into(),
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0"
+        );
+    }
+}

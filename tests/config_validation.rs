@@ -1,0 +1,379 @@
+//! Validation rules: each bad value is reported with its field path and value, all errors
+//! are collected, and the helpers parse what validation accepts.
+
+use kube_proxy_rs::cluster::model::IpFamily;
+use kube_proxy_rs::config::defaults::apply_defaults;
+use kube_proxy_rs::config::validate::validate;
+use kube_proxy_rs::config::{GoDuration, LocalMode, ProxyConfig};
+use kube_proxy_rs::proxier::plan::LocalDetector;
+
+fn base() -> ProxyConfig {
+    let mut c = ProxyConfig {
+        mode: "ipvs".into(),
+        ..Default::default()
+    };
+    apply_defaults(&mut c);
+    c
+}
+
+fn d(s: &str) -> GoDuration {
+    GoDuration::parse(s).unwrap()
+}
+
+/// Apply `change` to a valid config and return the rendered errors.
+fn errors(change: impl FnOnce(&mut ProxyConfig)) -> Vec<String> {
+    let mut c = base();
+    change(&mut c);
+    match validate(&c) {
+        Ok(()) => Vec::new(),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn assert_one(change: impl FnOnce(&mut ProxyConfig), expected: &str) {
+    let errs = errors(change);
+    assert_eq!(
+        errs.len(),
+        1,
+        "expected one error containing {expected:?}, got {errs:?}"
+    );
+    assert!(
+        errs[0].contains(expected),
+        "expected {expected:?} in {:?}",
+        errs[0]
+    );
+}
+
+fn assert_valid(change: impl FnOnce(&mut ProxyConfig)) {
+    let errs = errors(change);
+    assert!(errs.is_empty(), "{errs:?}");
+}
+
+#[test]
+fn defaults_are_valid() {
+    assert_valid(|_| {});
+}
+
+#[test]
+fn sync_periods() {
+    assert_one(
+        |c| c.ipvs.sync_period = d("-1s"),
+        "ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0",
+    );
+    assert_one(
+        |c| c.ipvs.min_sync_period = d("-1s"),
+        "ipvs.minSyncPeriod: Invalid value: \"-1s\"",
+    );
+    assert_one(
+        |c| c.ipvs.min_sync_period = d("1m"),
+        "ipvs.syncPeriod: Invalid value: \"1m0s\": must be greater than or equal to ipvs.minSyncPeriod",
+    );
+    assert_valid(|c| c.ipvs.min_sync_period = d("30s"));
+    assert_one(
+        |c| c.config_sync_period = d("-5m"),
+        "configSyncPeriod: Invalid value: \"-5m0s\"",
+    );
+    // iptables-mode periods are not used in IPVS mode.
+    assert_valid(|c| c.iptables.sync_period = d("-1s"));
+}
+
+#[test]
+fn ipvs_timeouts_and_scheduler() {
+    assert_one(|c| c.ipvs.tcp_timeout = d("-1s"), "ipvs.tcpTimeout");
+    assert_one(|c| c.ipvs.tcp_fin_timeout = d("-1s"), "ipvs.tcpFinTimeout");
+    assert_one(|c| c.ipvs.udp_timeout = d("-1s"), "ipvs.udpTimeout");
+    for s in [
+        "", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
+    ] {
+        assert_valid(|c| c.ipvs.scheduler = s.into());
+    }
+    assert_one(
+        |c| c.ipvs.scheduler = "RR".into(),
+        "ipvs.scheduler: Invalid value: \"RR\"",
+    );
+    assert_one(|c| c.ipvs.scheduler = "fancy".into(), "ipvs.scheduler");
+}
+
+#[test]
+fn masquerade_bit_and_oom_score_adj() {
+    assert_valid(|c| c.iptables.masquerade_bit = Some(0));
+    assert_valid(|c| c.iptables.masquerade_bit = Some(31));
+    assert_one(
+        |c| c.iptables.masquerade_bit = Some(32),
+        "iptables.masqueradeBit: Invalid value: 32: must be within the range [0, 31]",
+    );
+    assert_one(
+        |c| c.iptables.masquerade_bit = Some(-1),
+        "iptables.masqueradeBit",
+    );
+    assert_valid(|c| c.oom_score_adj = Some(-1000));
+    assert_valid(|c| c.oom_score_adj = Some(1000));
+    assert_one(
+        |c| c.oom_score_adj = Some(1001),
+        "oomScoreAdj: Invalid value: 1001: must be within the range [-1000, 1000]",
+    );
+    assert_one(|c| c.oom_score_adj = Some(-1001), "oomScoreAdj");
+}
+
+#[test]
+fn bind_addresses() {
+    assert_one(
+        |c| c.bind_address = "not-an-ip".into(),
+        "bindAddress: Invalid value: \"not-an-ip\"",
+    );
+    assert_one(
+        |c| c.healthz_bind_address = "0.0.0.0".into(),
+        "healthzBindAddress: Invalid value: \"0.0.0.0\": must be IP:port",
+    );
+    assert_one(
+        |c| c.healthz_bind_address = "host:80".into(),
+        "healthzBindAddress: Invalid value: \"host\": must be a valid IP",
+    );
+    assert_one(
+        |c| c.metrics_bind_address = "1.2.3.4:0".into(),
+        "metricsBindAddress: Invalid value: \"0\": must be a valid port",
+    );
+    assert_one(
+        |c| c.metrics_bind_address = "1.2.3.4:65536".into(),
+        "metricsBindAddress",
+    );
+    assert_valid(|c| c.metrics_bind_address = "[::1]:10249".into());
+    assert_valid(|c| c.healthz_bind_address = String::new());
+    assert_valid(|c| c.metrics_bind_address = String::new());
+}
+
+#[test]
+fn cluster_cidr() {
+    assert_valid(|c| c.cluster_cidr = "10.0.0.0/8".into());
+    assert_valid(|c| c.cluster_cidr = "10.0.0.0/8,fd00::/48".into());
+    assert_one(
+        |c| c.cluster_cidr = "10.0.0.0/33".into(),
+        "clusterCIDR[0]: Invalid value: \"10.0.0.0/33\"",
+    );
+    assert_one(
+        |c| c.cluster_cidr = "10.0.0.0/8,10.1.0.0/16".into(),
+        "at most one per IP family",
+    );
+    assert_one(
+        |c| c.cluster_cidr = "fd00::/48,fd01::/48".into(),
+        "clusterCIDR",
+    );
+    assert_one(
+        |c| c.cluster_cidr = "10.0.0.0/8,fd00::/48,10.1.0.0/16".into(),
+        "clusterCIDR",
+    );
+    assert_one(
+        |c| c.cluster_cidr = "10.0.0.0/8,nope".into(),
+        "clusterCIDR[1]: Invalid value: \"nope\"",
+    );
+    // Not used (and, as upstream, not checked) in the other detect-local modes.
+    assert_valid(|c| {
+        c.detect_local_mode = "NodeCIDR".into();
+        c.cluster_cidr = "junk".into();
+    });
+}
+
+#[test]
+fn detect_local() {
+    assert_one(
+        |c| c.detect_local_mode = "Magic".into(),
+        "detectLocalMode: Unsupported value: \"Magic\"",
+    );
+    assert_one(
+        |c| c.detect_local_mode = "BridgeInterface".into(),
+        "detectLocal.bridgeInterface",
+    );
+    assert_one(
+        |c| c.detect_local_mode = "InterfaceNamePrefix".into(),
+        "detectLocal.interfaceNamePrefix",
+    );
+    assert_valid(|c| {
+        c.detect_local_mode = "BridgeInterface".into();
+        c.detect_local.bridge_interface = "cbr0".into();
+    });
+    assert_valid(|c| {
+        c.detect_local_mode = "InterfaceNamePrefix".into();
+        c.detect_local.interface_name_prefix = "veth".into();
+    });
+    assert_valid(|c| c.detect_local_mode = "NodeCIDR".into());
+}
+
+#[test]
+fn node_port_addresses() {
+    assert_valid(|c| c.node_port_addresses = Some(vec!["primary".into()]));
+    assert_valid(|c| {
+        c.node_port_addresses = Some(vec!["localhost".into(), "all".into(), "10.0.0.0/8".into()])
+    });
+    assert_valid(|c| {
+        c.node_port_addresses = Some(vec!["192.168.1.7/24".into(), "fd00::/64".into()])
+    });
+    assert_one(
+        |c| c.node_port_addresses = Some(vec!["10.0.0.0/8".into(), "10.0.0.1".into()]),
+        "nodePortAddresses[1]: Invalid value: \"10.0.0.1\"",
+    );
+    assert_one(
+        |c| c.node_port_addresses = Some(vec!["Primary".into()]),
+        "nodePortAddresses[0]",
+    );
+}
+
+#[test]
+fn exclude_cidrs() {
+    assert_valid(|c| c.ipvs.exclude_cidrs = Some(vec!["10.0.0.0/8".into(), "fd00::/64".into()]));
+    let errs = errors(|c| {
+        c.ipvs.exclude_cidrs = Some(vec!["x".into(), "10.0.0.0/8".into(), "1.2.3.4/40".into()])
+    });
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].starts_with("ipvs.excludeCIDRs[0]: Invalid value: \"x\""),
+        "{errs:?}"
+    );
+    assert!(errs[1].starts_with("ipvs.excludeCIDRs[2]"), "{errs:?}");
+}
+
+#[test]
+fn conntrack() {
+    assert_one(
+        |c| c.conntrack.max_per_core = Some(-1),
+        "conntrack.maxPerCore: Invalid value: -1",
+    );
+    assert_one(|c| c.conntrack.min = Some(-1), "conntrack.min");
+    assert_one(
+        |c| c.conntrack.tcp_established_timeout = Some(d("-1s")),
+        "conntrack.tcpEstablishedTimeout",
+    );
+    assert_one(
+        |c| c.conntrack.tcp_close_wait_timeout = Some(d("-1s")),
+        "conntrack.tcpCloseWaitTimeout",
+    );
+    assert_one(
+        |c| c.conntrack.udp_timeout = d("-1s"),
+        "conntrack.udpTimeout",
+    );
+    assert_one(
+        |c| c.conntrack.udp_stream_timeout = d("-1s"),
+        "conntrack.udpStreamTimeout",
+    );
+    assert_valid(|c| {
+        c.conntrack.max_per_core = Some(0);
+        c.conntrack.tcp_established_timeout = Some(GoDuration::ZERO);
+    });
+}
+
+#[test]
+fn client_connection_mode_and_misc() {
+    assert_one(
+        |c| c.client_connection.burst = -1,
+        "clientConnection.burst: Invalid value: -1",
+    );
+    assert_one(
+        |c| c.client_connection.qps = f32::NAN,
+        "clientConnection.qps",
+    );
+    assert_one(
+        |c| c.mode = "iptables".into(),
+        "mode: Invalid value: \"iptables\": this binary implements only IPVS mode",
+    );
+    assert_one(|c| c.port_range = "2000-300".into(), "portRange");
+    assert_valid(|c| c.port_range = "300-2000".into());
+    assert_one(
+        |c| c.show_hidden_metrics_for_version = "v1".into(),
+        "showHiddenMetricsForVersion",
+    );
+    assert_valid(|c| c.show_hidden_metrics_for_version = "1.35".into());
+    assert_one(
+        |c| c.logging.format = "xml".into(),
+        "logging.format: Unsupported value: \"xml\"",
+    );
+}
+
+#[test]
+fn all_errors_are_collected() {
+    let errs = errors(|c| {
+        c.ipvs.sync_period = d("-1s");
+        c.oom_score_adj = Some(5000);
+        c.iptables.masquerade_bit = Some(99);
+        c.ipvs.scheduler = "x".into();
+        c.bind_address = "?".into();
+    });
+    assert_eq!(errs.len(), 5, "{errs:?}");
+    let mut c = base();
+    c.ipvs.sync_period = d("-1s");
+    c.oom_score_adj = Some(5000);
+    let text = validate(&c).unwrap_err().to_string();
+    assert!(
+        text.contains("2 errors")
+            && text.contains("ipvs.syncPeriod")
+            && text.contains("oomScoreAdj"),
+        "{text}"
+    );
+}
+
+#[test]
+fn helpers() {
+    let mut c = base();
+    c.cluster_cidr = "10.244.0.0/16, fd00:10:244::/56".into();
+    assert_eq!(
+        c.cluster_cidr_for(IpFamily::V4),
+        Some("10.244.0.0/16".parse().unwrap())
+    );
+    assert_eq!(
+        c.cluster_cidr_for(IpFamily::V6),
+        Some("fd00:10:244::/56".parse().unwrap())
+    );
+    assert_eq!(c.local_mode(), Some(LocalMode::ClusterCidr));
+    assert_eq!(
+        c.local_detector(IpFamily::V6, &[]),
+        LocalDetector::Cidrs(vec!["fd00:10:244::/56".parse().unwrap()])
+    );
+    c.cluster_cidr = "10.244.0.0/16".into();
+    assert_eq!(c.local_detector(IpFamily::V6, &[]), LocalDetector::None);
+    c.detect_local_mode = "NodeCIDR".into();
+    let pod_cidrs = [
+        "10.244.3.0/24".parse().unwrap(),
+        "fd00::/64".parse().unwrap(),
+    ];
+    assert_eq!(
+        c.local_detector(IpFamily::V4, &pod_cidrs),
+        LocalDetector::Cidrs(vec!["10.244.3.0/24".parse().unwrap()])
+    );
+    c.detect_local_mode = "BridgeInterface".into();
+    c.detect_local.bridge_interface = "cbr0".into();
+    assert_eq!(
+        c.local_detector(IpFamily::V4, &[]),
+        LocalDetector::BridgeInterface("cbr0".into())
+    );
+
+    // nodePortAddresses: unset means all; keywords expand; host bits are dropped.
+    c.node_port_addresses = None;
+    let all = c.node_port_addresses();
+    assert!(all.allows("203.0.113.9".parse().unwrap(), &[]));
+    assert!(all.allows("2001:db8::1".parse().unwrap(), &[]));
+    c.node_port_addresses = Some(vec!["primary".into(), "192.168.1.7/24".into()]);
+    let npa = c.node_port_addresses();
+    assert_eq!(
+        npa.cidrs_for(IpFamily::V4),
+        vec!["192.168.1.0/24".parse().unwrap()]
+    );
+    assert!(npa.cidrs_for(IpFamily::V6).is_empty());
+    let primary = ["10.0.0.5".parse().unwrap()];
+    assert!(npa.allows("10.0.0.5".parse().unwrap(), &primary));
+    assert!(npa.allows("192.168.1.200".parse().unwrap(), &primary));
+    assert!(!npa.allows("10.0.0.6".parse().unwrap(), &primary));
+    c.node_port_addresses = Some(vec!["localhost".into()]);
+    assert!(
+        c.node_port_addresses()
+            .allows("127.0.0.1".parse().unwrap(), &[])
+    );
+    assert!(
+        !c.node_port_addresses()
+            .allows("10.0.0.1".parse().unwrap(), &[])
+    );
+
+    assert_eq!(c.scheduler(), "rr");
+    c.ipvs.scheduler = "mh".into();
+    assert_eq!(c.scheduler(), "mh");
+    assert_eq!(c.masquerade_bit(), 14);
+    assert_eq!(c.sync_period(), std::time::Duration::from_secs(30));
+    assert_eq!(c.min_sync_period(), std::time::Duration::ZERO);
+}
