@@ -1,3 +1,7 @@
 //! The cluster side: models, conversion from API objects, change trackers, endpoint selection, watchers.
 
+pub mod client;
+pub mod convert;
 pub mod model;
+pub mod tracker;
+pub mod watch;
