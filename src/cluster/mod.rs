@@ -3,5 +3,6 @@
 pub mod client;
 pub mod convert;
 pub mod model;
+pub mod select;
 pub mod tracker;
 pub mod watch;
