@@ -1,2 +1,4 @@
 //! Helpers shared by the integration tests.
+pub mod apiserver;
+pub mod netns;
 pub mod uml;
