@@ -384,8 +384,9 @@ impl TestApiServer {
                 .flat_map(|k| {
                     store
                         .snapshot(k, store.rv)
+                        .map(|m| m.keys().cloned().collect::<Vec<_>>())
                         .unwrap_or_default()
-                        .into_keys()
+                        .into_iter()
                         .map(move |(ns, name)| (k, ns, name))
                 })
                 .collect()

@@ -10,6 +10,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -367,9 +368,12 @@ fn list(shared: &Shared, kind: Kind, filter: &Filter, q: &HashMap<String, String
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
+    let start = match &after {
+        Some(a) => Bound::Excluded(a.clone()),
+        None => Bound::Unbounded,
+    };
     let matching: Vec<(&(String, String), &Value)> = objects
-        .iter()
-        .filter(|(k, _)| after.as_ref().is_none_or(|a| *k > a))
+        .range((start, Bound::Unbounded))
         .filter(|(_, v)| filter.matches(v))
         .collect();
     let take = limit.unwrap_or(usize::MAX).min(matching.len());
