@@ -23,7 +23,7 @@ fn ip(s: &str) -> IpAddr {
 fn boot() -> BootOptions {
     BootOptions {
         mem: "512M",
-        timeout: Duration::from_secs(240),
+        timeout: Duration::from_secs(420),
     }
 }
 

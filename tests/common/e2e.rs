@@ -26,6 +26,11 @@ pub const NODE_IP: &str = "10.0.0.10";
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// Pod gateway on the root-namespace side of every pod veth.
 pub const POD_GW: &str = "10.244.0.1";
+/// How long the daemon may take to finish its first sync. A full sync in UML takes ~20 s on a loaded
+/// host, most of it spawning iptables processes (each costs ~0.3 s in the guest).
+pub const FIRST_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a change may take to reach the kernel (it may queue behind a full sync).
+pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Loopback healthz address of the daemon.
 pub const HEALTHZ: &str = "127.0.0.1:10256";
 /// Loopback metrics address of the daemon.
@@ -154,7 +159,7 @@ impl E2e {
     /// Starts the daemon and waits until it has synced at least once.
     pub fn start_daemon(&mut self) {
         self.spawn_daemon();
-        self.wait_for("the daemon's first sync", Duration::from_secs(30), |e| {
+        self.wait_for("the daemon's first sync", FIRST_SYNC_TIMEOUT, |e| {
             e.sync_count() >= 1.0
         });
     }
@@ -259,9 +264,11 @@ impl E2e {
                 );
             }
             if start.elapsed() > timeout {
+                let stacks = self.daemon_stacks();
                 panic!(
-                    "timed out after {timeout:?} waiting for {what}\n--- ipvsadm -Sn ---\n{}\n--- daemon log (tail) ---\n{}",
+                    "timed out after {timeout:?} waiting for {what}\n--- ipvsadm -Sn ---\n{}\n--- processes ---\n{}\n--- daemon threads ---\n{stacks}\n--- daemon log (tail) ---\n{}",
                     ipvs(),
+                    sh("ps -eLo pid,tid,ppid,stat,wchan:24,etime,comm,args | grep -v ' \\[' || true"),
                     tail(&self.log(), 60)
                 );
             }
@@ -269,9 +276,32 @@ impl E2e {
         }
     }
 
+    /// Backtraces of the daemon's threads (gdb, when installed), for diagnosing a stuck daemon.
+    pub fn daemon_stacks(&self) -> String {
+        let Some(d) = &self.daemon else {
+            return String::new();
+        };
+        if !Path::new("/usr/bin/gdb").exists() {
+            return "(gdb not installed)".to_string();
+        }
+        let out = Command::new("timeout")
+            .args(["20", "gdb", "-p", &d.child.id().to_string(), "-batch", "-nx"])
+            .args(["-ex", "set pagination off", "-ex", "thread apply all bt 25"])
+            .output();
+        match out {
+            Ok(o) => String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("Thread") || l.starts_with('#'))
+                .map(|l| l.chars().take(160).collect::<String>())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(e) => format!("gdb: {e}"),
+        }
+    }
+
     /// Waits until `ipvsadm -Sn` satisfies `cond`.
     pub fn wait_ipvs(&mut self, what: &str, cond: impl Fn(&str) -> bool) {
-        self.wait_for(what, Duration::from_secs(20), |_| cond(&ipvs()));
+        self.wait_for(what, CONVERGE_TIMEOUT, |_| cond(&ipvs()));
     }
 
     /// Waits for at least `n` more syncs than `since` (a value of [`E2e::sync_count`]).
@@ -279,7 +309,7 @@ impl E2e {
         let target = since + f64::from(n);
         self.wait_for(
             &format!("{n} more sync(s) after {since}"),
-            Duration::from_secs(30),
+            CONVERGE_TIMEOUT,
             |e| e.sync_count() >= target,
         );
     }
