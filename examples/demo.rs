@@ -80,7 +80,9 @@ fn host() -> i32 {
     let secs = started.elapsed().as_secs_f64();
     match outcome {
         Ok(()) => {
-            println!("\nPASS: kube-proxy programmed IPVS and balanced every Service across its pods ({secs:.1} s in all)");
+            println!(
+                "\nPASS: kube-proxy programmed IPVS and balanced every Service across its pods ({secs:.1} s in all)"
+            );
             0
         }
         Err(p) => {
@@ -209,7 +211,11 @@ fn guest() {
         }
         let ok = answers.iter().filter(|a| a.is_ok()).count();
         let summary: Vec<String> = per_pod.iter().map(|(p, n)| format!("{p}: {n}")).collect();
-        println!("    => {ok}/{} answered; {}", answers.len(), summary.join(", "));
+        println!(
+            "    => {ok}/{} answered; {}",
+            answers.len(),
+            summary.join(", ")
+        );
         let all_pods = PODS.iter().all(|(p, _)| per_pod.contains_key(*p));
         if ok != answers.len() || !all_pods {
             failures.push(format!(
@@ -254,7 +260,9 @@ fn guest() {
 
     println!("\n== 5. Shutdown ==");
     let status = e.stop_daemon();
-    println!("  kube-proxy stopped on SIGTERM: {status} (IPVS rules are left in place, as upstream)");
+    println!(
+        "  kube-proxy stopped on SIGTERM: {status} (IPVS rules are left in place, as upstream)"
+    );
     println!(
         "  kube-proxy log: {}",
         e.dir.join("kube-proxy-1.log").display()
@@ -262,7 +270,10 @@ fn guest() {
     if !status.success() {
         failures.push(format!("kube-proxy exit status {status}"));
     }
-    println!("  demo took {:.1} s inside the guest", t0.elapsed().as_secs_f64());
+    println!(
+        "  demo took {:.1} s inside the guest",
+        t0.elapsed().as_secs_f64()
+    );
     if !failures.is_empty() {
         println!("\nkube-proxy log (tail):\n{}", e2e::tail(&e.log(), 20));
         panic!("demo checks failed: {failures:?}");

@@ -147,7 +147,11 @@ uml_test!(restart_under_traffic_keeps_state, boot(), {
     std::thread::sleep(Duration::from_millis(500));
 
     let status = e.stop_daemon();
-    assert!(status.success(), "SIGTERM exit status {status}:\n{}", e.log());
+    assert!(
+        status.success(),
+        "SIGTERM exit status {status}:\n{}",
+        e.log()
+    );
     let stopped = KernelState::read();
     assert!(
         stopped == before,
@@ -173,9 +177,21 @@ uml_test!(restart_under_traffic_keeps_state, boot(), {
     std::thread::sleep(Duration::from_millis(500));
     let (ok, failed, errors) = traffic.finish();
     let (np_ok, np_failed, np_errors) = nodeport.finish();
-    println!("ClusterIP requests: {ok} ok, {failed} failed; NodePort: {np_ok} ok, {np_failed} failed");
-    assert_eq!(failed, 0, "failed ClusterIP requests: {errors:?}\n{}", e.all_logs());
-    assert_eq!(np_failed, 0, "failed NodePort requests: {np_errors:?}\n{}", e.all_logs());
+    println!(
+        "ClusterIP requests: {ok} ok, {failed} failed; NodePort: {np_ok} ok, {np_failed} failed"
+    );
+    assert_eq!(
+        failed,
+        0,
+        "failed ClusterIP requests: {errors:?}\n{}",
+        e.all_logs()
+    );
+    assert_eq!(
+        np_failed,
+        0,
+        "failed NodePort requests: {np_errors:?}\n{}",
+        e.all_logs()
+    );
     assert!(ok > 20 && np_ok > 20, "too few requests: {ok}, {np_ok}");
     assert!(e.daemon_exit().is_none(), "daemon died:\n{}", e.log());
 });
@@ -196,7 +212,8 @@ uml_test!(relist_after_watch_loss_and_expired_history, boot(), {
     e.wait_ipvs("cluster programmed", |t| {
         converged(t) && has_vs(t, "-t", "10.96.0.66:80")
     });
-    let lists_before = e.api.list_requests(Kind::Service) + e.api.list_requests(Kind::EndpointSlice);
+    let lists_before =
+        e.api.list_requests(Kind::Service) + e.api.list_requests(Kind::EndpointSlice);
 
     // No watch is served while the changes are made; the history they would replay is then compacted.
     e.api.hold_watches(true);
@@ -253,7 +270,9 @@ uml_test!(cleanup_removes_everything_of_ours, boot(), {
     load_cluster(&e);
     e.start_daemon();
     e.wait_ipvs("cluster programmed", converged);
-    sh("iptables -N FOREIGN-CHAIN && iptables -A FOREIGN-CHAIN -j RETURN && iptables -I INPUT -j FOREIGN-CHAIN");
+    sh(
+        "iptables -N FOREIGN-CHAIN && iptables -A FOREIGN-CHAIN -j RETURN && iptables -I INPUT -j FOREIGN-CHAIN",
+    );
     sh("iptables -t nat -N FOREIGN-NAT && iptables -t nat -A FOREIGN-NAT -j RETURN");
     sh("ipset create foreign-set hash:ip && ipset add foreign-set 10.1.2.3");
     sh("ipvsadm -A -t 10.55.0.1:80 -s rr");
@@ -281,7 +300,8 @@ uml_test!(cleanup_removes_everything_of_ours, boot(), {
     assert!(!links.contains("kube-ipvs0"), "{links}");
     let t = ipvs();
     assert!(
-        !t.lines().any(|l| l.starts_with("-A") || l.starts_with("-a")),
+        !t.lines()
+            .any(|l| l.starts_with("-A") || l.starts_with("-a")),
         "IPVS not flushed:\n{t}"
     );
     // Foreign iptables and ipset objects survive.

@@ -119,11 +119,15 @@ uml_test!(external_traffic_paths, boot(), {
     println!("ipvsadm -Sn after the first syncs:\n{table}");
 
     // ClusterIP from a client outside the node: round robin over the three pods.
-    let got = answers(9, "ClusterIP", || allowed.tcp_request(ip("10.96.0.10"), 80, T));
+    let got = answers(9, "ClusterIP", || {
+        allowed.tcp_request(ip("10.96.0.10"), 80, T)
+    });
     assert_eq!(distinct(&got), all_pods(), "ClusterIP answers {got:?}");
 
     // NodePort on the node IP.
-    let got = answers(9, "NodePort", || allowed.tcp_request(ip("10.0.0.10"), 30080, T));
+    let got = answers(9, "NodePort", || {
+        allowed.tcp_request(ip("10.0.0.10"), 30080, T)
+    });
     assert_eq!(distinct(&got), all_pods(), "NodePort answers {got:?}");
     assert!(
         set_members("KUBE-NODE-PORT-TCP").contains(&"30080".to_string()),
@@ -137,7 +141,9 @@ uml_test!(external_traffic_paths, boot(), {
         "{:?}",
         ipvs0_addrs()
     );
-    let got = answers(6, "ExternalIP", || other.tcp_request(ip("192.168.99.10"), 80, T));
+    let got = answers(6, "ExternalIP", || {
+        other.tcp_request(ip("192.168.99.10"), 80, T)
+    });
     assert_eq!(distinct(&got), all_pods(), "ExternalIP answers {got:?}");
 
     // LoadBalancer with loadBalancerSourceRanges: the allowed client passes, the other is dropped.
@@ -146,9 +152,14 @@ uml_test!(external_traffic_paths, boot(), {
     });
     assert_eq!(distinct(&got), all_pods(), "LB answers {got:?}");
     let denied = other.tcp_request(ip("192.168.99.20"), 80, Duration::from_secs(1));
-    let err = format!("{:#}", denied.expect_err("a client outside loadBalancerSourceRanges got through"));
+    let err = format!(
+        "{:#}",
+        denied.expect_err("a client outside loadBalancerSourceRanges got through")
+    );
     assert!(
-        err.contains("timed out") || err.contains("WouldBlock") || err.contains("Resource temporarily"),
+        err.contains("timed out")
+            || err.contains("WouldBlock")
+            || err.contains("Resource temporarily"),
         "expected the packets to be dropped (timeout), got: {err}"
     );
     assert!(
@@ -219,7 +230,10 @@ uml_test!(external_traffic_paths, boot(), {
         "host"
     );
     let filtered = allowed.tcp_request(ip("10.96.0.10"), 9999, T);
-    let err = format!("{:#}", filtered.expect_err("host service reachable on a ClusterIP"));
+    let err = format!(
+        "{:#}",
+        filtered.expect_err("host service reachable on a ClusterIP")
+    );
     assert!(err.contains("refused"), "expected a REJECT, got: {err}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     server.join().unwrap();
@@ -265,7 +279,13 @@ uml_test!(traffic_policies, boot(), {
     };
     e.apply(lb("etp", "10.96.0.70", "192.168.99.40", 30050, 32050));
     e.apply(slice("etp", "TCP", 8080, mixed));
-    e.apply(lb("etp-remote", "10.96.0.71", "192.168.99.41", 30051, 32051));
+    e.apply(lb(
+        "etp-remote",
+        "10.96.0.71",
+        "192.168.99.41",
+        30051,
+        32051,
+    ));
     e.apply(slice(
         "etp-remote",
         "TCP",
@@ -297,7 +317,10 @@ uml_test!(traffic_policies, boot(), {
     });
     let table = ipvs();
     println!("ipvsadm -Sn:\n{table}");
-    let local = vec!["10.244.0.11:8080".to_string(), "10.244.0.12:8080".to_string()];
+    let local = vec![
+        "10.244.0.11:8080".to_string(),
+        "10.244.0.12:8080".to_string(),
+    ];
     assert_eq!(real_servers(&table, "-t", "10.0.0.10:30050"), local);
     assert_eq!(real_servers(&table, "-t", "192.168.99.40:80"), local);
     // ClusterIP of an ETP=Local service uses every endpoint.
@@ -314,7 +337,9 @@ uml_test!(traffic_policies, boot(), {
     );
 
     // Traffic: NodePort of the ETP=Local service reaches only local pods.
-    let got = answers(8, "ETP NodePort", || outside.tcp_request(ip("10.0.0.10"), 30050, T));
+    let got = answers(8, "ETP NodePort", || {
+        outside.tcp_request(ip("10.0.0.10"), 30050, T)
+    });
     assert_eq!(distinct(&got), vec!["pod-a", "pod-b"], "{got:?}");
     let got = answers(6, "ITP ClusterIP", || {
         common::netns::tcp_request(ip("10.96.0.60"), 80, T)
@@ -374,9 +399,11 @@ uml_test!(traffic_policies, boot(), {
             ("10.244.0.13", "other-node", true),
         ],
     ));
-    e.wait_for("etp-remote health check 200", common::e2e::CONVERGE_TIMEOUT, |_| {
-        http_get("10.0.0.10:32051".parse().unwrap(), "/").is_some_and(|r| r.status == 200)
-    });
+    e.wait_for(
+        "etp-remote health check 200",
+        common::e2e::CONVERGE_TIMEOUT,
+        |_| http_get("10.0.0.10:32051".parse().unwrap(), "/").is_some_and(|r| r.status == 200),
+    );
     let r = hc(32051);
     let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(body["localEndpoints"], 1, "{body}");
@@ -427,12 +454,16 @@ uml_test!(object_lifecycle_and_ownership, boot(), {
     e.wait_ipvs("doomed removed", |t| {
         !has_vs(t, "-t", "10.96.0.90:80") && !has_vs(t, "-t", "10.0.0.10:30090")
     });
-    e.wait_for("doomed's address and set entries removed", common::e2e::CONVERGE_TIMEOUT, |_| {
-        !ipvs0_addrs().contains(&"10.96.0.90/32".to_string())
-            && !set_members("KUBE-CLUSTER-IP").contains(&"10.96.0.90,tcp:80".to_string())
-            && !set_members("KUBE-NODE-PORT-TCP").contains(&"30090".to_string())
-            && !set_members("KUBE-IPVS-IPS").contains(&"10.96.0.90".to_string())
-    });
+    e.wait_for(
+        "doomed's address and set entries removed",
+        common::e2e::CONVERGE_TIMEOUT,
+        |_| {
+            !ipvs0_addrs().contains(&"10.96.0.90/32".to_string())
+                && !set_members("KUBE-CLUSTER-IP").contains(&"10.96.0.90,tcp:80".to_string())
+                && !set_members("KUBE-NODE-PORT-TCP").contains(&"30090".to_string())
+                && !set_members("KUBE-IPVS-IPS").contains(&"10.96.0.90".to_string())
+        },
+    );
 
     // A malformed Service next to good ones.
     e.apply(service("broken", "10.96.0.300", "TCP", 80, json!({})));
@@ -446,15 +477,21 @@ uml_test!(object_lifecycle_and_ownership, boot(), {
         common::netns::tcp_request(ip("10.96.0.10"), 80, T)
     });
     assert_eq!(distinct(&got), vec!["pod-a", "pod-b"]);
-    e.wait_for("the log to name the broken Service", common::e2e::CONVERGE_TIMEOUT, |e| {
-        e.log().contains("default/broken")
-    });
-    e.wait_for("a warning Event naming the broken Service", common::e2e::CONVERGE_TIMEOUT, |e| {
-        e.api.events_json().iter().any(|ev| {
-            let t = ev.to_string();
-            t.contains("Warning") && t.contains("broken")
-        })
-    });
+    e.wait_for(
+        "the log to name the broken Service",
+        common::e2e::CONVERGE_TIMEOUT,
+        |e| e.log().contains("default/broken"),
+    );
+    e.wait_for(
+        "a warning Event naming the broken Service",
+        common::e2e::CONVERGE_TIMEOUT,
+        |e| {
+            e.api.events_json().iter().any(|ev| {
+                let t = ev.to_string();
+                t.contains("Warning") && t.contains("broken")
+            })
+        },
+    );
 
     // After a full sync: the one on a kube-ipvs0 address outside excludeCIDRs was deleted (as upstream
     // does), the foreign and the excluded ones are still there.
@@ -462,7 +499,10 @@ uml_test!(object_lifecycle_and_ownership, boot(), {
         !has_vs(t, "-t", "10.96.0.77:80")
     });
     let t = ipvs();
-    assert!(has_vs(&t, "-t", "10.55.0.1:80"), "foreign service gone:\n{t}");
+    assert!(
+        has_vs(&t, "-t", "10.55.0.1:80"),
+        "foreign service gone:\n{t}"
+    );
     assert_eq!(
         real_servers(&t, "-t", "10.55.0.1:80"),
         vec!["10.244.0.11:8080".to_string()],

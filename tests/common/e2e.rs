@@ -268,7 +268,9 @@ impl E2e {
                 panic!(
                     "timed out after {timeout:?} waiting for {what}\n--- ipvsadm -Sn ---\n{}\n--- processes ---\n{}\n--- daemon threads ---\n{stacks}\n--- daemon log (tail) ---\n{}",
                     ipvs(),
-                    sh("ps -eLo pid,tid,ppid,stat,wchan:24,etime,comm,args | grep -v ' \\[' || true"),
+                    sh(
+                        "ps -eLo pid,tid,ppid,stat,wchan:24,etime,comm,args | grep -v ' \\[' || true"
+                    ),
                     tail(&self.log(), 60)
                 );
             }
@@ -285,7 +287,14 @@ impl E2e {
             return "(gdb not installed)".to_string();
         }
         let out = Command::new("timeout")
-            .args(["20", "gdb", "-p", &d.child.id().to_string(), "-batch", "-nx"])
+            .args([
+                "20",
+                "gdb",
+                "-p",
+                &d.child.id().to_string(),
+                "-batch",
+                "-nx",
+            ])
             .args(["-ex", "set pagination off", "-ex", "thread apply all bt 25"])
             .output();
         match out {
@@ -323,7 +332,10 @@ impl E2e {
 
     /// Syncs done so far (sum of `kubeproxy_sync_proxy_rules_duration_seconds_count` over families).
     pub fn sync_count(&self) -> f64 {
-        metric_sum(&self.metrics(), "kubeproxy_sync_proxy_rules_duration_seconds_count")
+        metric_sum(
+            &self.metrics(),
+            "kubeproxy_sync_proxy_rules_duration_seconds_count",
+        )
     }
 
     /// GET on the daemon's healthz server.
@@ -619,11 +631,7 @@ pub fn client(name: &str, ip: &str, gw: &str) -> super::netns::Pod {
 }
 
 /// `n` TCP requests to `ip:port` through `f` (e.g. a client's `tcp_request`); panics on a failed request.
-pub fn answers(
-    n: usize,
-    what: &str,
-    mut f: impl FnMut() -> anyhow::Result<String>,
-) -> Vec<String> {
+pub fn answers(n: usize, what: &str, mut f: impl FnMut() -> anyhow::Result<String>) -> Vec<String> {
     (0..n)
         .map(|i| f().unwrap_or_else(|e| panic!("{what}: request {i} failed: {e:#}")))
         .collect()
