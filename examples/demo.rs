@@ -185,10 +185,12 @@ fn guest() {
             && e2e::real_servers(t, "-u", "10.96.100.53:53").len() == 3
     });
     println!(
-        "  {} --config {} : first sync done, IPVS programmed {:.1} s after start",
-        e.opts.bin.display(),
+        "  kube-proxy --config {} : first sync done, IPVS programmed {:.1} s after start",
         e.config_path.display(),
         spawned.elapsed().as_secs_f64()
+    );
+    println!(
+        "  (a full sync is slow under User-Mode Linux: every iptables/ipset call starts a process, ~0.2 s each here)"
     );
     println!("\n$ ipvsadm -Ln");
     print!("{}", uml::sh("ipvsadm -Ln"));

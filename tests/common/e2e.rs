@@ -259,7 +259,9 @@ impl E2e {
             }
             if let Some(st) = self.daemon_exit() {
                 panic!(
-                    "kube-proxy exited ({st}) while waiting for {what}\n{}",
+                    "kube-proxy exited ({st}) while waiting for {what} (if it exited 0 at once, {} may be \
+                     another worktree's build: the target dir is shared)\n{}",
+                    self.opts.bin.display(),
                     tail(&self.log(), 60)
                 );
             }
