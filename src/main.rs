@@ -15,8 +15,12 @@ fn level_for(verbosity: u32) -> &'static str {
 
 fn init_logging(options: &Options) {
     let logging = &options.config.logging;
-    let filter = EnvFilter::try_from_env("KUBE_PROXY_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(level_for(logging.verbosity)));
+    // --v raises the verbosity of this program only; libraries stay at info unless
+    // KUBE_PROXY_LOG (an EnvFilter directive) says otherwise.
+    let level = level_for(logging.verbosity);
+    let filter = EnvFilter::try_from_env("KUBE_PROXY_LOG").unwrap_or_else(|_| {
+        EnvFilter::new(format!("info,kube_proxy_rs={level},kube_proxy={level}"))
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -4,6 +4,18 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn kube_proxy(args: &[&str]) -> Output {
+    // With a CARGO_TARGET_DIR shared by several worktrees, another build can replace the
+    // binary between cargo building it and this test running it: say so instead of failing
+    // obscurely.
+    let version = Command::new(env!("CARGO_BIN_EXE_kube-proxy"))
+        .arg("--version")
+        .output()
+        .expect("run kube-proxy --version");
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains("kube-proxy-rs"),
+        "{} is not this build of kube-proxy (replaced by another build in the shared target dir?); rerun",
+        env!("CARGO_BIN_EXE_kube-proxy")
+    );
     Command::new(env!("CARGO_BIN_EXE_kube-proxy"))
         .args(args)
         .env_remove("KUBE_PROXY_LOG")
@@ -195,7 +207,15 @@ fn json_logging_format() {
 }
 
 #[test]
-fn runs_the_app_stub() {
+fn runs_the_app_stub_with_verbosity_from_v() {
     let out = kube_proxy(&["--hostname-override=n", "--proxy-mode=ipvs"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("node=n"), "{stderr}");
+    assert!(!stderr.contains("effective configuration"), "{stderr}");
+    // --v=4 enables debug logs, which include the effective configuration.
+    let out = kube_proxy(&["--hostname-override=n", "--proxy-mode=ipvs", "--v=4"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("effective configuration"), "{stderr}");
 }

@@ -3,6 +3,15 @@
 //! [`parse_args`] turns a command line into [`Options`] the way upstream kube-proxy does:
 //! flags (pflag syntax), an optional `--config` file decoded strictly then leniently,
 //! upstream defaults, and validation that reports every bad field.
+//!
+//! Deliberate differences from upstream kube-proxy:
+//! - only IPVS mode: an empty `mode` means `ipvs` (with a warning), any other mode is an error;
+//! - error paths are the YAML field paths (`ipvs.syncPeriod`), not Go struct names;
+//! - unknown feature gates are accepted (upstream rejects them);
+//! - `nodePortAddresses` accepts any mix of CIDRs and `primary`/`localhost`/`all` (newest upstream);
+//! - `showHiddenMetricsForVersion` is checked for the `<major>.<minor>` form only;
+//! - legacy klog flags and the removed `--proxy-port-range`/`--udp-timeout` are accepted
+//!   with a warning; flags ignored because of `--config` are reported in a warning.
 
 pub mod defaults;
 pub mod duration;
