@@ -98,6 +98,41 @@ uml_test!(pods_answer_directly_and_through_ipvs, {
     );
     sh("ipvsadm -C && ip link del kprs-test-vip");
 
+    // IPv6: the same servers answer on the pods' IPv6 addresses, directly and through an IPv6 virtual server.
+    let mut a = a;
+    let mut b = b;
+    let mut client = client;
+    a.add_ipv6("fd00:10:244::11", "fd00:10:244::1").unwrap();
+    b.add_ipv6("fd00:10:244::12", "fd00:10:244::1").unwrap();
+    client
+        .add_ipv6("fd00:10:244::20", "fd00:10:244::1")
+        .unwrap();
+    let (a6, b6): (IpAddr, IpAddr) = (
+        "fd00:10:244::11".parse().unwrap(),
+        "fd00:10:244::12".parse().unwrap(),
+    );
+    assert_eq!(tcp_request(a6, 8080, T).unwrap(), "pod-a");
+    assert_eq!(udp_request(b6, 5353, T).unwrap(), "pod-b");
+    assert_eq!(client.tcp_request(b6, 8080, T).unwrap(), "pod-b");
+    let c6: IpAddr = "fd00:10:244::20".parse().unwrap();
+    assert!(b.peers().iter().any(|p| p.ip() == c6), "{:?}", b.peers());
+    sh(
+        "ip link add kprs-test-vip6 type dummy && ip -6 addr add fd00:96::10/128 dev kprs-test-vip6 nodad",
+    );
+    sh("ipvsadm -A -t [fd00:96::10]:80 -s rr");
+    sh("ipvsadm -a -t [fd00:96::10]:80 -r [fd00:10:244::11]:8080 -m");
+    sh("ipvsadm -a -t [fd00:96::10]:80 -r [fd00:10:244::12]:8080 -m");
+    let vip6: IpAddr = "fd00:96::10".parse().unwrap();
+    let v6: Vec<String> = (0..4)
+        .map(|_| client.tcp_request(vip6, 80, T).unwrap())
+        .collect();
+    assert_eq!(
+        tally(&v6),
+        BTreeMap::from([("pod-a".into(), 2), ("pod-b".into(), 2)]),
+        "{v6:?}"
+    );
+    sh("ipvsadm -C && ip link del kprs-test-vip6");
+
     // The test API server works in the guest and is reachable from a pod through its gateway address.
     let api = TestApiServer::start("0.0.0.0:0").unwrap();
     api.apply_value(

@@ -605,8 +605,7 @@ fn configmap_holds_an_ipvs_config_and_in_cluster_kubeconfig() {
 
     let config = single_doc(&data["config.conf"], "ConfigMap config.conf");
     check_kube_proxy_config(&config, "ConfigMap config.conf");
-    // TODO(config-type): also parse data["config.conf"] with kube_proxy_rs::config (as in
-    // config_examples_are_kube_proxy_configurations) and assert the loaded mode is IPVS.
+    load_with_crate_config(&data["config.conf"], "ConfigMap config.conf");
 
     // The kubeconfig the config names is the one shipped next to it in the same mounted directory.
     let kubeconfig_path = config["clientConnection"]["kubeconfig"].as_str().unwrap();
@@ -851,6 +850,22 @@ fn example_configs() -> Vec<(String, Map<String, Value>)> {
         .collect()
 }
 
+/// Loads a KubeProxyConfiguration with the crate's own loader: strict decode (no lenient-fallback warning),
+/// upstream defaults, validation; the mode must be IPVS.
+fn load_with_crate_config(text: &str, what: &str) {
+    use kube_proxy_rs::config::{defaults, file, validate};
+    let decoded = file::decode(text).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        decoded.warnings.is_empty(),
+        "{what}: not strict: {:?}",
+        decoded.warnings
+    );
+    let mut cfg = decoded.config;
+    defaults::apply_defaults(&mut cfg);
+    validate::validate(&cfg).unwrap_or_else(|e| panic!("{what}: invalid: {e}"));
+    assert_eq!(cfg.mode, "ipvs", "{what}: mode");
+}
+
 #[test]
 fn config_examples_are_kube_proxy_configurations() {
     let examples = example_configs();
@@ -867,9 +882,8 @@ fn config_examples_are_kube_proxy_configurations() {
     }
     for (name, cfg) in &examples {
         check_kube_proxy_config(cfg, name);
-        // TODO(config-type): once the `config` branch is merged, also load every example with the crate's
-        // own type, e.g. `kube_proxy_rs::config::<loader>(&text)`, and assert it succeeds strictly (no
-        // lenient fallback warning) with mode IPVS; then the per-file facts below can use typed fields.
+        let text = std::fs::read_to_string(format!("config/{name}")).unwrap();
+        load_with_crate_config(&text, name);
     }
     let by_name: BTreeMap<&str, &Map<String, Value>> =
         examples.iter().map(|(n, c)| (n.as_str(), c)).collect();

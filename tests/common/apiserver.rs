@@ -74,6 +74,7 @@ impl TestApiServer {
             counters: Mutex::new(Counters::default()),
             requests: Mutex::new(Vec::new()),
             bookmark_interval: Mutex::new(opts.bookmark_interval),
+            unavailable: std::sync::atomic::AtomicBool::new(false),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
@@ -231,6 +232,14 @@ impl TestApiServer {
         self.shared.hold.send_replace(hold);
     }
 
+    /// While `true`, every request is answered 503 ServiceUnavailable (open watches stay open; combine with
+    /// `drop_all_watches` to simulate an API server outage).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.shared
+            .unavailable
+            .store(unavailable, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Sets the BOOKMARK interval for watches started from now on.
     pub fn set_bookmark_interval(&self, d: Duration) {
         *lock(&self.shared.bookmark_interval) = d;
@@ -375,8 +384,9 @@ impl TestApiServer {
                 .flat_map(|k| {
                     store
                         .snapshot(k, store.rv)
+                        .map(|m| m.keys().cloned().collect::<Vec<_>>())
                         .unwrap_or_default()
-                        .into_keys()
+                        .into_iter()
                         .map(move |(ns, name)| (k, ns, name))
                 })
                 .collect()

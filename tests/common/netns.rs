@@ -12,7 +12,7 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -145,6 +145,8 @@ pub struct Pod {
     pub ip: Ipv4Addr,
     /// Gateway address (on the host-side veth).
     pub gateway: Ipv4Addr,
+    /// IPv6 address and gateway, once added with [`Pod::add_ipv6`].
+    pub ipv6: Option<(Ipv6Addr, Ipv6Addr)>,
     /// Host-side veth name.
     pub host_if: String,
     stop: Arc<AtomicBool>,
@@ -165,6 +167,7 @@ impl Pod {
             name: name.to_string(),
             ip,
             gateway: gw,
+            ipv6: None,
             host_if: host_if.clone(),
             stop: Arc::new(AtomicBool::new(false)),
             servers: Mutex::new(Vec::new()),
@@ -192,6 +195,35 @@ impl Pod {
         )?;
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").context("enable ip_forward")?;
         Ok(pod)
+    }
+
+    /// Adds an IPv6 address to the pod the same way: `ip`/128 on `eth0` with a default route via `gateway`,
+    /// `gateway`/128 on the host-side veth, a host route `ip`/128 to it, IPv6 forwarding on. No DAD.
+    pub fn add_ipv6(&mut self, ip: &str, gateway: &str) -> Result<()> {
+        let ip: Ipv6Addr = ip.parse().with_context(|| format!("pod IPv6 {ip}"))?;
+        let gw: Ipv6Addr = gateway
+            .parse()
+            .with_context(|| format!("IPv6 gateway {gateway}"))?;
+        let host_if = &self.host_if;
+        batch(
+            None,
+            &format!(
+                "addr add {gw}/128 dev {host_if} nodad\n\
+                 route add {ip}/128 dev {host_if}\n"
+            ),
+        )?;
+        batch(
+            Some(&self.name),
+            &format!(
+                "addr add {ip}/128 dev eth0 nodad\n\
+                 route add {gw}/128 dev eth0\n\
+                 route add ::/0 via {gw} dev eth0\n"
+            ),
+        )?;
+        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
+            .context("enable IPv6 forwarding")?;
+        self.ipv6 = Some((ip, gw));
+        Ok(())
     }
 
     /// Runs `sh -c cmd` inside the pod's namespace; returns stdout.
@@ -225,14 +257,19 @@ impl Pod {
         let (name, stop, peers) = (self.name.clone(), self.stop.clone(), self.peers.clone());
         self.spawn_server(move || {
             enter_netns(&name)?;
-            let l = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
+            // Dual-stack socket when IPv6 is available, IPv4 only otherwise.
+            let l = TcpListener::bind((Ipv6Addr::UNSPECIFIED, port))
+                .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
                 .with_context(|| format!("bind tcp {port} in {name}"))?;
             l.set_nonblocking(true)?;
             Ok(move || {
                 while !stop.load(Ordering::Relaxed) {
                     match l.accept() {
                         Ok((conn, peer)) => {
-                            peers.lock().unwrap_or_else(|e| e.into_inner()).push(peer);
+                            peers
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(unmap(peer));
                             let name = name.clone();
                             std::thread::spawn(move || answer_tcp(conn, &name));
                         }
@@ -251,14 +288,18 @@ impl Pod {
         let (name, stop, peers) = (self.name.clone(), self.stop.clone(), self.peers.clone());
         self.spawn_server(move || {
             enter_netns(&name)?;
-            let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, port))
+            let s = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, port))
+                .or_else(|_| UdpSocket::bind((Ipv4Addr::UNSPECIFIED, port)))
                 .with_context(|| format!("bind udp {port} in {name}"))?;
             s.set_read_timeout(Some(Duration::from_millis(20)))?;
             Ok(move || {
                 let mut buf = [0u8; 2048];
                 while !stop.load(Ordering::Relaxed) {
                     if let Ok((_, peer)) = s.recv_from(&mut buf) {
-                        peers.lock().unwrap_or_else(|e| e.into_inner()).push(peer);
+                        peers
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(unmap(peer));
                         let _ = s.send_to(name.as_bytes(), peer);
                     }
                 }
@@ -290,6 +331,17 @@ impl Pod {
             .unwrap_or_else(|e| e.into_inner())
             .push(handle);
         res
+    }
+}
+
+/// An IPv4-mapped IPv6 peer address (from a dual-stack socket) as the IPv4 address it is.
+fn unmap(peer: SocketAddr) -> SocketAddr {
+    match peer.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), peer.port()),
+            None => peer,
+        },
+        IpAddr::V4(_) => peer,
     }
 }
 

@@ -10,6 +10,8 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -31,6 +33,8 @@ pub struct Counters {
     pub event_writes: u64,
     /// Requests answered 404 because the path is not served.
     pub unknown: u64,
+    /// Requests refused with 503 while the server was set unavailable.
+    pub refused: u64,
 }
 
 /// State shared between the control handle and the HTTP tasks.
@@ -47,6 +51,8 @@ pub struct Shared {
     pub requests: Mutex<Vec<String>>,
     /// Interval between BOOKMARK events on watches that allow them.
     pub bookmark_interval: Mutex<Duration>,
+    /// While true, every request is answered 503 ServiceUnavailable.
+    pub unavailable: AtomicBool,
 }
 
 /// Locks a mutex, ignoring poisoning (a panicking test thread must not wedge the server).
@@ -179,6 +185,14 @@ pub async fn handle(
     body: Bytes,
 ) -> Response {
     lock(&shared.requests).push(format!("{method} {uri}"));
+    if shared.unavailable.load(Ordering::Relaxed) {
+        lock(&shared.counters).refused += 1;
+        return status_response(
+            503,
+            "ServiceUnavailable",
+            "the test API server is set unavailable",
+        );
+    }
     match (route(uri.path()), &method) {
         (Some(Route::Version), &Method::GET) => json_response(
             StatusCode::OK,
@@ -354,9 +368,12 @@ fn list(shared: &Shared, kind: Kind, filter: &Filter, q: &HashMap<String, String
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
+    let start = match &after {
+        Some(a) => Bound::Excluded(a.clone()),
+        None => Bound::Unbounded,
+    };
     let matching: Vec<(&(String, String), &Value)> = objects
-        .iter()
-        .filter(|(k, _)| after.as_ref().is_none_or(|a| *k > a))
+        .range((start, Bound::Unbounded))
         .filter(|(_, v)| filter.matches(v))
         .collect();
     let take = limit.unwrap_or(usize::MAX).min(matching.len());

@@ -2,6 +2,7 @@
 //! bounded per-kind history of changes (for watch replay and for lists at an older resourceVersion).
 
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// The kinds the test API server serves.
@@ -267,13 +268,14 @@ impl Store {
             .get(&(ns.to_string(), name.to_string()))
     }
 
-    /// The objects of `kind` as they were at resourceVersion `at` (the current ones when `at` >= rv).
-    pub fn snapshot(&self, kind: Kind, at: u64) -> Result<BTreeMap<Key, Value>, Expired> {
+    /// The objects of `kind` as they were at resourceVersion `at` (the current ones, borrowed, when `at` >=
+    /// rv).
+    pub fn snapshot(&self, kind: Kind, at: u64) -> Result<Cow<'_, BTreeMap<Key, Value>>, Expired> {
         let Some(ks) = self.kinds.get(&kind) else {
-            return Ok(BTreeMap::new());
+            return Ok(Cow::Owned(BTreeMap::new()));
         };
         if at >= self.rv {
-            return Ok(ks.objects.clone());
+            return Ok(Cow::Borrowed(&ks.objects));
         }
         if at < ks.floor {
             return Err(Expired { floor: ks.floor });
@@ -285,7 +287,7 @@ impl Store {
                 None => objects.remove(&ch.key),
             };
         }
-        Ok(objects)
+        Ok(Cow::Owned(objects))
     }
 
     /// Changes of `kind` after resourceVersion `after`.
