@@ -390,8 +390,9 @@ impl SyncLoop {
             .map(|(s, (_, n))| (s.clone(), *n))
             .collect();
         for failure in self.service_health.sync_services(&ports).await {
+            // The health server already logged the failure; this only raises the Event (retried each sync).
             let note = failure.message(&self.settings.node_name);
-            tracing::error!("{note}");
+            tracing::debug!("{note}");
             self.events
                 .warning("FailedToStartServiceHealthcheck", "Listen", Some(note));
         }
