@@ -68,6 +68,12 @@ impl TokenBucket {
         }
     }
 
+    /// Empties the bucket as of `now` (the next token comes one interval later).
+    pub fn drain(&mut self, now: Instant) {
+        self.tokens = 0.0;
+        self.last = now;
+    }
+
     /// Takes a token, waiting for one if needed (reserving it, so concurrent callers queue up fairly).
     pub fn reserve(&mut self, now: Instant) -> Duration {
         if self.unlimited() {
@@ -90,8 +96,34 @@ pub struct RunnerConfig {
     pub min_interval: Duration,
     /// Maximum time between runs (periodic sync); zero disables periodic runs.
     pub max_interval: Duration,
-    /// Runs allowed back to back (upstream uses 2).
+    /// Runs allowed back to back (upstream's `pkg/util/async` runner uses 2).
     pub burst: u32,
+    /// Measure `min_interval` from the end of a run instead of refilling tokens from its start
+    /// (upstream's newer `pkg/proxy/runner`, which has no burst; use with `burst: 1`).
+    pub cooldown_after_run: bool,
+}
+
+impl RunnerConfig {
+    /// Upstream's `pkg/util/async.BoundedFrequencyRunner` as kube-proxy used it: burst 2.
+    pub fn token_bucket(min_interval: Duration, max_interval: Duration) -> Self {
+        Self {
+            min_interval,
+            max_interval,
+            burst: 2,
+            cooldown_after_run: false,
+        }
+    }
+
+    /// Upstream's newer `pkg/proxy/runner.BoundedFrequencyRunner`: `min_interval` between the end of
+    /// one run and the start of the next, no burst.
+    pub fn cooldown(min_interval: Duration, max_interval: Duration) -> Self {
+        Self {
+            min_interval,
+            max_interval,
+            burst: 1,
+            cooldown_after_run: true,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -187,7 +219,11 @@ impl Runner {
             let now = Instant::now();
             if bucket.try_accept(now) {
                 sync().await;
-                deadline = Instant::now() + period;
+                let end = Instant::now();
+                if cfg.cooldown_after_run {
+                    bucket.drain(end);
+                }
+                deadline = end + period;
             } else {
                 // Not allowed yet: try again when a token is back, or at the scheduled time if sooner.
                 let next_possible = now + bucket.time_to_token(now);

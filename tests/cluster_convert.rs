@@ -467,3 +467,43 @@ fn malformed_slices_are_rejected_with_name_and_reason() {
         assert!(e.to_string().starts_with(&expect), "{e}");
     }
 }
+
+#[test]
+fn sloppy_ip_and_cidr_parsing_like_go() {
+    use kube_proxy_rs::cluster::convert::{parse_cidr, parse_ip};
+    assert_eq!(parse_ip("010.096.000.010"), Some(ip("10.96.0.10")));
+    assert_eq!(parse_ip(" fd00::1 "), Some(ip("fd00::1")));
+    for bad in [
+        "1.2.3",
+        "1.2.3.4.5",
+        "256.1.1.1",
+        "1.2.3.0004",
+        "1..2.3",
+        "a.b.c.d",
+        "",
+        "fd00::g",
+    ] {
+        assert_eq!(parse_ip(bad), None, "{bad}");
+    }
+    assert_eq!(
+        parse_cidr("10.0.0.1/8"),
+        Some("10.0.0.0/8".parse().unwrap())
+    );
+    assert_eq!(
+        parse_cidr("010.0.0.0/08"),
+        Some("10.0.0.0/8".parse().unwrap())
+    );
+    assert_eq!(
+        parse_cidr("2001:db8::1/64"),
+        Some("2001:db8::/64".parse().unwrap())
+    );
+    for bad in ["10.0.0.0", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/-1", "x/8"] {
+        assert_eq!(parse_cidr(bad), None, "{bad}");
+    }
+    // a leading-zero ClusterIP from an old cluster is accepted
+    let c = service_ports(&svc(
+        json!({"clusterIP": "010.096.000.001", "ports": [{"port": 80}]}),
+    ))
+    .unwrap();
+    assert_eq!(c.ports[0].cluster_ips, vec![ip("10.96.0.1")]);
+}

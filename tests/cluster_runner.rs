@@ -14,11 +14,17 @@ fn start(
     max: u64,
     sync_takes: Duration,
 ) -> (RunnerHandle, Log, Instant, oneshot::Sender<()>) {
-    let (handle, runner) = bounded_frequency_runner(RunnerConfig {
-        min_interval: Duration::from_secs(min),
-        max_interval: Duration::from_secs(max),
-        burst: 2,
-    });
+    start_with(
+        RunnerConfig::token_bucket(Duration::from_secs(min), Duration::from_secs(max)),
+        sync_takes,
+    )
+}
+
+fn start_with(
+    config: RunnerConfig,
+    sync_takes: Duration,
+) -> (RunnerHandle, Log, Instant, oneshot::Sender<()>) {
+    let (handle, runner) = bounded_frequency_runner(config);
     let log: Log = Arc::default();
     let t0 = Instant::now();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -153,11 +159,10 @@ async fn stops_on_shutdown() {
 
 #[tokio::test(start_paused = true)]
 async fn blocking_sync_runs_on_blocking_thread() {
-    let (handle, runner) = bounded_frequency_runner(RunnerConfig {
-        min_interval: Duration::ZERO,
-        max_interval: Duration::from_secs(100),
-        burst: 2,
-    });
+    let (handle, runner) = bounded_frequency_runner(RunnerConfig::token_bucket(
+        Duration::ZERO,
+        Duration::from_secs(100),
+    ));
     let count = Arc::new(Mutex::new(0u32));
     let c = count.clone();
     let (tx, rx) = oneshot::channel::<()>();
@@ -177,4 +182,47 @@ async fn blocking_sync_runs_on_blocking_thread() {
     assert_eq!(*count.lock().unwrap(), 1);
     tx.send(()).unwrap();
     task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn token_bucket_counts_min_interval_from_run_start() {
+    // sync takes 3 s, min interval 2 s: the queued request runs as soon as the first run ends
+    let (h, log, t0, _stop) = start(2, 100, Duration::from_secs(3));
+    settle().await;
+    h.run();
+    settle().await;
+    h.run();
+    sleep_until_t(t0, 20.0).await;
+    assert_eq!(*log.lock().unwrap(), secs(&[0.0, 3.0]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cooldown_counts_min_interval_from_run_end() {
+    let (h, log, t0, _stop) = start_with(
+        RunnerConfig::cooldown(Duration::from_secs(2), Duration::from_secs(100)),
+        Duration::from_secs(3),
+    );
+    settle().await;
+    h.run();
+    settle().await;
+    h.run();
+    sleep_until_t(t0, 20.0).await;
+    // the run ends at 3, the next may start 2 s later; no burst
+    assert_eq!(*log.lock().unwrap(), secs(&[0.0, 5.0]));
+    h.run();
+    settle().await;
+    assert_eq!(
+        log.lock().unwrap().len(),
+        3,
+        "cooldown long over: runs at once"
+    );
+    h.run();
+    settle().await;
+    assert_eq!(
+        log.lock().unwrap().len(),
+        3,
+        "no second run within the cooldown"
+    );
+    sleep_until_t(t0, 30.0).await;
+    assert_eq!(*log.lock().unwrap(), secs(&[0.0, 5.0, 20.0, 25.0]));
 }

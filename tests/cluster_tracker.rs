@@ -395,3 +395,40 @@ fn fqdn_slices_are_ignored() {
     let o = t.update(&s, false);
     assert!(!o.pending && o.error.is_none());
 }
+
+#[test]
+fn one_change_among_many_services_touches_only_that_service() {
+    const N: usize = 10_000;
+    let mut st = ServiceChangeTracker::new();
+    let mut et = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
+    let mut smap = ServiceMap::new();
+    let mut emap = EndpointsMap::new();
+    let p = json!([{"name": "p", "port": 80}]);
+    let t0 = std::time::Instant::now();
+    for i in 0..N {
+        let name = format!("s{i}");
+        let cip = format!("10.{}.{}.1", i / 256, i % 256);
+        st.update(None, Some(&svc(&name, &cip, p.clone())));
+        let eps = [format!("10.200.{}.{}", i / 256, i % 256)];
+        let eps: Vec<&str> = eps.iter().map(String::as_str).collect();
+        et.update(&slice(&format!("{name}-1"), &name, p.clone(), &eps), false);
+    }
+    st.apply(&mut smap);
+    et.apply(&mut emap);
+    let initial = t0.elapsed();
+    assert_eq!((smap.len(), emap.len()), (N, N));
+    let before: Vec<_> = emap.values().cloned().collect();
+
+    let t1 = std::time::Instant::now();
+    et.update(&slice("s77-1", "s77", p.clone(), &["10.201.0.1"]), false);
+    let r = et.apply(&mut emap);
+    let one = t1.elapsed();
+    assert_eq!(r.changed_ports.len(), 1);
+    let replaced = emap
+        .values()
+        .zip(&before)
+        .filter(|(a, b)| !Arc::ptr_eq(a, b))
+        .count();
+    assert_eq!(replaced, 1);
+    println!("tracker: {N} services+slices initial apply {initial:?}; one slice change {one:?}");
+}

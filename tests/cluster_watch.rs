@@ -154,3 +154,49 @@ fn relist_deletes_vanished_objects_and_keeps_previous() {
     trackers.services.lock().unwrap().apply(&mut map);
     assert!(map.is_empty() && cache.is_empty());
 }
+
+#[test]
+fn slimmed_slice_cache_still_deletes() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube_proxy_rs::cluster::model::EndpointsMap;
+    use kube_proxy_rs::cluster::watch::slim_slice;
+    let trackers = Trackers::new("me");
+    let mut cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
+    let mut map = EndpointsMap::new();
+    let s = |name: &str, ip: &str| -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns",
+                         "labels": {"kubernetes.io/service-name": "a"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "p", "port": 80}],
+            "endpoints": [{"addresses": [ip]}],
+        }))
+        .unwrap()
+    };
+    let feed = |cache: &mut EventCache<EndpointSlice>, ev| {
+        cache.handle(ev, |prev, cur| {
+            let mut t = trackers.endpoints.lock().unwrap();
+            match (prev, cur) {
+                (_, Some(c)) => t.update(c, false),
+                (Some(p), None) => t.update(p, true),
+                _ => unreachable!(),
+            };
+        })
+    };
+    feed(&mut cache, Event::Apply(s("a-1", "10.0.0.1")));
+    feed(&mut cache, Event::Apply(s("a-2", "10.0.0.2")));
+    trackers.endpoints.lock().unwrap().apply(&mut map);
+    assert_eq!(map.values().next().unwrap().len(), 2);
+    // relist without a-2: its endpoints go, using only the slimmed cached copy
+    feed(&mut cache, Event::Init);
+    feed(&mut cache, Event::InitApply(s("a-1", "10.0.0.1")));
+    feed(&mut cache, Event::InitDone);
+    trackers.endpoints.lock().unwrap().apply(&mut map);
+    let eps = map.values().next().unwrap();
+    assert_eq!(eps.len(), 1);
+    assert_eq!(eps[0].ip.to_string(), "10.0.0.1");
+    // delete event for a-1 empties the map
+    feed(&mut cache, Event::Delete(s("a-1", "10.0.0.1")));
+    trackers.endpoints.lock().unwrap().apply(&mut map);
+    assert!(map.is_empty());
+}

@@ -31,21 +31,57 @@ struct Daemon {
     log: PathBuf,
 }
 
-/// A private copy of the binary under test: the target directory is shared with concurrent builds of
-/// other branches, which may replace `CARGO_BIN_EXE_kube-proxy` at any time. The copy must contain the
-/// daemon (its hidden environment variable name) or the test stops with a clear message.
+/// Where the host stashes the binary under test before booting the guest: the target directory is
+/// shared with concurrent builds of other branches, which may replace `CARGO_BIN_EXE_kube-proxy` at any
+/// time, so it is copied the moment the test starts (right after cargo built it).
+fn stash_path() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-clusterip-kube-proxy")
+}
+
+/// Whether `path` is a daemon build (it contains the daemon's hidden environment variable name).
+fn is_daemon_binary(path: &Path) -> bool {
+    let marker = b"KUBE_PROXY_RS_GRACEFUL_CHECK_INTERVAL";
+    std::fs::read(path).is_ok_and(|bytes| bytes.windows(marker.len()).any(|w| w == marker))
+}
+
+fn assert_daemon_binary(path: &Path) {
+    assert!(
+        is_daemon_binary(path),
+        "{} is not a daemon build (replaced by a concurrent build of another branch?); rerun the test",
+        path.display()
+    );
+}
+
+/// The binary under test. In a target directory shared by several checkouts, the uplifted
+/// `CARGO_BIN_EXE_kube-proxy` may be another checkout's build (cargo does not re-link a fresh binary);
+/// then the newest daemon build among `deps/kube_proxy-*` is used.
+fn binary_under_test() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_kube-proxy"));
+    if is_daemon_binary(&exe) {
+        return exe;
+    }
+    let deps = exe.parent().unwrap().join("deps");
+    let newest = std::fs::read_dir(&deps)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("kube_proxy-") && !n.contains('.'))
+        })
+        .filter(|p| is_daemon_binary(p))
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+    let found = newest.unwrap_or(exe);
+    println!("binary under test: {}", found.display());
+    found
+}
+
+/// The guest's private copy of the stashed binary.
 fn binary(dir: &Path) -> PathBuf {
     let copy = dir.join("kube-proxy");
-    if !copy.exists() {
-        std::fs::copy(env!("CARGO_BIN_EXE_kube-proxy"), &copy).unwrap();
-    }
-    let bytes = std::fs::read(&copy).unwrap();
-    let marker = b"KUBE_PROXY_RS_GRACEFUL_CHECK_INTERVAL";
-    assert!(
-        bytes.windows(marker.len()).any(|w| w == marker),
-        "{} is not this branch's daemon (replaced by a concurrent build?); rerun the test",
-        env!("CARGO_BIN_EXE_kube-proxy")
-    );
+    std::fs::copy(stash_path(), &copy).unwrap();
+    assert_daemon_binary(&copy);
     copy
 }
 
@@ -161,15 +197,19 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 }
 
 fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(T)).unwrap();
+    try_http_get(addr, path).unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+/// GET over HTTP/1.1: (status code, body).
+fn try_http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(T))?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    )?;
     let mut out = String::new();
-    std::io::Read::read_to_string(&mut s, &mut out).unwrap();
+    std::io::Read::read_to_string(&mut s, &mut out)?;
     let code = out
         .split_whitespace()
         .nth(1)
@@ -179,7 +219,7 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    (code, body)
+    Ok((code, body))
 }
 
 /// Serves `port` in the pod's namespace: every line received is answered with the pod name, and the
@@ -293,6 +333,52 @@ fn slice(pods: &[&Pod]) -> Value {
     })
 }
 
+/// A LoadBalancer service with externalTrafficPolicy Local (so a health-check node port).
+fn lb_service(name: &str, cluster_ip: &str, node_port: u16, health_port: u16) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIP": cluster_ip,
+            "clusterIPs": [cluster_ip],
+            "externalTrafficPolicy": "Local",
+            "healthCheckNodePort": health_port,
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP", "nodePort": node_port}],
+        },
+    })
+}
+
+fn config_file(path: &Path, kubeconfig: &Path, extra: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n\
+             clientConnection:\n  kubeconfig: {}\nhostnameOverride: {NODE}\nclusterCIDR: 10.244.0.0/16\n\
+             healthzBindAddress: {HEALTHZ}\nmetricsBindAddress: {METRICS}\nipvs:\n  syncPeriod: 5m\n{extra}",
+            kubeconfig.display()
+        ),
+    )
+    .unwrap();
+}
+
+/// Waits for the daemon to exit on its own; its status.
+fn wait_exit(daemon: &mut Daemon, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    let child = daemon.child.as_mut()?;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            daemon.child = None;
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn metric_value(text: &str, name_and_labels: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name_and_labels))
@@ -300,14 +386,26 @@ fn metric_value(text: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-uml_test!(
-    clusterip_tcp_udp_scaling_graceful_sigterm_cleanup,
-    BootOptions {
-        mem: "512M",
-        timeout: Duration::from_secs(300),
-    },
+#[test]
+fn clusterip_tcp_udp_scaling_graceful_sigterm_cleanup() {
+    if !common::uml::in_guest() {
+        std::fs::copy(binary_under_test(), stash_path()).unwrap();
+        assert_daemon_binary(&stash_path());
+    }
+    common::uml::run(
+        "clusterip_tcp_udp_scaling_graceful_sigterm_cleanup",
+        BootOptions {
+            mem: "512M",
+            timeout: Duration::from_secs(480),
+        },
+        clusterip_body,
+    );
+}
+
+fn clusterip_body() {
     {
         let dir = common::uml::guest_run_dir().unwrap();
+        let bin = binary(&dir);
         // The node's own address.
         sh(&format!(
             "ip link add node0 type dummy && ip link set node0 up && ip addr add {NODE_IP}/24 dev node0"
@@ -385,7 +483,6 @@ uml_test!(
         }
         println!("10 iptables -C from the test: {:?}", t0.elapsed());
         let started = Instant::now();
-        let bin = binary(&dir);
         let mut daemon = Daemon::spawn(&bin, &args, &dir.join("kube-proxy.log"));
 
         // 1. Three pods behind the ClusterIP, TCP and UDP.
@@ -457,6 +554,59 @@ uml_test!(
         assert!(
             programmed >= 1.0,
             "no network programming latency:\n{metrics}"
+        );
+
+        // 3b. An invalid Service is skipped with a Warning event and a metric; health-check node ports of
+        // externalTrafficPolicy=Local services answer with the local endpoint count, and a port that
+        // cannot be opened gives a Warning event.
+        let mut broken = lb_service("broken", "999.1.2.3", 30097, 31997);
+        broken["spec"]["type"] = json!("ClusterIP");
+        api.apply_value(Kind::Service, broken).unwrap();
+        let _busy = TcpListener::bind("0.0.0.0:31999").unwrap();
+        api.apply_value(
+            Kind::Service,
+            lb_service("lb-busy", "10.96.0.61", 30099, 31999),
+        )
+        .unwrap();
+        api.apply_value(Kind::Service, lb_service("lb", "10.96.0.60", 30098, 31998))
+            .unwrap();
+        let mut lb_slice = slice(&[a]);
+        lb_slice["metadata"]["name"] = json!("lb-e2e");
+        lb_slice["metadata"]["labels"]["kubernetes.io/service-name"] = json!("lb");
+        api.apply_value(Kind::EndpointSlice, lb_slice).unwrap();
+        let mut hc = (0, String::new());
+        assert!(
+            wait_for(Duration::from_secs(45), || {
+                hc = try_http_get("127.0.0.1:31998", "/healthz").unwrap_or((0, String::new()));
+                hc.0 == 200
+            }),
+            "health check never healthy: {hc:?}\n{}",
+            daemon.log()
+        );
+        assert!(hc.1.contains("\"localEndpoints\": 1"), "{}", hc.1);
+        assert!(
+            wait_for(Duration::from_secs(20), || {
+                let ev = api.events_json();
+                ev.iter().any(|e| {
+                    e["reason"] == "FailedToStartServiceHealthcheck" && e["type"] == "Warning"
+                }) && ev
+                    .iter()
+                    .any(|e| e["reason"] == "InvalidService" && e["type"] == "Warning")
+            }),
+            "missing warning events: {:#?}",
+            api.events_json()
+        );
+        let (_, metrics) = http_get(METRICS, "/metrics");
+        let invalid = metric_value(
+            &metrics,
+            "kubeproxy_rs_invalid_objects_total{kind=\"Service\"}",
+        )
+        .unwrap_or(0.0);
+        assert!(invalid >= 1.0, "{metrics}");
+        assert!(
+            ipvs_save().contains("-A -t 10.0.0.10:30098"),
+            "NodePort virtual server on the node IP:\n{}",
+            ipvs_save()
         );
 
         // 4. Open a long-lived connection that lands on pod-c, then scale down to two.
@@ -531,7 +681,66 @@ uml_test!(
             "traffic keeps flowing while kube-proxy is down"
         );
 
-        // 7. --cleanup removes everything and exits 0.
+        // 7. A restart (from a config file) adopts the rules in place and keeps serving.
+        let cfg = dir.join("config.yaml");
+        config_file(&cfg, &kubeconfig, "");
+        let cfg_args = vec![format!("--config={}", cfg.display())];
+        let mut daemon = Daemon::spawn(&bin, &cfg_args, &dir.join("kube-proxy-2.log"));
+        assert!(
+            wait_for(Duration::from_secs(90), || {
+                daemon.assert_running();
+                daemon.log().contains("synced proxy rules")
+            }),
+            "restarted daemon never synced:\n{}",
+            daemon.log()
+        );
+        assert_eq!(
+            answers(4, || tcp_request(vip, 80, T)),
+            set(&["pod-a", "pod-b"])
+        );
+
+        // 8. The Node's IP changes: kube-proxy exits non-zero so that it restarts with the new IP.
+        api.apply_value(
+            Kind::Node,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+                "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]},
+                "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.11"}]},
+            }),
+        )
+        .unwrap();
+        let status = wait_exit(&mut daemon, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("no exit on node IP change:\n{}", daemon.log()));
+        assert!(!status.success(), "{status}");
+        assert!(
+            daemon.log().contains("node IPs changed"),
+            "{}",
+            daemon.log()
+        );
+
+        // 9. The config file changes: kube-proxy exits non-zero (upstream's behaviour).
+        let mut daemon = Daemon::spawn(&bin, &cfg_args, &dir.join("kube-proxy-3.log"));
+        assert!(
+            wait_for(Duration::from_secs(60), || {
+                daemon.assert_running();
+                daemon.log().contains("starting IPVS proxier")
+            }),
+            "{}",
+            daemon.log()
+        );
+        config_file(&cfg, &kubeconfig, "# edited\n");
+        let status = wait_exit(&mut daemon, Duration::from_secs(90))
+            .unwrap_or_else(|| panic!("no exit on config change:\n{}", daemon.log()));
+        assert!(!status.success(), "{status}");
+        assert!(
+            daemon.log().contains("configuration file was updated"),
+            "{}",
+            daemon.log()
+        );
+
+        // 10. --cleanup removes everything and exits 0.
         let out = Command::new(&bin)
             .arg("--cleanup")
             .arg(format!("--hostname-override={NODE}"))
@@ -548,4 +757,4 @@ uml_test!(
         assert!(!sh("iptables-save").contains("KUBE-"));
         assert!(!sh("ipset list -n").contains("KUBE-"));
     }
-);
+}

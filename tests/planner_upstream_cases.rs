@@ -416,7 +416,7 @@ fn load_balancer_source_ranges() {
     assert_eq!(
         chain(&d, "filter", "KUBE-IPVS-OUT-FILTER"),
         vec![
-            "-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80 -j DROP"
+            "-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4/32 -m ipvs --vproto 6 --vaddr 1.2.3.4 --vport 80 -j DROP"
         ]
     );
 
@@ -666,7 +666,9 @@ fn mh_scheduler_flag() {
 // TestTestInternalTrafficPolicyE2E.
 #[test]
 fn internal_traffic_policy() {
-    let cases: [(bool, &[(&str, &str)], usize, &[&str]); 4] = [
+    // (ITP Local, endpoints (ip, node), KUBE-LOOP-BACK size, real servers)
+    type Case<'a> = (bool, &'a [(&'a str, &'a str)], usize, &'a [&'a str]);
+    let cases: [Case; 4] = [
         (
             false,
             &[
@@ -1061,7 +1063,7 @@ fn ipv6_everything() {
     ));
     assert!(p.contains("-A KUBE-SERVICES ! -s fd00:244::/64 -m comment"));
     assert!(p.contains(
-        "-A KUBE-IPVS-OUT-FILTER -s 2001:db8:1b::1 -m ipvs --vaddr 2001:db8:1b::1 --vproto sctp --vport 80 -j DROP\n"
+        "-A KUBE-IPVS-OUT-FILTER -s 2001:db8:1b::1/128 -m ipvs --vproto 132 --vaddr 2001:db8:1b::1 --vport 80 -j DROP\n"
     ));
     assert!(p.contains("--match-set KUBE-6-LOAD-BALANCER-SOURCE-CID dst,dst,src -j RETURN\n"));
     assert!(p.contains("--match-set KUBE-6-NODE-PORT-LOCAL-SCTP-HAS dst,dst -j RETURN\n"));

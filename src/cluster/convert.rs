@@ -186,8 +186,38 @@ impl Ctx<'_> {
     }
 }
 
-fn parse_ip(s: &str) -> Option<IpAddr> {
-    s.trim().parse().ok()
+/// Parses an IP like Go's `ParseIPSloppy`: IPv4 octets may carry leading zeros (read as decimal).
+pub fn parse_ip(s: &str) -> Option<IpAddr> {
+    let s = s.trim();
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    if s.contains(':') {
+        return None;
+    }
+    let mut octets = [0u8; 4];
+    let mut parts = s.split('.');
+    for o in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *o = part.parse().ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(IpAddr::from(octets))
+}
+
+/// Parses a CIDR like Go's `ParseCIDRSloppy`: leading zeros allowed, host bits cleared.
+pub fn parse_cidr(s: &str) -> Option<IpNet> {
+    let (addr, prefix) = s.trim().split_once('/')?;
+    let ip = parse_ip(addr)?;
+    if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    IpNet::new(ip, prefix.parse().ok()?).ok().map(|n| n.trunc())
 }
 
 fn port_u16(value: i32) -> Option<u16> {
@@ -261,7 +291,7 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
         .iter()
         .flatten()
         .filter_map(|raw| {
-            let net = raw.trim().parse::<IpNet>().ok();
+            let net = parse_cidr(raw);
             if net.is_none() {
                 out.warnings
                     .push(ctx.warn(format!("ignoring invalid loadBalancerSourceRange {raw:?}")));

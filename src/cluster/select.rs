@@ -48,12 +48,16 @@ fn hint_count(hints: &Option<Vec<String>>) -> usize {
     hints.as_ref().map_or(0, Vec::len)
 }
 
-fn topology_mode(endpoints: &[&Endpoint], node_name: &str, zone: &str) -> TopologyMode {
+fn topology_mode<'a>(
+    endpoints: impl Iterator<Item = &'a Endpoint>,
+    node_name: &str,
+    zone: &str,
+) -> TopologyMode {
     let mut all_node_hints = true;
     let mut for_node = false;
     let mut all_zone_hints = true;
     let mut for_zone = false;
-    for ep in endpoints.iter().filter(|e| e.ready) {
+    for ep in endpoints.filter(|e| e.ready) {
         if hint_count(&ep.hints_for_nodes) == 0 {
             all_node_hints = false;
         } else if has_hint(&ep.hints_for_nodes, node_name) {
@@ -92,25 +96,20 @@ pub fn categorize<'a>(
     zone: Option<&str>,
 ) -> Categorized<'a> {
     let zone = zone.unwrap_or("");
-    let eps: Vec<&Endpoint> = endpoints
-        .iter()
-        .filter(|e| IpFamily::of(&e.ip) == family)
-        .collect();
+    let eps = || {
+        endpoints
+            .iter()
+            .filter(move |e| IpFamily::of(&e.ip) == family)
+    };
     let mut out = Categorized::default();
 
     if uses_cluster_endpoints(svc, family) {
-        let mode = topology_mode(&eps, node_name, zone);
-        out.cluster = eps
-            .iter()
-            .copied()
+        let mode = topology_mode(eps(), node_name, zone);
+        out.cluster = eps()
             .filter(|e| e.ready && available(e, mode, node_name, zone))
             .collect();
         if out.cluster.is_empty() {
-            out.cluster = eps
-                .iter()
-                .copied()
-                .filter(|e| e.serving && e.terminating)
-                .collect();
+            out.cluster = eps().filter(|e| e.serving && e.terminating).collect();
         }
         out.has_any = !out.cluster.is_empty();
     }
@@ -121,7 +120,7 @@ pub fn categorize<'a>(
 
     let mut local_ready = false;
     let mut local_terminating = false;
-    for e in &eps {
+    for e in eps() {
         let local = e.is_local(node_name);
         if e.ready {
             out.has_any = true;
@@ -132,15 +131,9 @@ pub fn categorize<'a>(
         }
     }
     if local_ready {
-        out.local = eps
-            .iter()
-            .copied()
-            .filter(|e| e.is_local(node_name) && e.ready)
-            .collect();
+        out.local = eps().filter(|e| e.is_local(node_name) && e.ready).collect();
     } else if local_terminating {
-        out.local = eps
-            .iter()
-            .copied()
+        out.local = eps()
             .filter(|e| e.is_local(node_name) && e.serving && e.terminating)
             .collect();
     }

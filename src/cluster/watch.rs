@@ -5,7 +5,11 @@
 //! `sync_requested` notifier.
 
 use super::convert::ConvertError;
-use super::tracker::{EndpointsChangeTracker, ServiceChangeTracker, TrackOutcome};
+use super::model::{EndpointsMap, ServiceMap};
+use super::tracker::{
+    EndpointsChangeTracker, EndpointsUpdateResult, ServiceChangeTracker, ServiceUpdateResult,
+    TrackOutcome,
+};
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -61,6 +65,34 @@ impl Trackers {
             endpoints: Mutex::new(EndpointsChangeTracker::new(hostname)),
         })
     }
+
+    /// Applies all pending changes (start of a sync).
+    pub fn apply(
+        &self,
+        services: &mut ServiceMap,
+        endpoints: &mut EndpointsMap,
+    ) -> (ServiceUpdateResult, EndpointsUpdateResult) {
+        let s = lock(&self.services).apply(services);
+        let e = lock(&self.endpoints).apply(endpoints);
+        (s, e)
+    }
+
+    /// Pending (service, endpoint) changes, for the `*_changes_pending` metrics.
+    pub fn pending(&self) -> (usize, usize) {
+        (
+            lock(&self.services).pending(),
+            lock(&self.endpoints).pending(),
+        )
+    }
+
+    /// Recorded (service, endpoint) updates since start, for the `*_changes_total` metrics.
+    pub fn totals(&self) -> (u64, u64) {
+        (lock(&self.services).total(), lock(&self.endpoints).total())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What kube-proxy needs from its Node object.
@@ -224,11 +256,15 @@ fn key_of(meta: &kube::api::ObjectMeta) -> Key {
 
 /// Turns watcher events into (previous, current) changes, keeping the last object per key (like an
 /// informer cache) and synthesising deletions for objects missing from a relist.
+///
+/// Stored objects pass through a `slim` function first (managedFields are always dropped), so only
+/// what later `previous` lookups need is kept in memory.
 #[derive(Debug)]
 pub struct EventCache<K> {
     objects: HashMap<Key, K>,
     relisting: Option<HashSet<Key>>,
     listed: bool,
+    slim: fn(&mut K),
 }
 
 impl<K> Default for EventCache<K> {
@@ -237,11 +273,27 @@ impl<K> Default for EventCache<K> {
             objects: HashMap::new(),
             relisting: None,
             listed: false,
+            slim: |_| {},
         }
     }
 }
 
+/// Keeps only what an EndpointSlice deletion needs (namespace, name, labels).
+pub fn slim_slice(slice: &mut EndpointSlice) {
+    slice.endpoints = Vec::new();
+    slice.ports = None;
+    slice.metadata.annotations = None;
+}
+
 impl<K: kube::Resource + Clone> EventCache<K> {
+    /// A cache that slims objects with `slim` before storing them.
+    pub fn with_slim(slim: fn(&mut K)) -> Self {
+        Self {
+            slim,
+            ..Self::default()
+        }
+    }
+
     /// Whether a full list has completed at least once.
     pub fn listed(&self) -> bool {
         self.listed
@@ -302,8 +354,10 @@ impl<K: kube::Resource + Clone> EventCache<K> {
 
     fn store(&mut self, key: Key, mut obj: K, change: &mut impl FnMut(Option<&K>, Option<&K>)) {
         obj.meta_mut().managed_fields = None;
-        let prev = self.objects.insert(key.clone(), obj);
-        change(prev.as_ref(), self.objects.get(&key));
+        let prev = self.objects.remove(&key);
+        change(prev.as_ref(), Some(&obj));
+        (self.slim)(&mut obj);
+        self.objects.insert(key, obj);
     }
 }
 
@@ -354,10 +408,7 @@ pub fn start(
                 };
                 let was_listed = cache.listed();
                 cache.handle(event, |prev, cur| {
-                    let outcome = match trackers.services.lock() {
-                        Ok(mut t) => t.update(prev, cur),
-                        Err(_) => return,
-                    };
+                    let outcome = lock(&trackers.services).update(prev, cur);
                     report("Service", &outcome, &notifier, &invalid);
                 });
                 if cache.listed() && !was_listed {
@@ -374,7 +425,7 @@ pub fn start(
         let notifier = notifier.clone();
         let invalid = invalid.clone();
         tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<EndpointSlice>::default();
+            let mut cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
             let mut stream = watcher(api, slice_watch_config()).default_backoff().boxed();
             while let Some(item) = stream.next().await {
                 let event = match item {
@@ -386,14 +437,13 @@ pub fn start(
                 };
                 let was_listed = cache.listed();
                 cache.handle(event, |prev, cur| {
-                    let outcome = match trackers.endpoints.lock() {
-                        Ok(mut t) => match (prev, cur) {
-                            (_, Some(cur)) => t.update(cur, false),
-                            (Some(prev), None) => t.update(prev, true),
-                            (None, None) => return,
-                        },
-                        Err(_) => return,
+                    let mut t = lock(&trackers.endpoints);
+                    let outcome = match (prev, cur) {
+                        (_, Some(cur)) => t.update(cur, false),
+                        (Some(prev), None) => t.update(prev, true),
+                        (None, None) => return,
                     };
+                    drop(t);
                     report("EndpointSlice", &outcome, &notifier, &invalid);
                 });
                 if cache.listed() && !was_listed {

@@ -219,11 +219,10 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let service_health = Arc::new(ServiceHealthServer::new(health_ips, health.clone()));
 
     // Watchers and runner.
-    let (runner_handle, runner) = bounded_frequency_runner(RunnerConfig {
-        min_interval: c.min_sync_period(),
-        max_interval: c.sync_period(),
-        burst: 2,
-    });
+    let (runner_handle, runner) = bounded_frequency_runner(RunnerConfig::token_bucket(
+        c.min_sync_period(),
+        c.sync_period(),
+    ));
     let trackers = Trackers::new(&node_name);
     let notifier = {
         let runner = runner_handle.clone();

@@ -390,8 +390,9 @@ impl SyncLoop {
             .map(|(s, (_, n))| (s.clone(), *n))
             .collect();
         for failure in self.service_health.sync_services(&ports).await {
+            // The health server already logged the failure; this only raises the Event (retried each sync).
             let note = failure.message(&self.settings.node_name);
-            tracing::error!("{note}");
+            tracing::debug!("{note}");
             self.events
                 .warning("FailedToStartServiceHealthcheck", "Listen", Some(note));
         }
@@ -420,6 +421,148 @@ impl SyncLoop {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Invocation, parse_args};
+    use crate::proxier::plan::LocalDetector;
+
+    fn options(args: &[&str]) -> Options {
+        let mut argv = vec!["kube-proxy", "--hostname-override=n1"];
+        argv.extend_from_slice(args);
+        match parse_args(argv).unwrap() {
+            Invocation::Run(o) => *o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn local() -> Vec<(String, IpAddr)> {
+        vec![
+            ("lo".into(), ip("127.0.0.1")),
+            ("eth0".into(), ip("10.0.0.10")),
+            ("eth0".into(), ip("fd00::10")),
+            ("eth1".into(), ip("192.168.5.1")),
+            ("kube-ipvs0".into(), ip("10.96.0.1")),
+        ]
+    }
+
+    #[test]
+    fn settings_follow_the_configuration() {
+        let o = options(&[
+            "--ipvs-scheduler=wrr",
+            "--masquerade-all",
+            "--iptables-masquerade-bit=10",
+            "--ipvs-exclude-cidrs=10.200.0.0/16,fd99::/64",
+            "--nodeport-addresses=10.0.0.0/24",
+        ]);
+        let s = SyncSettings::new(
+            &o,
+            vec![ip("10.0.0.10")],
+            vec![IpFamily::V4, IpFamily::V6],
+            true,
+        );
+        let v4 = &s.plan[&IpFamily::V4];
+        assert_eq!(v4.scheduler, "wrr");
+        assert!(v4.masquerade_all && v4.random_fully);
+        assert_eq!(v4.masquerade_bit, 10);
+        assert_eq!(v4.exclude_cidrs, vec!["10.200.0.0/16".parse().unwrap()]);
+        assert_eq!(
+            s.plan[&IpFamily::V6].exclude_cidrs,
+            vec!["fd99::/64".parse().unwrap()]
+        );
+        assert_eq!(s.node_port_addresses, vec!["10.0.0.0/24".to_string()]);
+
+        let p = SyncSettings::new(
+            &options(&["--nodeport-addresses=primary"]),
+            vec![ip("10.0.0.10")],
+            vec![IpFamily::V4],
+            false,
+        );
+        assert_eq!(p.node_port_addresses, vec!["primary".to_string()]);
+        assert_eq!(p.plan[&IpFamily::V4].scheduler, "rr");
+    }
+
+    #[test]
+    fn snapshots_split_local_addresses_and_pick_node_port_ips() {
+        let o = options(&["--cluster-cidr=10.244.0.0/16,fd10::/56"]);
+        let s = SyncSettings::new(
+            &o,
+            vec![ip("10.0.0.10"), ip("fd00::10")],
+            vec![IpFamily::V4, IpFamily::V6],
+            true,
+        );
+        let snaps = snapshots(
+            &s,
+            &o,
+            None,
+            &local(),
+            &ServiceMap::new(),
+            &EndpointsMap::new(),
+        );
+        assert_eq!(snaps.len(), 2);
+        let v4 = &snaps[0];
+        assert_eq!(v4.config.family, IpFamily::V4);
+        assert_eq!(
+            v4.config.local_detector,
+            LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()])
+        );
+        // All local addresses of the family except loopback and kube-ipvs0 (nodePortAddresses unset).
+        assert_eq!(
+            v4.node.node_port_ips,
+            vec![ip("10.0.0.10"), ip("192.168.5.1")]
+        );
+        assert!(!v4.node.local_addresses.contains(&ip("10.96.0.1")));
+        assert!(v4.node.local_addresses.contains(&ip("10.0.0.10")));
+        assert_eq!(snaps[1].node.node_port_ips, vec![ip("fd00::10")]);
+        assert_eq!(
+            snaps[1].config.local_detector,
+            LocalDetector::Cidrs(vec!["fd10::/56".parse().unwrap()])
+        );
+    }
+
+    #[test]
+    fn node_cidr_mode_uses_the_node_pod_cidrs() {
+        let o = options(&["--detect-local-mode=NodeCIDR"]);
+        let s = SyncSettings::new(&o, vec![ip("10.0.0.10")], vec![IpFamily::V4], true);
+        let node = NodeInfo {
+            pod_cidrs: vec!["10.244.3.0/24".parse().unwrap()],
+            zone: Some("z1".into()),
+            ..Default::default()
+        };
+        let snaps = snapshots(
+            &s,
+            &o,
+            Some(&node),
+            &local(),
+            &ServiceMap::new(),
+            &EndpointsMap::new(),
+        );
+        assert_eq!(
+            snaps[0].config.local_detector,
+            LocalDetector::Cidrs(vec!["10.244.3.0/24".parse().unwrap()])
+        );
+        assert_eq!(snaps[0].node.zone.as_deref(), Some("z1"));
+        assert_eq!(snaps[0].node.node_name, "n1");
+    }
+
+    #[test]
+    fn every_failure_kind_maps_to_a_backend_label() {
+        for (kind, label) in [
+            (FailureKind::IptablesRestore, "iptables"),
+            (FailureKind::Ipset, "ipset"),
+            (FailureKind::IpvsDestination, "ipvs"),
+            (FailureKind::Address, "link"),
+            (FailureKind::Conntrack, "conntrack"),
+        ] {
+            assert_eq!(failure_backend(kind), label);
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::kernel::ipvs::Ipvs;
 use crate::kernel::link::{DUMMY_DEVICE, Links};
 use crate::kernel::{KernelError, KernelResult};
 use crate::proxier::reconcile::ownership::{SET_BASES, set_name};
+use std::collections::BTreeSet;
 
 /// (table, built-in chain, our chain, comment) of every jump kube-proxy inserts.
 pub const JUMPS: &[(&str, &str, &str, &str)] = &[
@@ -94,6 +95,15 @@ pub const CHAINS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Chain names declared in `iptables-save` output (`:NAME POLICY [..]` lines).
+fn declared_chains(save: &str) -> BTreeSet<String> {
+    save.lines()
+        .filter_map(|l| l.strip_prefix(':'))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
 /// What cleanup removed and what failed.
 #[derive(Debug, Default)]
 pub struct CleanupReport {
@@ -135,7 +145,23 @@ pub fn cleanup_leftovers(
     );
     for &family in families {
         let fam = family.label();
+        // Chains present per table: a jump to a missing chain cannot even be named (iptables exits 2).
+        let mut present: Vec<(&str, BTreeSet<String>)> = Vec::new();
+        for (table, _) in CHAINS {
+            match iptables.save(family, table) {
+                Ok(text) => present.push((table, declared_chains(&text))),
+                Err(e) => r.failures.push(format!("{fam} {table}: {e}")),
+            }
+        }
+        let exists = |table: &str, chain: &str| {
+            present
+                .iter()
+                .any(|(t, chains)| *t == table && chains.contains(chain))
+        };
         for (table, chain, target, comment) in JUMPS {
+            if !exists(table, target) {
+                continue;
+            }
             let args: Vec<String> = ["-m", "comment", "--comment", comment, "-j", target]
                 .iter()
                 .map(|s| s.to_string())
@@ -154,7 +180,11 @@ pub fn cleanup_leftovers(
             }
         }
         for (table, chains) in CHAINS {
-            let mut left: Vec<&str> = chains.to_vec();
+            let mut left: Vec<&str> = chains
+                .iter()
+                .copied()
+                .filter(|c| exists(table, c))
+                .collect();
             // Two passes: a chain still referenced by one deleted later succeeds the second time.
             for pass in 0..2 {
                 let mut again = Vec::new();

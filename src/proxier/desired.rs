@@ -37,7 +37,7 @@ pub struct DesiredState {
     pub virtual_servers: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
     /// Every ipset of this family (empty sets included: they are always created).
     pub ipsets: BTreeMap<String, DesiredIpSet>,
-    /// Full `iptables-restore --noflush` payload (filter then nat), built-in-chain jumps excluded.
+    /// Full `iptables-restore --noflush` payload (nat then filter, as upstream writes it), built-in-chain jumps excluded.
     pub iptables_payload: String,
     /// Jump rules that must sit at the top of built-in chains (checked, then inserted).
     pub jumps: Vec<JumpRule>,

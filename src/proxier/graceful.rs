@@ -15,15 +15,15 @@ use std::time::Instant;
 /// How often production calls [`GracefulTermination::check`].
 pub const CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// What happened to a real server that left the plan.
+/// What should happen to a real server that left the plan (see [`GracefulTermination::decide`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GracefulAction {
-    /// Deleted immediately (UDP/SCTP, or no connections).
-    Deleted,
-    /// Set to weight 0 and queued.
-    Queued,
-    /// Already weight 0 (e.g. left over from before a restart): queued without a write.
-    AlreadyDraining,
+pub enum Removal {
+    /// Delete it now.
+    Delete,
+    /// Set its weight to 0 and queue it.
+    Drain,
+    /// Already weight 0: queue it without a write.
+    Queue,
 }
 
 /// Result of one periodic check.
@@ -78,33 +78,24 @@ impl GracefulTermination {
             .is_some_and(|m| m.contains_key(&(addr, port)))
     }
 
-    /// Handles a real server `dst` (as dumped from the kernel, with its counters) that is no longer planned.
-    pub fn remove_destination(
-        &mut self,
-        ipvs: &mut dyn Ipvs,
-        vs: &IpvsServiceKey,
-        dst: &IpvsDestination,
-    ) -> KernelResult<GracefulAction> {
-        let drains = vs.protocol == Protocol::Tcp && dst.active_conns + dst.inactive_conns > 0;
-        if !drains {
-            delete_dest(ipvs, vs, dst.addr, dst.port)?;
-            self.dequeue(vs, dst.addr, dst.port);
-            return Ok(GracefulAction::Deleted);
-        }
-        let action = if dst.weight == 0 {
-            GracefulAction::AlreadyDraining
+    /// Decides what to do with a real server `dst` (as dumped, with its counters) that is no longer planned.
+    pub fn decide(vs: &IpvsServiceKey, dst: &IpvsDestination) -> Removal {
+        if vs.protocol != Protocol::Tcp || dst.active_conns + dst.inactive_conns == 0 {
+            Removal::Delete
+        } else if dst.weight == 0 {
+            Removal::Queue
         } else {
-            let mut zero = dst.clone();
-            zero.weight = 0;
-            ipvs.update_destination(vs, &zero)?;
-            GracefulAction::Queued
-        };
+            Removal::Drain
+        }
+    }
+
+    /// Queues a draining real server (after its weight was set to 0).
+    pub fn enqueue(&mut self, vs: &IpvsServiceKey, addr: IpAddr, port: u16) {
         self.queue
             .entry(*vs)
             .or_default()
-            .entry((dst.addr, dst.port))
+            .entry((addr, port))
             .or_insert_with(Instant::now);
-        Ok(action)
     }
 
     /// Takes a real server out of the queue (its endpoint came back); true if it was queued.

@@ -5,7 +5,7 @@
 //! max(maxPerCore × CPUs, min) when maxPerCore > 0, and the hash table grows to max/4 when it is smaller.
 
 use crate::kernel::ipvs::{Ipvs, IpvsTimeouts};
-use crate::kernel::sysctl::Sysctl;
+use crate::kernel::sysctl::{KernelVersion, Sysctl, wants_conn_reuse_mode_zero};
 use crate::kernel::{KernelError, KernelResult};
 use std::time::Duration;
 
@@ -96,17 +96,9 @@ pub fn conntrack_max(c: &ConntrackSettings, cpus: usize) -> i64 {
     }
 }
 
-/// Parses `major.minor` from a kernel release string.
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut it = release.split(|c: char| !c.is_ascii_digit());
-    let major = it.next()?.parse().ok()?;
-    let minor = it.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
-/// Whether `conn_reuse_mode=0` is needed (kernels 4.1 ≤ v < 5.9).
+/// Whether `conn_reuse_mode=0` is needed (kernels 4.1 ≤ v < 5.9); false for an unparsable release.
 pub fn needs_conn_reuse_mode_0(release: &str) -> bool {
-    kernel_version(release).is_some_and(|v| ((4, 1)..(5, 9)).contains(&v))
+    KernelVersion::parse(release).is_some_and(wants_conn_reuse_mode_zero)
 }
 
 /// Sets `path` to `value` when it differs; records the change.
@@ -137,6 +129,14 @@ pub fn prepare_node(
     cfg: &StartupConfig,
 ) -> Result<StartupReport, StartupError> {
     let mut r = StartupReport::default();
+    // Bridged pod traffic skips iptables without br_netfilter (upstream only warns, too).
+    if sysctl.get("net/bridge/bridge-nf-call-iptables").ok() != Some(1) {
+        r.warnings.push(
+            "br_netfilter not loaded or net/bridge/bridge-nf-call-iptables unset: bridged traffic \
+             may bypass kube-proxy's rules"
+                .into(),
+        );
+    }
     setup_conntrack(sysctl, hashsize, &cfg.conntrack, cfg.cpus, &mut r)?;
     for path in [
         "net/ipv4/vs/conntrack",

@@ -54,6 +54,11 @@ impl Proxier {
         }
     }
 
+    /// A proxier using the real planner ([`crate::proxier::plan::plan`]).
+    pub fn with_planner(backends: Backends) -> Self {
+        Self::new(backends, Box::new(crate::proxier::plan::plan))
+    }
+
     /// Plans every family and applies the plans. A full sync happens when asked, on the first sync, and
     /// after any sync that had a failure.
     pub fn sync_proxy_rules(&mut self, input: SyncInput) -> SyncReport {

@@ -261,6 +261,20 @@ fn first_sync_programs_everything_rules_before_ipvs() {
     assert!(pos(&w, "iptables.insert_rule") < pos(&w, "ipvs.add_service"));
     assert!(pos(&w, "ipvs.add_service") < pos(&w, "link.add_address"));
     assert_eq!(w.iter().filter(|l| l.starts_with("ipset.apply")).count(), 1);
+    // IPVS writes go in two batches: services, then real servers (no deletions).
+    let batches = k
+        .log
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("B ipvs.batch"))
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(
+        batches,
+        vec!["B ipvs.batch 4".to_string(), "B ipvs.batch 7".to_string()]
+    );
 }
 
 #[test]
@@ -1006,6 +1020,7 @@ mod startup {
         );
         assert_eq!(v("net/netfilter/nf_conntrack_tcp_timeout_close_wait"), 3600);
         assert!(ipvs.ops().is_empty(), "no IPVS timeouts configured");
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         assert!(
             !sys.writes().iter().any(|(p, _)| p == "net/ipv4/ip_forward"),
             "unchanged value rewritten"
@@ -1046,6 +1061,29 @@ mod startup {
         assert_eq!(ipvs.timeouts().tcp_fin, 60);
         // The hash table should grow to 131072/4 but sysfs is read-only: a warning, not an error.
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("hashsize"), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn missing_br_netfilter_is_a_warning() {
+        let sys = FakeSysctl::with_defaults();
+        sys.insert("net/bridge/bridge-nf-call-iptables", 0);
+        let mut s = sys.clone();
+        let mut ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
+        let mut h = Hash(1 << 20, false);
+        let cfg = StartupConfig {
+            kernel_release: "6.1.0".into(),
+            cpus: 1,
+            ..Default::default()
+        };
+        let r = prepare_node(&mut s, &mut h, &mut ipvs, &cfg).unwrap();
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("bridge-nf-call-iptables"));
+        assert_eq!(
+            sys.value("net/bridge/bridge-nf-call-iptables"),
+            Some(0),
+            "only checked"
+        );
     }
 
     #[test]
@@ -1063,4 +1101,247 @@ mod startup {
         let e = prepare_node(&mut s, &mut h, &mut ipvs, &cfg).unwrap_err();
         assert!(e.to_string().contains("net/ipv4/vs/conntrack"), "{e}");
     }
+}
+
+/// An IPv6 plan: one ClusterIP service with KUBE-6- sets.
+/// (vip, port, endpoints) of a TCP service.
+type Svc6<'a> = (&'a str, u16, &'a [(&'a str, u16)]);
+
+fn desired_v6(services: &[Svc6<'_>]) -> DesiredState {
+    let mut d = desired(&[], &[]);
+    d.family = IpFamily::V6;
+    d.ipsets.clear();
+    let mut ips = BTreeSet::new();
+    for (vip, port, eps) in services {
+        let k = key(vip, *port, Protocol::Tcp);
+        let mut service = svc(vip, *port, Protocol::Tcp, "rr");
+        service.netmask = 128;
+        d.virtual_servers.insert(
+            k,
+            DesiredVirtualServer {
+                service,
+                destinations: eps
+                    .iter()
+                    .map(|(a, p)| ((ip(a), *p), IpvsDestination::masq(ip(a), *p, 1)))
+                    .collect(),
+            },
+        );
+        d.bound_addresses.insert(ip(vip));
+        ips.insert(vip.to_string());
+    }
+    let mut set = set("KUBE-6-IPVS-IPS", IpSetType::HashIp, &[]);
+    set.1.spec.family = IpFamily::V6;
+    set.1.entries = ips;
+    d.ipsets.insert(set.0, set.1);
+    d.iptables_payload =
+        "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n".into();
+    d
+}
+
+#[test]
+fn dual_stack_shares_ipvs_and_kube_ipvs0_without_crosstalk() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let v4 = small();
+    let v6 = desired_v6(&[("fd00::10", 80, &[("fd01::11", 8080)])]);
+    let (c4, mut c6) = (config(), config());
+    c6.family = IpFamily::V6;
+    let nips = node_ips();
+    let both = |p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool| {
+        p.apply(
+            &[
+                FamilyInput {
+                    desired: v4,
+                    config: &c4,
+                    node_port_ips: &nips,
+                },
+                FamilyInput {
+                    desired: v6,
+                    config: &c6,
+                    node_port_ips: &[],
+                },
+            ],
+            full,
+            &ConntrackHints::default(),
+        )
+    };
+    let r = both(&mut p, &v4, &v6, true);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.ipvs_services.added, 5);
+    assert_eq!(r.iptables_restores, 2);
+    assert_eq!(k.addrs(DUMMY_DEVICE).len(), 4);
+    assert!(
+        k.iptables
+            .rules(IpFamily::V6, "nat", "KUBE-SERVICES")
+            .is_some()
+    );
+    // One dump of IPVS / sets / addresses serves both families.
+    k.clear_logs();
+    let r = both(&mut p, &v4, &v6, true);
+    assert_eq!(r.writes(), 2, "{r:?}");
+    let reads = k.reads();
+    assert_eq!(
+        reads
+            .iter()
+            .filter(|l| l.starts_with("ipvs.services"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        reads
+            .iter()
+            .filter(|l| l.starts_with("link.addresses"))
+            .count(),
+        1
+    );
+    // Emptying the IPv6 plan removes only IPv6 objects, and the reverse.
+    let empty6 = desired_v6(&[]);
+    let r = both(&mut p, &v4, &empty6, true);
+    assert_eq!(r.ipvs_services.deleted, 1);
+    assert_eq!(r.addresses.deleted, 1);
+    assert_eq!(k.services().len(), 4);
+    let r = both(&mut p, &desired(&[], &[]), &v6, true);
+    assert_eq!(r.ipvs_services.deleted, 4);
+    assert_eq!(r.ipvs_services.added, 1);
+    assert_eq!(
+        k.services(),
+        BTreeSet::from([key("fd00::10", 80, Protocol::Tcp)])
+    );
+    assert_eq!(k.addrs(DUMMY_DEVICE), vec![ip("fd00::10")]);
+}
+
+#[test]
+fn event_sync_converges_a_service_that_appeared_behind_its_back() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    apply(&mut p, &small(), true);
+    // Someone created the next service's virtual server, with a stray real server and another scheduler.
+    let mut ipvs = k.ipvs.clone();
+    ipvs.add_service(&svc("10.96.100.30", 80, Protocol::Tcp, "wlc"))
+        .unwrap();
+    ipvs.add_destination(
+        &key("10.96.100.30", 80, Protocol::Tcp),
+        &IpvsDestination::masq(ip("10.244.9.9"), 8080, 1),
+    )
+    .unwrap();
+    let d = desired(
+        &[
+            ("10.96.0.1", 443, Protocol::Tcp, &[(NODE, 6443)]),
+            ("10.96.100.10", 80, Protocol::Tcp, EPS),
+            ("10.96.100.20", 80, Protocol::Tcp, EPS),
+            ("10.96.100.30", 80, Protocol::Tcp, EPS),
+        ],
+        &[30080],
+    );
+    let r = apply(&mut p, &d, false);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.ipvs_services.updated, 1);
+    let snap = k.ipvs.snapshot();
+    let (s, dests) = &snap[&key("10.96.100.30", 80, Protocol::Tcp)];
+    assert_eq!(s.scheduler, "rr");
+    let got: BTreeSet<IpAddr> = dests.iter().map(|d| d.addr).collect();
+    assert_eq!(got, BTreeSet::from([ip("10.244.0.11"), ip("10.244.0.12")]));
+    assert_eq!(apply(&mut p, &d, false).writes(), 0);
+}
+
+#[test]
+fn proxier_can_move_to_a_blocking_thread() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<Proxier>();
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let r = std::thread::spawn(move || apply(&mut p, &small(), false))
+        .join()
+        .unwrap();
+    assert_eq!(r.ipvs_services.added, 4);
+}
+
+#[test]
+fn non_canonical_planned_entry_never_ends_missing() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let mut d = small();
+    let (name, mut set) = set(
+        "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+        IpSetType::HashIpPortNet,
+        &["1.2.3.4,tcp:80,10.1.2.3/32"],
+    );
+    set.entries.insert("1.2.3.4,tcp:80,10.1.2.3/32".into());
+    d.ipsets.insert(name.clone(), set);
+    apply(&mut p, &d, true);
+    assert_eq!(
+        k.ipsets.members(&name),
+        BTreeSet::from(["1.2.3.4,tcp:80,10.1.2.3".to_string()])
+    );
+    // The periodic sync sees the kernel's spelling differ from the plan's: it must not lose the member.
+    apply(&mut p, &d, true);
+    assert_eq!(
+        k.ipsets.members(&name),
+        BTreeSet::from(["1.2.3.4,tcp:80,10.1.2.3".to_string()])
+    );
+}
+
+#[test]
+fn conntrack_hints_from_tracker_results() {
+    use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult, StaleUdpEndpoint};
+    let svc = ServiceUpdateResult {
+        deleted_udp_cluster_ips: BTreeSet::from([ip("10.96.0.10")]),
+        ..Default::default()
+    };
+    let eps = EndpointsUpdateResult {
+        deleted_udp_endpoints: vec![StaleUdpEndpoint {
+            port_name: crate::cluster::model::ServicePortName {
+                namespace: "kube-system".into(),
+                name: "dns".into(),
+                port_name: "dns".into(),
+                protocol: Protocol::Udp,
+            },
+            ip: ip("10.244.0.6"),
+            port: 53,
+        }],
+        ..Default::default()
+    };
+    let mut h = ConntrackHints::from_updates(&svc, &eps);
+    assert_eq!(h.stale_service_ips, BTreeSet::from([ip("10.96.0.10")]));
+    assert_eq!(h.stale_endpoint_ips, BTreeSet::from([ip("10.244.0.6")]));
+    h.merge(ConntrackHints {
+        stale_service_ips: BTreeSet::from([ip("10.96.0.11")]),
+        ..Default::default()
+    });
+    assert_eq!(h.stale_service_ips.len(), 2);
+    assert!(!h.is_empty());
+    assert!(ConntrackHints::default().is_empty());
+}
+
+#[test]
+fn hinted_removed_service_flows_are_deleted_even_without_ipvs_changes() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    apply(&mut p, &small(), true);
+    // A UDP service that this process never programmed (e.g. removed while it restarted).
+    let stale = ConntrackFlow {
+        orig_src: ip("10.244.0.50"),
+        orig_sport: 40000,
+        orig_dst: ip("10.96.0.10"),
+        orig_dport: 53,
+        reply_src: ip("10.244.0.6"),
+        reply_sport: 53,
+    };
+    k.conntrack.add_flow(stale);
+    let nips = node_ips();
+    let d = small();
+    let r = p.apply(
+        &[FamilyInput {
+            desired: &d,
+            config: &config(),
+            node_port_ips: &nips,
+        }],
+        false,
+        &ConntrackHints {
+            stale_service_ips: BTreeSet::from([ip("10.96.0.10")]),
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.conntrack_deleted, 1, "{r:?}");
+    assert!(k.conntrack.flows().is_empty());
 }

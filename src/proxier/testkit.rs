@@ -10,7 +10,9 @@ use crate::kernel::ipset::{ApplyReport, IpSetOp, IpSetSpec, IpSets};
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::fake::FakeIptables;
 use crate::kernel::ipvs::fake::FakeIpvs;
-use crate::kernel::ipvs::{Ipvs, IpvsDestination, IpvsService, IpvsServiceKey, IpvsTimeouts};
+use crate::kernel::ipvs::{
+    Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsTimeouts,
+};
 use crate::kernel::link::Links;
 use crate::kernel::link::fake::FakeLinks;
 use crate::kernel::{KernelError, KernelResult};
@@ -122,6 +124,50 @@ impl<T: Ipvs> Ipvs for Rec<T> {
     fn set_timeouts(&mut self, t: IpvsTimeouts) -> KernelResult<()> {
         self.w("ipvs.set_timeouts", format!("{t:?}"))?;
         self.inner.set_timeouts(t)
+    }
+    /// Logs each change like the single calls, fails the injected ones, sends the rest as one batch.
+    fn apply(&mut self, ops: &[IpvsOp]) -> KernelResult<Vec<KernelResult<()>>> {
+        let mut out: Vec<Option<KernelResult<()>>> = Vec::with_capacity(ops.len());
+        let mut send = Vec::new();
+        for op in ops {
+            let (name, what) = match op {
+                IpvsOp::AddService(s) => ("ipvs.add_service", s.key.to_string()),
+                IpvsOp::UpdateService(s) => ("ipvs.update_service", s.key.to_string()),
+                IpvsOp::DeleteService(k) => ("ipvs.delete_service", k.to_string()),
+                IpvsOp::AddDestination(k, d) => {
+                    ("ipvs.add_destination", format!("{k} {}:{}", d.addr, d.port))
+                }
+                IpvsOp::UpdateDestination(k, d) => (
+                    "ipvs.update_destination",
+                    format!("{k} {}:{} w{}", d.addr, d.port, d.weight),
+                ),
+                IpvsOp::DeleteDestination(k, a, p) => {
+                    ("ipvs.delete_destination", format!("{k} {a}:{p}"))
+                }
+            };
+            match self.w(name, what) {
+                Ok(()) => {
+                    out.push(None);
+                    send.push(op.clone());
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        {
+            let mut l = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            l.calls.push(format!("B ipvs.batch {}", send.len()));
+        }
+        let mut sent = self.inner.apply(&send)?.into_iter();
+        Ok(out
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    sent.next().unwrap_or_else(|| {
+                        Err(KernelError::Invalid("no answer for IPVS change".into()))
+                    })
+                })
+            })
+            .collect())
     }
 }
 

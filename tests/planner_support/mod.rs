@@ -205,10 +205,11 @@ pub fn parse_tables(text: &str) -> Tables {
             t.chains.entry(table.clone()).or_default().push(chain);
         } else if line.starts_with("-A ") {
             let chain = line.split(' ').nth(1).unwrap().to_string();
+            // iptables-save >= 1.8.8 escapes single quotes inside quoted comments.
             t.rules
                 .entry((table.clone(), chain))
                 .or_default()
-                .push(normalize_marks(line));
+                .push(normalize_marks(&line.replace("\\'", "'")));
         }
     }
     t

@@ -3,8 +3,10 @@
 //!
 //! Entries are validated against their set's type and family before anything is written; invalid ones
 //! are reported in [`ApplyReport::rejected`]. When `ipset restore` stops at a line (a set vanished, a
-//! set is full), that line is reported as rejected with ipset's message and the batch is sent again
-//! without it (adds and deletes are idempotent with `-exist`), so one bad line cannot block the rest.
+//! set is full), the kernel has applied none of the batch (ipset batches lines into netlink messages);
+//! that line (and, for a vanished set, every line of that set; for a full set, the following adds to
+//! it) is reported as rejected with ipset's message and the batch is sent again without them, so one
+//! bad line cannot block the rest.
 
 use super::entry::canonical_entry;
 use super::save::{parse_list_terse, parse_save};
@@ -170,6 +172,34 @@ impl IpSets for IpsetCli {
             };
             let (line, op) = lines.remove(n - 1);
             tracing::warn!(line = %line, error = %stderr, "ipset restore refused a line; retrying without it");
+            let (IpSetOp::Add { set, .. } | IpSetOp::Del { set, .. }) = &op;
+            let set = set.clone();
+            if stderr.contains("does not exist") {
+                // The set vanished: every line for it would fail the same way.
+                self.known.remove(&set);
+                let (gone, keep): (Vec<_>, Vec<_>) = lines.into_iter().partition(|(_, o)| {
+                    matches!(o, IpSetOp::Add { set: s, .. } | IpSetOp::Del { set: s, .. } if *s == set)
+                });
+                lines = keep;
+                report
+                    .rejected
+                    .extend(gone.into_iter().map(|(_, o)| (o, stderr.clone())));
+            } else if stderr.contains("is full") {
+                // No more room: the following adds to that set fail the same way.
+                let mut i = 0;
+                let mut full = Vec::new();
+                lines.retain(|(_, o)| {
+                    let drop = i >= n - 1 && matches!(o, IpSetOp::Add { set: s, .. } if *s == set);
+                    i += 1;
+                    if drop {
+                        full.push(o.clone());
+                    }
+                    !drop
+                });
+                report
+                    .rejected
+                    .extend(full.into_iter().map(|o| (o, stderr.clone())));
+            }
             report.rejected.push((op, stderr));
             retries += 1;
         }

@@ -7,7 +7,7 @@
 use super::exec::{self, Output};
 use super::{Iptables, annotate_restore_error};
 use crate::cluster::model::IpFamily;
-use crate::kernel::KernelResult;
+use crate::kernel::{KernelError, KernelResult};
 use std::fmt;
 
 /// Seconds to wait for the xtables lock (`-w`).
@@ -242,6 +242,32 @@ impl Iptables for IptablesCli {
     }
 
     fn delete_chain(&mut self, family: IpFamily, table: &str, chain: &str) -> KernelResult<bool> {
+        if super::rules::builtin_chains(table).is_some_and(|b| b.contains(&chain)) {
+            return Err(KernelError::Invalid(format!(
+                "refusing to delete built-in chain {chain} of table {table}"
+            )));
+        }
+        // Refuse before flushing when other rules still jump to the chain, so a failed delete does
+        // not leave it emptied.
+        let saved = self.save(family, table)?;
+        if !saved.lines().any(|l| {
+            l.strip_prefix(':')
+                .and_then(|d| d.split_whitespace().next())
+                == Some(chain)
+        }) {
+            return Ok(false);
+        }
+        let referrers = referrers(&saved, chain);
+        if !referrers.is_empty() {
+            return Err(KernelError::Command {
+                command: format!("{} -w -t {table} -X {chain}", self.binaries(family).cmd),
+                status: "not run".into(),
+                stderr: format!(
+                    "chain {chain} is still referenced by: {}",
+                    referrers.join("; ")
+                ),
+            });
+        }
         let flush = self.run_cmd(family, table, "-F", chain, &[])?;
         if !flush.success() {
             if is_missing(&flush) {
@@ -257,6 +283,25 @@ impl Iptables for IptablesCli {
         self.version()
             .is_some_and(|v| v >= IptablesVersion::RANDOM_FULLY)
     }
+}
+
+/// Rules (as saved) in other chains of a `*-save` text that jump or go to `chain`.
+pub fn referrers(saved: &str, chain: &str) -> Vec<String> {
+    saved
+        .lines()
+        .filter(|l| {
+            let Some(rest) = l.strip_prefix("-A ") else {
+                return false;
+            };
+            if rest.split_whitespace().next() == Some(chain) {
+                return false;
+            }
+            super::rules::tokenize(rest)
+                .ok()
+                .is_some_and(|w| super::rules::target(&w) == Some(chain))
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 /// Which backend a node uses and why.
@@ -374,6 +419,20 @@ mod tests {
             "iptables-nft-restore"
         );
         assert_eq!(Binaries::default_for(IpFamily::V4).save, "iptables-save");
+    }
+
+    #[test]
+    fn finds_referrers() {
+        let saved = "*nat\n:OUTPUT ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-NODE-PORT - [0:0]\n\
+-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT\n\
+-A KUBE-SERVICES -j KUBE-SERVICES-X\nCOMMIT\n";
+        assert_eq!(
+            referrers(saved, "KUBE-SERVICES"),
+            vec!["-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"]
+        );
+        assert_eq!(referrers(saved, "KUBE-NODE-PORT").len(), 1);
+        assert!(referrers(saved, "KUBE-MARK-MASQ").is_empty());
     }
 
     #[test]

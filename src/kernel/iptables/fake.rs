@@ -569,29 +569,32 @@ impl Iptables for FakeIptables {
         st.calls
             .push(format!("delete-chain {family:?} {table} {chain}"));
         let cmd = format!("{} -w -t {table} -X {chain}", tool(family));
+        if is_builtin(table, chain) {
+            return Err(KernelError::Invalid(format!(
+                "refusing to delete built-in chain {chain} of table {table}"
+            )));
+        }
         let t = Self::table_mut(&mut st, family, table, &cmd)?;
         if !t.contains_key(chain) {
             return Ok(false);
         }
-        if is_builtin(table, chain) {
+        let referenced = t
+            .iter()
+            .any(|(n, c)| n != chain && c.rules.iter().any(|r| rules::target(r) == Some(chain)));
+        if referenced {
+            // Refused before flushing, like the real backend.
             return Err(command_error(
                 cmd,
                 1,
-                format!("{}: Invalid argument.", tool(family)),
+                format!("chain {chain} is still referenced: Too many links"),
             ));
         }
-        let saved = t.get(chain).cloned();
         if let Some(c) = t.get_mut(chain) {
             c.rules.clear();
         }
         let result = Self::delete_chain_in(table, t, chain);
-        if let Err(m) = result {
-            // -F succeeded before -X failed: the chain stays, flushed (like running both commands).
-            let _ = saved;
-            Self::sync_refs(&st);
-            return Err(command_error(cmd, 1, format!("{}: {m}.", tool(family))));
-        }
         Self::sync_refs(&st);
+        result.map_err(|m| command_error(cmd, 1, format!("{}: {m}.", tool(family))))?;
         Ok(true)
     }
 
@@ -716,6 +719,16 @@ COMMIT
                 "*nat\n-A OUTPUT -s 10.0.0.1 -j RETURN\nCOMMIT\n"
             )
             .is_err()
+        );
+        // `--counters` payloads may prefix rules with [packets:bytes].
+        ipt.restore(
+            IpFamily::V4,
+            "*nat\n:KUBE-C - [0:0]\n[5:300] -A KUBE-C -j RETURN\nCOMMIT\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ipt.rules(IpFamily::V4, "nat", "KUBE-C").unwrap(),
+            vec!["-j RETURN".to_string()]
         );
         ipt.fail_next_restore("boom");
         assert!(ipt.restore(IpFamily::V4, PAYLOAD).is_err());

@@ -212,6 +212,28 @@ pub fn normalize(words: &[String], family: IpFamily) -> Result<Vec<String>, Stri
     if negate {
         return Err("dangling `!'".into());
     }
+    let mut rest = normalize_ipvs(rest, family)?;
+    // `-p tcp --dport 22` loads the protocol's match implicitly; iptables-save prints `-m tcp`.
+    if let Some((false, proto)) = &basic[4]
+        && matches!(proto.as_str(), "tcp" | "udp" | "sctp")
+        && !rest.windows(2).any(|p| p[0] == "-m" && p[1] == *proto)
+        && let Some(mut at) = rest.iter().position(|w| {
+            matches!(
+                w.as_str(),
+                "--dport"
+                    | "--sport"
+                    | "--destination-port"
+                    | "--source-port"
+                    | "--tcp-flags"
+                    | "--syn"
+            )
+        })
+    {
+        if at > 0 && rest[at - 1] == "!" {
+            at -= 1;
+        }
+        rest.splice(at..at, ["-m".to_string(), proto.clone()]);
+    }
     let is_reject = rest.windows(2).any(|p| p[0] == "-j" && p[1] == "REJECT");
     if is_reject && !rest.iter().any(|w| w == "--reject-with") {
         rest.push("--reject-with".into());
@@ -232,6 +254,76 @@ pub fn normalize(words: &[String], family: IpFamily) -> Result<Vec<String>, Stri
         }
     }
     out.extend(rest);
+    Ok(out)
+}
+
+/// Orders `-m ipvs` options as xt_ipvs prints them (`--ipvs --vproto --vaddr --vport --vdir --vmethod
+/// --vportctl`) and prints a host `--vaddr` without its prefix length.
+fn normalize_ipvs(words: Vec<String>, family: IpFamily) -> Result<Vec<String>, String> {
+    const ORDER: &[&str] = &[
+        "--ipvs",
+        "--vproto",
+        "--vaddr",
+        "--vport",
+        "--vdir",
+        "--vmethod",
+        "--vportctl",
+    ];
+    let Some(start) = words
+        .windows(2)
+        .position(|p| p[0] == "-m" && p[1] == "ipvs")
+    else {
+        return Ok(words);
+    };
+    let body_start = start + 2;
+    let body_end = words[body_start..]
+        .iter()
+        .position(|w| matches!(w.as_str(), "-m" | "-j" | "-g"))
+        .map_or(words.len(), |i| body_start + i);
+    // (option, negated, value) groups.
+    let mut groups: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut i = body_start;
+    while i < body_end {
+        let mut group = Vec::new();
+        if words[i] == "!" {
+            group.push("!".to_string());
+            i += 1;
+        }
+        let Some(opt) = words.get(i).filter(|_| i < body_end) else {
+            return Err("dangling `!' in ipvs match".into());
+        };
+        let rank = ORDER
+            .iter()
+            .position(|o| o == opt)
+            .ok_or_else(|| format!("ipvs: unknown option \"{opt}\""))?;
+        group.push(opt.clone());
+        i += 1;
+        let takes_value = !matches!(opt.as_str(), "--ipvs");
+        if takes_value {
+            let value = words
+                .get(i)
+                .filter(|_| i < body_end)
+                .ok_or_else(|| format!("ipvs: option \"{opt}\" requires an argument"))?;
+            let value = if opt == "--vaddr" {
+                let full = address(value, family)?;
+                let host = if family == IpFamily::V4 {
+                    "/32"
+                } else {
+                    "/128"
+                };
+                full.strip_suffix(host).map(str::to_string).unwrap_or(full)
+            } else {
+                value.clone()
+            };
+            group.push(value);
+            i += 1;
+        }
+        groups.push((rank, group));
+    }
+    groups.sort_by_key(|(rank, _)| *rank);
+    let mut out: Vec<String> = words[..body_start].to_vec();
+    out.extend(groups.into_iter().flat_map(|(_, g)| g));
+    out.extend(words[body_end..].iter().cloned());
     Ok(out)
 }
 
@@ -303,5 +395,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(match_sets(&n).collect::<Vec<_>>(), vec!["A", "B"]);
+        let n = normalize(&w("-p tcp ! --dport 22 -j ACCEPT"), IpFamily::V4).unwrap();
+        assert_eq!(render(&n), "-p tcp -m tcp ! --dport 22 -j ACCEPT");
+        let n = normalize(&w("-p udp -m udp --dport 53 -j ACCEPT"), IpFamily::V4).unwrap();
+        assert_eq!(render(&n), "-p udp -m udp --dport 53 -j ACCEPT");
+        let n = normalize(
+            &w("-s 10.0.0.50 -m ipvs --vaddr 10.0.0.50/32 --vproto 6 --vport 80 -j DROP"),
+            IpFamily::V4,
+        )
+        .unwrap();
+        assert_eq!(
+            render(&n),
+            "-s 10.0.0.50/32 -m ipvs --vproto 6 --vaddr 10.0.0.50 --vport 80 -j DROP"
+        );
+        let n = normalize(
+            &w("-m ipvs --vaddr 10.0.0.0/8 ! --vproto 17 -j DROP"),
+            IpFamily::V4,
+        )
+        .unwrap();
+        assert_eq!(
+            render(&n),
+            "-m ipvs ! --vproto 17 --vaddr 10.0.0.0/8 -j DROP"
+        );
     }
 }

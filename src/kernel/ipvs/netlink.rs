@@ -78,6 +78,11 @@ impl NetlinkIpvs {
         self.batch = n.max(1);
     }
 
+    /// Requests per datagram [`NetlinkIpvs::apply`] really uses (the setting, capped by the socket).
+    pub fn effective_batch(&self) -> usize {
+        self.batch.min(self.sock.max_batch())
+    }
+
     /// The resolved generic netlink family id.
     pub fn family_id(&self) -> u16 {
         self.family

@@ -116,104 +116,114 @@ enum Table {
     Filter,
 }
 
-/// Upstream's `ipsetWithIptablesChain`: set, table, chain, target, match type, protocol match.
-const SET_RULES: [(SetKind, Table, &str, &str, &str, Option<Protocol>); 12] = [
-    (
-        SetKind::LoopBack,
-        Table::Nat,
-        KUBE_POSTROUTING,
-        "MASQUERADE",
-        "dst,dst,src",
-        None,
-    ),
-    (
-        SetKind::LoadBalancer,
-        Table::Nat,
-        KUBE_SERVICES,
-        KUBE_LOAD_BALANCER,
-        "dst,dst",
-        None,
-    ),
-    (
-        SetKind::LoadBalancerLocal,
-        Table::Nat,
-        KUBE_LOAD_BALANCER,
-        "RETURN",
-        "dst,dst",
-        None,
-    ),
-    (
-        SetKind::NodePortLocalTcp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        "RETURN",
-        "dst",
-        Some(Protocol::Tcp),
-    ),
-    (
-        SetKind::NodePortTcp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        KUBE_MARK_MASQ,
-        "dst",
-        Some(Protocol::Tcp),
-    ),
-    (
-        SetKind::NodePortLocalUdp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        "RETURN",
-        "dst",
-        Some(Protocol::Udp),
-    ),
-    (
-        SetKind::NodePortUdp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        KUBE_MARK_MASQ,
-        "dst",
-        Some(Protocol::Udp),
-    ),
-    (
-        SetKind::NodePortLocalSctp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        "RETURN",
-        "dst,dst",
-        Some(Protocol::Sctp),
-    ),
-    (
-        SetKind::NodePortSctp,
-        Table::Nat,
-        KUBE_NODE_PORT,
-        KUBE_MARK_MASQ,
-        "dst,dst",
-        Some(Protocol::Sctp),
-    ),
-    (
-        SetKind::LoadBalancerFw,
-        Table::Filter,
-        KUBE_PROXY_FIREWALL,
-        KUBE_SOURCE_RANGES_FIREWALL,
-        "dst,dst",
-        None,
-    ),
-    (
-        SetKind::LoadBalancerSourceCidr,
-        Table::Filter,
-        KUBE_SOURCE_RANGES_FIREWALL,
-        "RETURN",
-        "dst,dst,src",
-        None,
-    ),
-    (
-        SetKind::LoadBalancerSourceIp,
-        Table::Filter,
-        KUBE_SOURCE_RANGES_FIREWALL,
-        "RETURN",
-        "dst,dst,src",
-        None,
-    ),
+/// One row of upstream's `ipsetWithIptablesChain`: a rule matching a set, written when the set is non-empty.
+struct SetRule {
+    set: SetKind,
+    table: Table,
+    chain: &'static str,
+    target: &'static str,
+    match_type: &'static str,
+    proto: Option<Protocol>,
+}
+
+/// Upstream's `ipsetWithIptablesChain`, in order.
+const SET_RULES: [SetRule; 12] = [
+    SetRule {
+        set: SetKind::LoopBack,
+        table: Table::Nat,
+        chain: KUBE_POSTROUTING,
+        target: "MASQUERADE",
+        match_type: "dst,dst,src",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancer,
+        table: Table::Nat,
+        chain: KUBE_SERVICES,
+        target: KUBE_LOAD_BALANCER,
+        match_type: "dst,dst",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancerLocal,
+        table: Table::Nat,
+        chain: KUBE_LOAD_BALANCER,
+        target: "RETURN",
+        match_type: "dst,dst",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::NodePortLocalTcp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: "RETURN",
+        match_type: "dst",
+        proto: Some(Protocol::Tcp),
+    },
+    SetRule {
+        set: SetKind::NodePortTcp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: KUBE_MARK_MASQ,
+        match_type: "dst",
+        proto: Some(Protocol::Tcp),
+    },
+    SetRule {
+        set: SetKind::NodePortLocalUdp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: "RETURN",
+        match_type: "dst",
+        proto: Some(Protocol::Udp),
+    },
+    SetRule {
+        set: SetKind::NodePortUdp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: KUBE_MARK_MASQ,
+        match_type: "dst",
+        proto: Some(Protocol::Udp),
+    },
+    SetRule {
+        set: SetKind::NodePortLocalSctp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: "RETURN",
+        match_type: "dst,dst",
+        proto: Some(Protocol::Sctp),
+    },
+    SetRule {
+        set: SetKind::NodePortSctp,
+        table: Table::Nat,
+        chain: KUBE_NODE_PORT,
+        target: KUBE_MARK_MASQ,
+        match_type: "dst,dst",
+        proto: Some(Protocol::Sctp),
+    },
+    SetRule {
+        set: SetKind::LoadBalancerFw,
+        table: Table::Filter,
+        chain: KUBE_PROXY_FIREWALL,
+        target: KUBE_SOURCE_RANGES_FIREWALL,
+        match_type: "dst,dst",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancerSourceCidr,
+        table: Table::Filter,
+        chain: KUBE_SOURCE_RANGES_FIREWALL,
+        target: "RETURN",
+        match_type: "dst,dst,src",
+        proto: None,
+    },
+    SetRule {
+        set: SetKind::LoadBalancerSourceIp,
+        table: Table::Filter,
+        chain: KUBE_SOURCE_RANGES_FIREWALL,
+        target: "RETURN",
+        match_type: "dst,dst,src",
+        proto: None,
+    },
 ];
 
 /// What the rules depend on.
@@ -238,6 +248,15 @@ impl RulesInput<'_> {
     }
     fn has(&self, k: SetKind) -> bool {
         self.set_non_empty[k.index()]
+    }
+}
+
+/// IANA protocol number, as iptables-save prints `--vproto`.
+fn proto_number(p: Protocol) -> u8 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => 17,
+        Protocol::Sctp => 132,
     }
 }
 
@@ -277,7 +296,15 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
     };
     let _ = writeln!(nat, "-A {KUBE_SERVICES} -s {lo} -j RETURN");
 
-    for (kind, table, chain, target, match_type, proto) in SET_RULES {
+    for SetRule {
+        set: kind,
+        table,
+        chain,
+        target,
+        match_type,
+        proto,
+    } in SET_RULES
+    {
         if !inp.has(kind) {
             continue;
         }
@@ -353,11 +380,14 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
     let _ = writeln!(nat, "-A {KUBE_LOAD_BALANCER} -j {KUBE_MARK_MASQ}");
     let _ = writeln!(filter, "-A {KUBE_SOURCE_RANGES_FIREWALL} -j DROP");
 
+    // Upstream writes `-s <ip> -m ipvs --vaddr <ip> --vproto <name> --vport <port>`; the same rule is written
+    // here the way iptables-save prints it back (host prefix on -s, numeric protocol first).
     for (ip, proto, port) in inp.lb_no_node_access {
+        let host = if ip.is_ipv4() { 32 } else { 128 };
         let _ = writeln!(
             filter,
-            "-A {KUBE_IPVS_OUT_FILTER} -s {ip} -m ipvs --vaddr {ip} --vproto {} --vport {port} -j DROP",
-            proto.as_lower()
+            "-A {KUBE_IPVS_OUT_FILTER} -s {ip}/{host} -m ipvs --vproto {} --vaddr {ip} --vport {port} -j DROP",
+            proto_number(*proto)
         );
     }
 

@@ -104,7 +104,8 @@ struct Builder<'a> {
     node_ip: Option<IpAddr>,
     node_port_ips: Vec<IpAddr>,
     local_addrs: HashSet<IpAddr>,
-    sets: [BTreeSet<String>; 17],
+    /// Members per set (duplicates allowed; sorted into sets at the end, cheaper than tree inserts).
+    sets: [Vec<String>; 17],
     virtual_servers: BTreeMap<crate::kernel::ipvs::IpvsServiceKey, DesiredVirtualServer>,
     bound: BTreeSet<IpAddr>,
     no_local: NoLocal,
@@ -114,7 +115,7 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn set(&mut self, kind: SetKind, e: String) {
-        self.sets[kind.index()].insert(e);
+        self.sets[kind.index()].push(e);
     }
 
     fn add_vs(&mut self, service: crate::kernel::ipvs::IpvsService, dests: ipvs::Destinations) {
@@ -307,13 +308,19 @@ pub fn plan(
         health: BTreeMap::new(),
     };
 
+    // Both maps are sorted by service port name: walk them together instead of looking each one up.
+    let mut eps_iter = endpoints.iter().peekable();
     for (name, svc) in services {
-        let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or(&[]);
+        while eps_iter.next_if(|(k, _)| *k < name).is_some() {}
+        let eps = match eps_iter.next_if(|(k, _)| *k == name) {
+            Some((_, e)) => e.as_slice(),
+            None => &[],
+        };
         b.service_port(svc, eps);
     }
 
     for ip in &b.bound {
-        b.sets[SetKind::IpvsIps.index()].insert(ip.to_string());
+        b.sets[SetKind::IpvsIps.index()].push(ip.to_string());
     }
 
     let set_names: [String; 17] = SetKind::ALL.map(|k| k.name(family));
@@ -332,6 +339,7 @@ pub fn plan(
     let mut ipsets = BTreeMap::new();
     for (kind, entries) in SetKind::ALL.into_iter().zip(b.sets) {
         let spec = kind.spec(family);
+        let entries: BTreeSet<String> = entries.into_iter().collect();
         ipsets.insert(spec.name.clone(), DesiredIpSet { spec, entries });
     }
 

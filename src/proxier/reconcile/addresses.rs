@@ -4,7 +4,6 @@ use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::IpFamily;
 use crate::kernel::link::DUMMY_DEVICE;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -43,21 +42,22 @@ impl Reconciler {
         for f in families {
             let family = f.desired.family;
             let applied = self.applied.entry(family).or_default();
-            let current: BTreeSet<IpAddr> = match &snap.addresses {
-                Some(a) => a
+            if let Some(a) = &snap.addresses {
+                // Full sync: the kernel is the truth.
+                applied.addresses = a
                     .iter()
                     .copied()
                     .filter(|ip| IpFamily::of(ip) == family)
-                    .collect(),
-                None => applied.addresses.clone(),
-            };
+                    .collect();
+            }
             let want = &f.desired.bound_addresses;
-            let mut now = current.clone();
-            for ip in want.difference(&current) {
-                match k.links.add_address(DUMMY_DEVICE, *ip) {
+            let to_add: Vec<IpAddr> = want.difference(&applied.addresses).copied().collect();
+            let to_del: Vec<IpAddr> = applied.addresses.difference(want).copied().collect();
+            for ip in to_add {
+                match k.links.add_address(DUMMY_DEVICE, ip) {
                     Ok(_) => {
                         report.addresses.added += 1;
-                        now.insert(*ip);
+                        applied.addresses.insert(ip);
                     }
                     Err(e) => {
                         tracing::warn!(%ip, error = %e, "binding address failed");
@@ -65,11 +65,11 @@ impl Reconciler {
                     }
                 }
             }
-            for ip in current.difference(want) {
-                match k.links.del_address(DUMMY_DEVICE, *ip) {
+            for ip in to_del {
+                match k.links.del_address(DUMMY_DEVICE, ip) {
                     Ok(_) => {
                         report.addresses.deleted += 1;
-                        now.remove(ip);
+                        applied.addresses.remove(&ip);
                     }
                     Err(e) => {
                         tracing::warn!(%ip, error = %e, "unbinding address failed");
@@ -77,7 +77,6 @@ impl Reconciler {
                     }
                 }
             }
-            applied.addresses = now;
         }
         report.add_step(SyncStep::Addresses, start.elapsed());
     }

@@ -39,19 +39,23 @@ impl Reconciler {
                         &empty
                     }
                 };
-                for e in set.entries.difference(members) {
-                    ops.push(IpSetOp::Add {
-                        set: name.clone(),
-                        entry: e.clone(),
-                    });
-                }
+                // Deletions first: should a planned entry ever differ in text from the kernel's form of the
+                // same member, the member ends up present (deleted, then re-added), never missing.
                 for e in members.difference(&set.entries) {
                     ops.push(IpSetOp::Del {
                         set: name.clone(),
                         entry: e.clone(),
                     });
                 }
-                next.insert(name.clone(), set.entries.clone());
+                for e in set.entries.difference(members) {
+                    ops.push(IpSetOp::Add {
+                        set: name.clone(),
+                        entry: e.clone(),
+                    });
+                }
+                if applied.ipsets.get(name) != Some(&set.entries) {
+                    next.insert(name.clone(), set.entries.clone());
+                }
             }
             expected.push((f.desired.family, next));
         }
@@ -96,7 +100,14 @@ impl Reconciler {
         for (family, sets) in expected {
             let applied = self.applied.entry(family).or_default();
             if ok {
-                applied.ipsets = sets;
+                // `sets` holds only the sets whose members changed; drop sets no longer planned.
+                let planned: BTreeSet<&String> = families
+                    .iter()
+                    .filter(|f| f.desired.family == family)
+                    .flat_map(|f| f.desired.ipsets.keys())
+                    .collect();
+                applied.ipsets.retain(|name, _| planned.contains(name));
+                applied.ipsets.extend(sets);
             } else {
                 // Unknown kernel contents: forget them, so the next (full) sync compares with a dump.
                 applied.ipsets.clear();

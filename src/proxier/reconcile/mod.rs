@@ -49,6 +49,27 @@ pub struct ConntrackHints {
 }
 
 impl ConntrackHints {
+    /// The hints in the trackers' results (removed UDP ClusterIPs, removed or unready UDP endpoints).
+    pub fn from_updates(
+        services: &crate::cluster::tracker::ServiceUpdateResult,
+        endpoints: &crate::cluster::tracker::EndpointsUpdateResult,
+    ) -> Self {
+        ConntrackHints {
+            stale_service_ips: services.deleted_udp_cluster_ips.clone(),
+            stale_endpoint_ips: endpoints
+                .deleted_udp_endpoints
+                .iter()
+                .map(|e| e.ip)
+                .collect(),
+        }
+    }
+
+    /// Adds hints gathered since (for syncs that were coalesced).
+    pub fn merge(&mut self, other: ConntrackHints) {
+        self.stale_service_ips.extend(other.stale_service_ips);
+        self.stale_endpoint_ips.extend(other.stale_endpoint_ips);
+    }
+
     /// Whether there is nothing to look at.
     pub fn is_empty(&self) -> bool {
         self.stale_service_ips.is_empty() && self.stale_endpoint_ips.is_empty()
