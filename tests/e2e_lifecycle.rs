@@ -146,7 +146,9 @@ uml_test!(restart_under_traffic_keeps_state, boot(), {
     let nodeport = Traffic::start("client-a", ip("10.0.0.10"), 30080);
     std::thread::sleep(Duration::from_millis(500));
 
+    let stopping = Instant::now();
     let status = e.stop_daemon();
+    println!("daemon stopped {:?} after SIGTERM", stopping.elapsed());
     assert!(
         status.success(),
         "SIGTERM exit status {status}:\n{}",

@@ -417,7 +417,6 @@ uml_test!(traffic_policies, boot(), {
 uml_test!(object_lifecycle_and_ownership, boot(), {
     let _pods = pods(&[("pod-a", "10.244.0.11"), ("pod-b", "10.244.0.12")]);
     let mut e = E2e::start(Options {
-        sync_period: "15s".to_string(),
         extra_config: "  excludeCIDRs: [10.200.0.0/16]\n".to_string(),
         ..Options::default()
     });

@@ -31,6 +31,8 @@ pub const POD_GW: &str = "10.244.0.1";
 pub const FIRST_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a change may take to reach the kernel (it may queue behind a full sync).
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the daemon may take to exit after SIGTERM (it finishes the sync in progress).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Loopback healthz address of the daemon.
 pub const HEALTHZ: &str = "127.0.0.1:10256";
 /// Loopback metrics address of the daemon.
@@ -190,7 +192,8 @@ impl E2e {
         unsafe {
             libc::kill(d.child.id() as i32, libc::SIGTERM);
         }
-        let end = Instant::now() + Duration::from_secs(15);
+        // The daemon finishes a sync in progress before it exits; a full sync takes tens of seconds in UML.
+        let end = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Some(st) = d.child.try_wait().expect("wait daemon") {
                 return st;
@@ -199,7 +202,7 @@ impl E2e {
                 let _ = d.child.kill();
                 let _ = d.child.wait();
                 panic!(
-                    "daemon did not stop within 15 s of SIGTERM\n{}",
+                    "daemon did not stop within {STOP_TIMEOUT:?} of SIGTERM\n{}",
                     tail(&read(&d.log), 40)
                 );
             }
