@@ -27,10 +27,10 @@ pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// Pod gateway on the root-namespace side of every pod veth.
 pub const POD_GW: &str = "10.244.0.1";
 /// How long the daemon may take to finish its first sync. A full sync in UML takes ~20 s on a loaded
-/// host, most of it spawning iptables processes (each costs ~0.3 s in the guest).
-pub const FIRST_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+/// host (up to ~35 s seen), most of it spawning iptables and ipset processes (~0.2-0.4 s each in the guest).
+pub const FIRST_SYNC_TIMEOUT: Duration = Duration::from_secs(150);
 /// How long a change may take to reach the kernel (it may queue behind a full sync).
-pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long the daemon may take to exit after SIGTERM (it finishes the sync in progress).
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Loopback healthz address of the daemon.
