@@ -411,6 +411,26 @@ fn clusterip_body() {
             "ip link add node0 type dummy && ip link set node0 up && ip addr add {NODE_IP}/24 dev node0"
         ));
 
+        // --init-only: sysctls and IPVS timeouts, then exit 0 without touching services.
+        let out = Command::new(&bin)
+            .args([
+                "--init-only",
+                "--hostname-override=e2e-node",
+                "--ipvs-tcp-timeout=901s",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "--init-only failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(sh("cat /proc/sys/net/ipv4/vs/conntrack").trim(), "1");
+        assert_eq!(sh("cat /proc/sys/net/ipv4/ip_forward").trim(), "1");
+        let timeouts = sh("ipvsadm -L --timeout");
+        assert!(timeouts.contains("901"), "{timeouts}");
+        assert!(!sh("ip link").contains("kube-ipvs0"));
+
         let pods: Vec<Pod> = ["pod-a", "pod-b", "pod-c", "pod-d"]
             .iter()
             .enumerate()

@@ -109,6 +109,8 @@ pub struct SyncLoop {
     last_full: Option<Instant>,
     service_total: u64,
     endpoint_total: u64,
+    /// Conntrack hints of syncs that did not get to clean conntrack (kept for the next sync).
+    pending_hints: ConntrackHints,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -219,6 +221,7 @@ impl SyncLoop {
             last_full: None,
             service_total: 0,
             endpoint_total: 0,
+            pending_hints: ConntrackHints::default(),
         }
     }
 
@@ -250,10 +253,9 @@ impl SyncLoop {
         self.service_total = svc_total;
         self.endpoint_total = eps_total;
 
-        let hints = ConntrackHints {
-            stale_service_ips: svc.deleted_udp_cluster_ips.iter().copied().collect(),
-            stale_endpoint_ips: eps.deleted_udp_endpoints.iter().map(|e| e.ip).collect(),
-        };
+        let mut hints = ConntrackHints::from_updates(&svc, &eps);
+        hints.merge(std::mem::take(&mut self.pending_hints));
+        let kept_hints = hints.clone();
         let full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.settings.sync_period);
@@ -307,15 +309,20 @@ impl SyncLoop {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "sync failed");
+                self.pending_hints = kept_hints;
                 self.runner.retry_after(RETRY_DELAY);
                 return;
             }
             Err(e) => {
                 tracing::error!(error = %e, "sync thread panicked");
+                self.pending_hints = kept_hints;
                 self.runner.retry_after(RETRY_DELAY);
                 return;
             }
         };
+        if outcome.report.failures_of(FailureKind::Conntrack) > 0 {
+            self.pending_hints = kept_hints;
+        }
         self.publish(outcome, full, &eps.trigger_times, start).await;
     }
 
@@ -339,6 +346,14 @@ impl SyncLoop {
                 let n = nl.and_then(|m| m.get(key)).copied().unwrap_or(0);
                 self.metrics.set_no_local_endpoints(f, policy, n);
             }
+        }
+        // The report sums families; conntrack and restore failures are attributed to the primary family.
+        if let Some(d) = r
+            .step_durations
+            .get(&crate::proxier::report::SyncStep::Conntrack)
+        {
+            self.metrics
+                .observe_conntrack_reconcile(primary, *d, r.conntrack_deleted as u64);
         }
         for _ in 0..r.failures_of(FailureKind::IptablesRestore) {
             self.metrics.inc_iptables_restore_failure(primary, false);

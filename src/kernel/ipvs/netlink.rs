@@ -14,7 +14,7 @@ use netlink_sys::protocols::NETLINK_GENERIC;
 use std::net::IpAddr;
 
 /// Requests per datagram in [`NetlinkIpvs::apply`].
-pub const DEFAULT_BATCH: usize = 128;
+pub const DEFAULT_BATCH: usize = 64;
 
 /// IPVS through generic netlink.
 #[derive(Debug)]

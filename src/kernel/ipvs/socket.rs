@@ -17,6 +17,8 @@ const RECV_BUF: usize = 256 * 1024;
 const SO_RCVBUF: usize = 4 * 1024 * 1024;
 /// Conservative kernel memory charged per queued ACK (skb truesize), to size batches to the receive buffer.
 const ACK_TRUESIZE: usize = 1024;
+/// A kernel that does not answer within this time fails the call instead of hanging the reconciler.
+const RECV_TIMEOUT_SECS: libc::time_t = 30;
 /// Upper bound of requests per datagram (IPVS requests are ~100-150 bytes).
 const MAX_BATCH: usize = 512;
 /// Extended ACK attribute carrying a human-readable message.
@@ -91,6 +93,7 @@ impl NlSocket {
         let _ = sock.set_ext_ack(true);
         let _ = sock.set_cap_ack(true);
         force_rcvbuf(&sock, SO_RCVBUF);
+        set_recv_timeout(&sock, RECV_TIMEOUT_SECS);
         let rcvbuf = sock.get_rx_buf_sz().unwrap_or(212_992);
         Ok(NlSocket {
             ack_capacity: (rcvbuf / ACK_TRUESIZE).max(16),
@@ -274,6 +277,25 @@ fn force_rcvbuf(sock: &Socket, size: usize) {
     }
 }
 
+/// Sets SO_RCVTIMEO (best effort).
+fn set_recv_timeout(sock: &Socket, secs: libc::time_t) {
+    use std::os::fd::AsRawFd;
+    let tv = libc::timeval {
+        tv_sec: secs,
+        tv_usec: 0,
+    };
+    // SAFETY: setsockopt on an owned, open socket with a pointer to a timeval and its exact length.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+}
+
 /// A payload type that accepts any inner message without decoding it (for ACK-only batches).
 #[derive(Debug)]
 pub struct NoPayload;
@@ -386,7 +408,7 @@ mod tests {
             payload.extend((l as u16).to_ne_bytes());
             payload.extend(NLMSGERR_ATTR_MSG.to_ne_bytes());
             payload.extend(v);
-            while payload.len() % 4 != 0 {
+            while !payload.len().is_multiple_of(4) {
                 payload.push(0);
             }
         }
