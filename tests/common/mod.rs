@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests.
 pub mod apiserver;
+pub mod e2e;
 pub mod netns;
 pub mod uml;
