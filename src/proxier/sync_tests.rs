@@ -307,6 +307,12 @@ fn identical_syncs_write_nothing_and_event_syncs_do_not_dump() {
         4,
         "one dump per existing service"
     );
+    // Jumps already in place are seen in one save per table: no per-jump `-N` / `-C` processes.
+    let tables: BTreeSet<&str> = d.jumps.iter().map(|j| j.table).collect();
+    assert!(!tables.is_empty());
+    assert_eq!(count("iptables.save"), tables.len(), "{reads:?}");
+    assert_eq!(count("iptables.check_rule"), 0, "{reads:?}");
+    assert_eq!(count("iptables.ensure_chain"), 0, "{reads:?}");
 }
 
 #[test]
