@@ -120,6 +120,24 @@ impl IpSets for IpsetCli {
         Ok(())
     }
 
+    fn create_all(&mut self, specs: &[IpSetSpec]) -> KernelResult<()> {
+        if specs.is_empty() {
+            return Ok(());
+        }
+        let mut script = String::new();
+        for spec in specs {
+            script.push_str(&spec.create_line());
+            script.push('\n');
+        }
+        self.run(&["restore", "-exist"], Some(&script))?.ok()?;
+        for spec in specs {
+            let family = (spec.set_type != IpSetType::BitmapPort).then_some(spec.family);
+            self.known
+                .insert(spec.name.clone(), (spec.set_type, family));
+        }
+        Ok(())
+    }
+
     fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>> {
         let text = self.run(&["save"], None)?.ok()?;
         let saved = parse_save(&text);

@@ -76,6 +76,11 @@ pub struct ApplyReport {
 pub trait IpSets: Send {
     /// Creates the set if missing (`-exist`).
     fn create(&mut self, spec: &IpSetSpec) -> KernelResult<()>;
+    /// Creates every set in `specs` if missing; the default creates them one by one, the real backend in
+    /// one `ipset restore -exist` process. On error, some of the sets may exist.
+    fn create_all(&mut self, specs: &[IpSetSpec]) -> KernelResult<()> {
+        specs.iter().try_for_each(|spec| self.create(spec))
+    }
     /// Every set with its members, as `ipset save` shows them (one process).
     fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>>;
     /// Applies all ops with one `ipset restore -exist`; invalid entries are skipped and reported.

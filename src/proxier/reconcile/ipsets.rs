@@ -22,6 +22,23 @@ impl Reconciler {
             crate::cluster::model::IpFamily,
             BTreeMap<String, BTreeSet<String>>,
         )> = Vec::new();
+        // Missing sets of every family are created together (one process with the real backend); should
+        // that fail, each set is tried on its own below so one bad set cannot block the others.
+        let missing: Vec<_> = families
+            .iter()
+            .flat_map(|f| {
+                let current = snap
+                    .ipsets
+                    .as_ref()
+                    .or_else(|| self.applied.get(&f.desired.family).map(|a| &a.ipsets));
+                f.desired
+                    .ipsets
+                    .iter()
+                    .filter(move |(name, _)| current.is_none_or(|c| !c.contains_key(*name)))
+                    .map(|(_, set)| set.spec.clone())
+            })
+            .collect();
+        let created_together = !missing.is_empty() && k.ipsets.create_all(&missing).is_ok();
         for f in families {
             let applied = self.applied.entry(f.desired.family).or_default();
             let current = snap.ipsets.as_ref().unwrap_or(&applied.ipsets);
@@ -30,7 +47,12 @@ impl Reconciler {
                 let members = match current.get(name) {
                     Some(m) => m,
                     None => {
-                        if let Err(e) = k.ipsets.create(&set.spec) {
+                        let res = if created_together {
+                            Ok(())
+                        } else {
+                            k.ipsets.create(&set.spec)
+                        };
+                        if let Err(e) = res {
                             tracing::warn!(set = %name, error = %e, "ipset create failed");
                             report.fail(FailureKind::Ipset);
                             continue;
