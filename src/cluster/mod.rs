@@ -1,3 +1,8 @@
 //! The cluster side: models, conversion from API objects, change trackers, endpoint selection, watchers.
 
+pub mod client;
+pub mod convert;
 pub mod model;
+pub mod select;
+pub mod tracker;
+pub mod watch;

@@ -1,0 +1,416 @@
+//! Change trackers: accumulate Service and EndpointSlice changes between syncs, then apply them to the
+//! [`ServiceMap`] / [`EndpointsMap`] in O(changes), reporting what changed (upstream's
+//! `ServiceChangeTracker` / `EndpointsChangeTracker`).
+
+use super::convert::{self, ConvertError, ConvertWarning, SliceInfo};
+use super::model::{
+    Endpoint, EndpointsMap, Protocol, ServiceMap, ServiceName, ServicePort, ServicePortName,
+};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// What recording one object change produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrackOutcome {
+    /// Whether a change for this object is now pending (false when it was a no-op or cancelled out).
+    pub pending: bool,
+    /// Entries dropped from an otherwise valid object.
+    pub warnings: Vec<ConvertWarning>,
+    /// The object was malformed: it is treated as absent (contributes nothing) until fixed.
+    pub error: Option<ConvertError>,
+}
+
+type PortMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
+
+#[derive(Debug)]
+struct ServiceChange {
+    previous: PortMap,
+    current: PortMap,
+}
+
+/// Accumulates Service changes between syncs.
+#[derive(Debug, Default)]
+pub struct ServiceChangeTracker {
+    items: HashMap<ServiceName, ServiceChange>,
+    total: u64,
+}
+
+/// What [`ServiceChangeTracker::apply`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceUpdateResult {
+    /// Services with added, updated or removed ports.
+    pub updated_services: BTreeSet<ServiceName>,
+    /// Service ports added, updated or removed.
+    pub changed_ports: BTreeSet<ServicePortName>,
+    /// ClusterIPs of removed UDP service ports (their conntrack entries are stale).
+    pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
+}
+
+fn convert_service(svc: Option<&Service>, outcome: Option<&mut TrackOutcome>) -> PortMap {
+    let Some(svc) = svc else {
+        return PortMap::new();
+    };
+    match convert::service_ports(svc) {
+        Ok(c) => {
+            if let Some(o) = outcome {
+                o.warnings = c.warnings;
+            }
+            c.ports
+                .into_iter()
+                .map(|p| (p.name.clone(), Arc::new(p)))
+                .collect()
+        }
+        Err(e) => {
+            if let Some(o) = outcome {
+                o.error = Some(e);
+            }
+            PortMap::new()
+        }
+    }
+}
+
+fn service_key(svc: &Service) -> ServiceName {
+    ServiceName {
+        namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+        name: svc.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+impl ServiceChangeTracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a change of one Service: `(None, Some)` add, `(Some, Some)` update, `(Some, None)` delete.
+    /// Changes that cancel out since the last [`apply`](Self::apply) vanish.
+    pub fn update(&mut self, previous: Option<&Service>, current: Option<&Service>) -> TrackOutcome {
+        let mut outcome = TrackOutcome::default();
+        let Some(key) = current.or(previous).map(service_key) else {
+            return outcome;
+        };
+        self.total += 1;
+        let change = self.items.entry(key.clone()).or_insert_with(|| ServiceChange {
+            previous: convert_service(previous, None),
+            current: PortMap::new(),
+        });
+        change.current = convert_service(current, Some(&mut outcome));
+        if change.previous == change.current {
+            self.items.remove(&key);
+        } else {
+            outcome.pending = true;
+        }
+        outcome
+    }
+
+    /// Number of services with pending changes.
+    pub fn pending(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Number of updates recorded since creation (for the `_total` metric).
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Applies the pending changes to `map` (touching only the changed services) and reports them.
+    pub fn apply(&mut self, map: &mut ServiceMap) -> ServiceUpdateResult {
+        let mut result = ServiceUpdateResult::default();
+        for (name, change) in self.items.drain() {
+            let ServiceChange { previous, current } = change;
+            for port_name in previous.keys() {
+                if current.contains_key(port_name) {
+                    continue;
+                }
+                if let Some(removed) = map.remove(port_name)
+                    && removed.protocol == Protocol::Udp
+                {
+                    result
+                        .deleted_udp_cluster_ips
+                        .extend(removed.cluster_ips.iter().copied());
+                }
+                result.changed_ports.insert(port_name.clone());
+            }
+            for (port_name, port) in current {
+                if previous.get(&port_name) != Some(&port) {
+                    result.changed_ports.insert(port_name.clone());
+                }
+                map.insert(port_name, port);
+            }
+            result.updated_services.insert(name);
+        }
+        result
+    }
+}
+
+/// A UDP endpoint that was removed or stopped being ready: its conntrack entries are stale.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StaleUdpEndpoint {
+    pub port_name: ServicePortName,
+    pub ip: IpAddr,
+    pub port: u16,
+}
+
+/// What [`EndpointsChangeTracker::apply`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointsUpdateResult {
+    /// Services whose endpoints changed.
+    pub updated_services: BTreeSet<ServiceName>,
+    /// Service ports whose endpoint lists changed.
+    pub changed_ports: BTreeSet<ServicePortName>,
+    /// Ready UDP endpoints that disappeared or stopped being ready.
+    pub deleted_udp_endpoints: Vec<StaleUdpEndpoint>,
+    /// UDP service ports that went from zero to some ready endpoints.
+    pub newly_active_udp_services: Vec<ServicePortName>,
+    /// `last-change-trigger-time` values of the applied changes, per service.
+    pub trigger_times: BTreeMap<ServiceName, Vec<SystemTime>>,
+}
+
+#[derive(Debug, Default)]
+struct SliceTracker {
+    applied: BTreeMap<String, Arc<SliceInfo>>,
+    /// `None` = slice removal pending.
+    pending: BTreeMap<String, Option<Arc<SliceInfo>>>,
+}
+
+fn same(a: Option<&Arc<SliceInfo>>, b: Option<&Arc<SliceInfo>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.same_content(b),
+        _ => false,
+    }
+}
+
+/// Accumulates EndpointSlice changes between syncs; slices of one service are merged.
+#[derive(Debug)]
+pub struct EndpointsChangeTracker {
+    hostname: String,
+    start_time: SystemTime,
+    by_service: HashMap<ServiceName, SliceTracker>,
+    /// namespace/slice → the service it currently counts for.
+    owners: HashMap<(String, String), ServiceName>,
+    pending_services: HashSet<ServiceName>,
+    trigger_times: HashMap<ServiceName, Vec<SystemTime>>,
+    total: u64,
+}
+
+type EndpointsOf = BTreeMap<ServicePortName, Vec<Endpoint>>;
+
+impl EndpointsChangeTracker {
+    /// A tracker for node `hostname` (local endpoints win deduplication); trigger times before now are ignored.
+    pub fn new(hostname: &str) -> Self {
+        Self::new_at(hostname, SystemTime::now())
+    }
+
+    /// Like [`new`](Self::new) with an explicit start time for trigger-time filtering.
+    pub fn new_at(hostname: &str, start_time: SystemTime) -> Self {
+        Self {
+            hostname: hostname.to_string(),
+            start_time,
+            by_service: HashMap::new(),
+            owners: HashMap::new(),
+            pending_services: HashSet::new(),
+            trigger_times: HashMap::new(),
+            total: 0,
+        }
+    }
+
+    /// Records an added/updated (`removed == false`) or deleted EndpointSlice.
+    pub fn update(&mut self, slice: &EndpointSlice, removed: bool) -> TrackOutcome {
+        let mut outcome = TrackOutcome::default();
+        let (namespace, slice_name, _) = convert::slice_keys(slice);
+        let key = (namespace, slice_name.clone());
+        self.total += 1;
+        let info = if removed {
+            None
+        } else {
+            match convert::slice_info(slice) {
+                Ok(info) => info,
+                Err(e) => {
+                    outcome.error = Some(e);
+                    None
+                }
+            }
+        };
+        match info {
+            None => {
+                if let Some(owner) = self.owners.remove(&key) {
+                    outcome.pending = self.set_pending(&owner, &slice_name, None);
+                    if outcome.pending {
+                        self.trigger_times.remove(&owner);
+                    }
+                }
+            }
+            Some(mut info) => {
+                outcome.warnings = std::mem::take(&mut info.warnings);
+                let service = info.service.clone();
+                if let Some(old) = self.owners.insert(key, service.clone())
+                    && old != service
+                {
+                    outcome.pending |= self.set_pending(&old, &slice_name, None);
+                }
+                let trigger = info.trigger_time;
+                let changed = self.set_pending(&service, &slice_name, Some(Arc::new(info)));
+                if changed
+                    && let Some(t) = trigger
+                    && t > self.start_time
+                {
+                    self.trigger_times.entry(service).or_default().push(t);
+                }
+                outcome.pending |= changed;
+            }
+        }
+        outcome
+    }
+
+    fn set_pending(
+        &mut self,
+        service: &ServiceName,
+        slice: &str,
+        value: Option<Arc<SliceInfo>>,
+    ) -> bool {
+        let tracker = self.by_service.entry(service.clone()).or_default();
+        let applied = tracker.applied.get(slice);
+        let effective = match tracker.pending.get(slice) {
+            Some(p) => p.as_ref(),
+            None => applied,
+        };
+        if same(effective, value.as_ref()) {
+            if tracker.applied.is_empty() && tracker.pending.is_empty() {
+                self.by_service.remove(service);
+            }
+            return false;
+        }
+        if same(applied, value.as_ref()) {
+            tracker.pending.remove(slice);
+            if tracker.pending.is_empty() {
+                self.pending_services.remove(service);
+                if tracker.applied.is_empty() {
+                    self.by_service.remove(service);
+                }
+            }
+        } else {
+            tracker.pending.insert(slice.to_string(), value);
+            self.pending_services.insert(service.clone());
+        }
+        true
+    }
+
+    /// Number of pending slice changes (for the `endpoint_changes_pending` metric).
+    pub fn pending(&self) -> usize {
+        self.pending_services
+            .iter()
+            .filter_map(|s| self.by_service.get(s))
+            .map(|t| t.pending.len())
+            .sum()
+    }
+
+    /// Number of slice updates recorded since creation (for the `_total` metric).
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    fn endpoints_of(&self, slices: &BTreeMap<String, Arc<SliceInfo>>) -> EndpointsOf {
+        let mut by_port: BTreeMap<ServicePortName, BTreeMap<(IpAddr, u16), Endpoint>> =
+            BTreeMap::new();
+        for info in slices.values() {
+            for port in &info.ports {
+                let set = by_port.entry(info.port_name(port)).or_default();
+                for ep in info.endpoints_for(port) {
+                    let local = !self.hostname.is_empty() && ep.is_local(&self.hostname);
+                    match set.get(&(ep.ip, ep.port)) {
+                        Some(existing) if !local || existing.is_local(&self.hostname) => {}
+                        _ => {
+                            set.insert((ep.ip, ep.port), ep);
+                        }
+                    }
+                }
+            }
+        }
+        by_port
+            .into_iter()
+            .filter(|(_, set)| !set.is_empty())
+            .map(|(name, set)| (name, set.into_values().collect()))
+            .collect()
+    }
+
+    /// Applies the pending changes to `map` (touching only the changed services) and reports them.
+    pub fn apply(&mut self, map: &mut EndpointsMap) -> EndpointsUpdateResult {
+        let mut result = EndpointsUpdateResult::default();
+        let services: Vec<ServiceName> = self.pending_services.drain().collect();
+        for service in services {
+            let Some(mut tracker) = self.by_service.remove(&service) else {
+                continue;
+            };
+            let previous = self.endpoints_of(&tracker.applied);
+            for (slice, value) in std::mem::take(&mut tracker.pending) {
+                match value {
+                    Some(info) => tracker.applied.insert(slice, info),
+                    None => tracker.applied.remove(&slice),
+                };
+            }
+            let current = self.endpoints_of(&tracker.applied);
+            if !tracker.applied.is_empty() {
+                self.by_service.insert(service.clone(), tracker);
+            }
+            let mut changed = false;
+            for name in previous.keys() {
+                if !current.contains_key(name) {
+                    map.remove(name);
+                    result.changed_ports.insert(name.clone());
+                    changed = true;
+                }
+            }
+            for (name, eps) in &current {
+                if previous.get(name) != Some(eps) {
+                    map.insert(name.clone(), Arc::new(eps.clone()));
+                    result.changed_ports.insert(name.clone());
+                    changed = true;
+                }
+            }
+            detect_stale_udp(&previous, &current, &mut result);
+            if changed {
+                result.updated_services.insert(service);
+            }
+        }
+        result.trigger_times.extend(self.trigger_times.drain());
+        result
+    }
+}
+
+fn detect_stale_udp(previous: &EndpointsOf, current: &EndpointsOf, out: &mut EndpointsUpdateResult) {
+    for (name, old) in previous {
+        if name.protocol != Protocol::Udp {
+            continue;
+        }
+        let new = current.get(name);
+        for ep in old.iter().filter(|e| e.ready) {
+            let kept = new.is_some_and(|n| {
+                n.iter()
+                    .any(|e| e.ip == ep.ip && e.port == ep.port && e.ready)
+            });
+            if !kept {
+                out.deleted_udp_endpoints.push(StaleUdpEndpoint {
+                    port_name: name.clone(),
+                    ip: ep.ip,
+                    port: ep.port,
+                });
+            }
+        }
+    }
+    for (name, new) in current {
+        if name.protocol != Protocol::Udp || !new.iter().any(|e| e.ready) {
+            continue;
+        }
+        let was_active = previous
+            .get(name)
+            .is_some_and(|old| old.iter().any(|e| e.ready));
+        if !was_active {
+            out.newly_active_udp_services.push(name.clone());
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! Watchers on Services, EndpointSlices and the own Node, feeding the change trackers.
+//!
+//! A watcher error never ends a stream: it is logged, the watcher backs off and relists. A relist
+//! (`Init` … `InitDone`) deletes objects that vanished meanwhile. Each recorded change calls the
+//! `sync_requested` notifier.
+
+use super::convert::ConvertError;
+use super::tracker::{EndpointsChangeTracker, ServiceChangeTracker, TrackOutcome};
+use futures::StreamExt;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch as tokio_watch;
+use tokio::task::JoinHandle;
+
+/// Label selector kube-proxy uses for Services and EndpointSlices.
+pub const PROXY_LABEL_SELECTOR: &str =
+    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+/// Field selector for Services (headless ones are not proxied).
+pub const SERVICE_FIELD_SELECTOR: &str = "spec.clusterIP!=None";
+/// Node label carrying the zone.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// Taint the cluster autoscaler puts on nodes it is about to delete.
+pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// Watch parameters for Services.
+pub fn service_watch_config() -> watcher::Config {
+    watcher::Config::default()
+        .labels(PROXY_LABEL_SELECTOR)
+        .fields(SERVICE_FIELD_SELECTOR)
+}
+
+/// Watch parameters for EndpointSlices.
+pub fn slice_watch_config() -> watcher::Config {
+    watcher::Config::default().labels(PROXY_LABEL_SELECTOR)
+}
+
+/// Watch parameters for the own Node.
+pub fn node_watch_config(node_name: &str) -> watcher::Config {
+    watcher::Config::default().fields(&format!("metadata.name={node_name}"))
+}
+
+/// The change trackers, shared between the watchers and the sync loop.
+#[derive(Debug)]
+pub struct Trackers {
+    pub services: Mutex<ServiceChangeTracker>,
+    pub endpoints: Mutex<EndpointsChangeTracker>,
+}
+
+impl Trackers {
+    /// Fresh trackers for node `hostname`.
+    pub fn new(hostname: &str) -> Arc<Self> {
+        Arc::new(Self {
+            services: Mutex::new(ServiceChangeTracker::new()),
+            endpoints: Mutex::new(EndpointsChangeTracker::new(hostname)),
+        })
+    }
+}
+
+/// What kube-proxy needs from its Node object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    /// InternalIP addresses, in the order the Node lists them.
+    pub internal_ips: Vec<IpAddr>,
+    /// ExternalIP addresses.
+    pub external_ips: Vec<IpAddr>,
+    /// `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
+    /// `spec.podCIDRs` (or `spec.podCIDR`).
+    pub pod_cidrs: Vec<IpNet>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// Tainted `ToBeDeletedByClusterAutoscaler`.
+    pub to_be_deleted: bool,
+    /// All labels (topology decisions may use them).
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    /// Whether the node may receive load-balancer traffic (for `/healthz`'s nodeEligible).
+    pub fn eligible(&self) -> bool {
+        !self.deleting && !self.to_be_deleted
+    }
+}
+
+/// Extracts [`NodeInfo`] from a Node; unparseable addresses / CIDRs are skipped with a warning.
+pub fn node_info(node: &Node) -> NodeInfo {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let mut info = NodeInfo {
+        zone: labels.get(ZONE_LABEL).cloned(),
+        deleting: node.metadata.deletion_timestamp.is_some(),
+        labels,
+        ..Default::default()
+    };
+    for addr in node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let target = match addr.type_.as_str() {
+            "InternalIP" => &mut info.internal_ips,
+            "ExternalIP" => &mut info.external_ips,
+            _ => continue,
+        };
+        match addr.address.parse::<IpAddr>() {
+            Ok(ip) if !target.contains(&ip) => target.push(ip),
+            Ok(_) => {}
+            Err(_) => tracing::warn!(node = %name, address = %addr.address, "ignoring invalid node address"),
+        }
+    }
+    if let Some(spec) = &node.spec {
+        let cidrs: Vec<&String> = match (&spec.pod_cidrs, &spec.pod_cidr) {
+            (Some(list), _) if !list.is_empty() => list.iter().collect(),
+            (_, Some(one)) if !one.is_empty() => vec![one],
+            _ => Vec::new(),
+        };
+        for c in cidrs {
+            match c.parse::<IpNet>() {
+                Ok(net) => info.pod_cidrs.push(net),
+                Err(_) => tracing::warn!(node = %name, cidr = %c, "ignoring invalid podCIDR"),
+            }
+        }
+        info.to_be_deleted = spec
+            .taints
+            .iter()
+            .flatten()
+            .any(|t| t.key == TAINT_TO_BE_DELETED);
+    }
+    info.name = name;
+    info
+}
+
+/// Callbacks from the watchers to the daemon.
+#[derive(Clone)]
+pub struct Notifier {
+    /// Called after each recorded change (the runner's `run()`).
+    pub sync_requested: Arc<dyn Fn() + Send + Sync>,
+    /// Called for each rejected object (to emit an event / bump a metric).
+    pub invalid_object: Arc<dyn Fn(&ConvertError) + Send + Sync>,
+}
+
+impl Notifier {
+    /// A notifier that only requests syncs.
+    pub fn new(sync_requested: impl Fn() + Send + Sync + 'static) -> Self {
+        Self {
+            sync_requested: Arc::new(sync_requested),
+            invalid_object: Arc::new(|_| {}),
+        }
+    }
+
+    /// Adds a callback for rejected objects.
+    pub fn on_invalid(mut self, f: impl Fn(&ConvertError) + Send + Sync + 'static) -> Self {
+        self.invalid_object = Arc::new(f);
+        self
+    }
+}
+
+/// "Listed once" flags per kind.
+#[derive(Debug, Clone)]
+pub struct Synced {
+    pub services: tokio_watch::Receiver<bool>,
+    pub endpoint_slices: tokio_watch::Receiver<bool>,
+    pub node: tokio_watch::Receiver<bool>,
+}
+
+impl Synced {
+    /// Whether Services and EndpointSlices have both been listed once.
+    pub fn proxy_ready(&self) -> bool {
+        *self.services.borrow() && *self.endpoint_slices.borrow()
+    }
+
+    /// Waits until Services and EndpointSlices have both been listed once.
+    pub async fn wait_proxy_ready(&mut self) {
+        let _ = self.services.wait_for(|v| *v).await;
+        let _ = self.endpoint_slices.wait_for(|v| *v).await;
+    }
+}
+
+/// What the watchers expose besides the trackers.
+#[derive(Debug)]
+pub struct Stores {
+    /// The own Node, `None` until seen or after deletion.
+    pub node: tokio_watch::Receiver<Option<Arc<NodeInfo>>>,
+    /// Objects rejected by conversion so far.
+    pub invalid_objects: Arc<AtomicU64>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Stores {
+    /// Stops the watchers.
+    pub fn abort(&self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Stores {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+type Key = (String, String);
+
+fn key_of(meta: &kube::api::ObjectMeta) -> Key {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Turns watcher events into (previous, current) changes, keeping the last object per key (like an
+/// informer cache) and synthesising deletions for objects missing from a relist.
+#[derive(Debug)]
+pub struct EventCache<K> {
+    objects: HashMap<Key, K>,
+    relisting: Option<HashSet<Key>>,
+    listed: bool,
+}
+
+impl<K> Default for EventCache<K> {
+    fn default() -> Self {
+        Self {
+            objects: HashMap::new(),
+            relisting: None,
+            listed: false,
+        }
+    }
+}
+
+impl<K: kube::Resource + Clone> EventCache<K> {
+    /// Whether a full list has completed at least once.
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Applies one watcher event, calling `change(previous, current)` for each object change.
+    pub fn handle(&mut self, event: watcher::Event<K>, mut change: impl FnMut(Option<&K>, Option<&K>)) {
+        match event {
+            watcher::Event::Init => self.relisting = Some(HashSet::new()),
+            watcher::Event::InitApply(obj) => {
+                let key = key_of(obj.meta());
+                if let Some(seen) = self.relisting.as_mut() {
+                    seen.insert(key.clone());
+                }
+                self.store(key, obj, &mut change);
+            }
+            watcher::Event::Apply(obj) => {
+                let key = key_of(obj.meta());
+                self.store(key, obj, &mut change);
+            }
+            watcher::Event::Delete(obj) => {
+                let key = key_of(obj.meta());
+                let prev = self.objects.remove(&key);
+                change(prev.as_ref().or(Some(&obj)), None);
+            }
+            watcher::Event::InitDone => {
+                if let Some(seen) = self.relisting.take() {
+                    let gone: Vec<Key> = self
+                        .objects
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        if let Some(prev) = self.objects.remove(&k) {
+                            change(Some(&prev), None);
+                        }
+                    }
+                }
+                self.listed = true;
+            }
+        }
+    }
+
+    fn store(&mut self, key: Key, mut obj: K, change: &mut impl FnMut(Option<&K>, Option<&K>)) {
+        obj.meta_mut().managed_fields = None;
+        let prev = self.objects.insert(key.clone(), obj);
+        change(prev.as_ref(), self.objects.get(&key));
+    }
+}
+
+fn report(kind: &str, outcome: &TrackOutcome, notifier: &Notifier, invalid: &AtomicU64) {
+    for w in &outcome.warnings {
+        tracing::warn!(kind, "{w}");
+    }
+    if let Some(e) = &outcome.error {
+        tracing::warn!(kind, error = %e, "ignoring invalid object");
+        invalid.fetch_add(1, Ordering::Relaxed);
+        (notifier.invalid_object)(e);
+    }
+    if outcome.pending {
+        (notifier.sync_requested)();
+    }
+}
+
+/// Starts the Service, EndpointSlice and Node watchers on the tokio runtime.
+pub fn start(
+    client: kube::Client,
+    node_name: &str,
+    trackers: Arc<Trackers>,
+    notifier: Notifier,
+) -> (Stores, Synced) {
+    let invalid = Arc::new(AtomicU64::new(0));
+    let (svc_tx, svc_rx) = tokio_watch::channel(false);
+    let (eps_tx, eps_rx) = tokio_watch::channel(false);
+    let (node_synced_tx, node_synced_rx) = tokio_watch::channel(false);
+    let (node_tx, node_rx) = tokio_watch::channel(None);
+
+    let mut tasks = Vec::new();
+
+    {
+        let api: Api<Service> = Api::all(client.clone());
+        let trackers = trackers.clone();
+        let notifier = notifier.clone();
+        let invalid = invalid.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut cache = EventCache::<Service>::default();
+            let mut stream = watcher(api, service_watch_config()).default_backoff().boxed();
+            while let Some(item) = stream.next().await {
+                let event = match item {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Service watch failed, backing off and relisting");
+                        continue;
+                    }
+                };
+                let was_listed = cache.listed();
+                cache.handle(event, |prev, cur| {
+                    let outcome = match trackers.services.lock() {
+                        Ok(mut t) => t.update(prev, cur),
+                        Err(_) => return,
+                    };
+                    report("Service", &outcome, &notifier, &invalid);
+                });
+                if cache.listed() && !was_listed {
+                    svc_tx.send_replace(true);
+                    (notifier.sync_requested)();
+                }
+            }
+        }));
+    }
+
+    {
+        let api: Api<EndpointSlice> = Api::all(client.clone());
+        let trackers = trackers.clone();
+        let notifier = notifier.clone();
+        let invalid = invalid.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut cache = EventCache::<EndpointSlice>::default();
+            let mut stream = watcher(api, slice_watch_config()).default_backoff().boxed();
+            while let Some(item) = stream.next().await {
+                let event = match item {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "EndpointSlice watch failed, backing off and relisting");
+                        continue;
+                    }
+                };
+                let was_listed = cache.listed();
+                cache.handle(event, |prev, cur| {
+                    let outcome = match trackers.endpoints.lock() {
+                        Ok(mut t) => match (prev, cur) {
+                            (_, Some(cur)) => t.update(cur, false),
+                            (Some(prev), None) => t.update(prev, true),
+                            (None, None) => return,
+                        },
+                        Err(_) => return,
+                    };
+                    report("EndpointSlice", &outcome, &notifier, &invalid);
+                });
+                if cache.listed() && !was_listed {
+                    eps_tx.send_replace(true);
+                    (notifier.sync_requested)();
+                }
+            }
+        }));
+    }
+
+    {
+        let api: Api<Node> = Api::all(client);
+        let notifier = notifier.clone();
+        let node_name = node_name.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut cache = EventCache::<Node>::default();
+            let mut stream = watcher(api, node_watch_config(&node_name))
+                .default_backoff()
+                .boxed();
+            while let Some(item) = stream.next().await {
+                let event = match item {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Node watch failed, backing off and relisting");
+                        continue;
+                    }
+                };
+                cache.handle(event, |_, cur| {
+                    let info = cur.map(|n| Arc::new(node_info(n)));
+                    let changed = node_tx.send_if_modified(|slot| {
+                        if *slot != info {
+                            *slot = info;
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                    if changed {
+                        (notifier.sync_requested)();
+                    }
+                });
+                if cache.listed() {
+                    node_synced_tx.send_if_modified(|v| !std::mem::replace(v, true));
+                }
+            }
+        }));
+    }
+
+    (
+        Stores {
+            node: node_rx,
+            invalid_objects: invalid,
+            tasks,
+        },
+        Synced {
+            services: svc_rx,
+            endpoint_slices: eps_rx,
+            node: node_synced_rx,
+        },
+    )
+}

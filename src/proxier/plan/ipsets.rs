@@ -1,0 +1,250 @@
+//! The ipsets kube-proxy's IPVS mode keeps (upstream's `ipsetInfo` table), their per-family kernel names,
+//! and member text exactly as `ipset save` prints it.
+
+use crate::cluster::model::{IpFamily, Protocol};
+use crate::kernel::ipset::{IpSetSpec, IpSetType};
+use ipnet::IpNet;
+use std::fmt::Write;
+use std::net::IpAddr;
+
+/// Longest set name the kernel accepts.
+pub const MAX_SET_NAME: usize = 31;
+
+/// One of the sets the planner fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SetKind {
+    LoopBack,
+    ClusterIp,
+    ExternalIp,
+    ExternalIpLocal,
+    LoadBalancer,
+    LoadBalancerFw,
+    LoadBalancerLocal,
+    LoadBalancerSourceIp,
+    LoadBalancerSourceCidr,
+    NodePortTcp,
+    NodePortLocalTcp,
+    NodePortUdp,
+    NodePortLocalUdp,
+    NodePortSctp,
+    NodePortLocalSctp,
+    HealthCheckNodePort,
+    IpvsIps,
+}
+
+impl SetKind {
+    /// Every set, in upstream's table order.
+    pub const ALL: [SetKind; 17] = [
+        SetKind::LoopBack,
+        SetKind::ClusterIp,
+        SetKind::ExternalIp,
+        SetKind::ExternalIpLocal,
+        SetKind::LoadBalancer,
+        SetKind::LoadBalancerFw,
+        SetKind::LoadBalancerLocal,
+        SetKind::LoadBalancerSourceIp,
+        SetKind::LoadBalancerSourceCidr,
+        SetKind::NodePortTcp,
+        SetKind::NodePortLocalTcp,
+        SetKind::NodePortUdp,
+        SetKind::NodePortLocalUdp,
+        SetKind::NodePortSctp,
+        SetKind::NodePortLocalSctp,
+        SetKind::HealthCheckNodePort,
+        SetKind::IpvsIps,
+    ];
+
+    /// Position in [`SetKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// IPv4 (base) name.
+    pub fn base_name(self) -> &'static str {
+        match self {
+            SetKind::LoopBack => "KUBE-LOOP-BACK",
+            SetKind::ClusterIp => "KUBE-CLUSTER-IP",
+            SetKind::ExternalIp => "KUBE-EXTERNAL-IP",
+            SetKind::ExternalIpLocal => "KUBE-EXTERNAL-IP-LOCAL",
+            SetKind::LoadBalancer => "KUBE-LOAD-BALANCER",
+            SetKind::LoadBalancerFw => "KUBE-LOAD-BALANCER-FW",
+            SetKind::LoadBalancerLocal => "KUBE-LOAD-BALANCER-LOCAL",
+            SetKind::LoadBalancerSourceIp => "KUBE-LOAD-BALANCER-SOURCE-IP",
+            SetKind::LoadBalancerSourceCidr => "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+            SetKind::NodePortTcp => "KUBE-NODE-PORT-TCP",
+            SetKind::NodePortLocalTcp => "KUBE-NODE-PORT-LOCAL-TCP",
+            SetKind::NodePortUdp => "KUBE-NODE-PORT-UDP",
+            SetKind::NodePortLocalUdp => "KUBE-NODE-PORT-LOCAL-UDP",
+            SetKind::NodePortSctp => "KUBE-NODE-PORT-SCTP-HASH",
+            SetKind::NodePortLocalSctp => "KUBE-NODE-PORT-LOCAL-SCTP-HASH",
+            SetKind::HealthCheckNodePort => "KUBE-HEALTH-CHECK-NODE-PORT",
+            SetKind::IpvsIps => "KUBE-IPVS-IPS",
+        }
+    }
+
+    /// Set type.
+    pub fn set_type(self) -> IpSetType {
+        match self {
+            SetKind::LoopBack | SetKind::LoadBalancerSourceIp => IpSetType::HashIpPortIp,
+            SetKind::LoadBalancerSourceCidr => IpSetType::HashIpPortNet,
+            SetKind::NodePortTcp
+            | SetKind::NodePortLocalTcp
+            | SetKind::NodePortUdp
+            | SetKind::NodePortLocalUdp
+            | SetKind::HealthCheckNodePort => IpSetType::BitmapPort,
+            SetKind::IpvsIps => IpSetType::HashIp,
+            _ => IpSetType::HashIpPort,
+        }
+    }
+
+    /// Comment carried by the iptables rules matching this set.
+    pub fn comment(self) -> &'static str {
+        match self {
+            SetKind::LoopBack => {
+                "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"
+            }
+            SetKind::ClusterIp => "Kubernetes service cluster ip + port for masquerade purpose",
+            SetKind::ExternalIp => {
+                "Kubernetes service external ip + port for masquerade and filter purpose"
+            }
+            SetKind::ExternalIpLocal => {
+                "Kubernetes service external ip + port with externalTrafficPolicy=local"
+            }
+            SetKind::LoadBalancer => "Kubernetes service lb portal",
+            SetKind::LoadBalancerFw => {
+                "Kubernetes service load balancer ip + port for load balancer with sourceRange"
+            }
+            SetKind::LoadBalancerLocal => {
+                "Kubernetes service load balancer ip + port with externalTrafficPolicy=local"
+            }
+            SetKind::LoadBalancerSourceIp => {
+                "Kubernetes service load balancer ip + port + source IP for packet filter purpose"
+            }
+            SetKind::LoadBalancerSourceCidr => {
+                "Kubernetes service load balancer ip + port + source cidr for packet filter purpose"
+            }
+            SetKind::NodePortTcp => "Kubernetes nodeport TCP port for masquerade purpose",
+            SetKind::NodePortLocalTcp => {
+                "Kubernetes nodeport TCP port with externalTrafficPolicy=local"
+            }
+            SetKind::NodePortUdp => "Kubernetes nodeport UDP port for masquerade purpose",
+            SetKind::NodePortLocalUdp => {
+                "Kubernetes nodeport UDP port with externalTrafficPolicy=local"
+            }
+            SetKind::NodePortSctp => {
+                "Kubernetes nodeport SCTP port for masquerade purpose with type 'hash ip:port'"
+            }
+            SetKind::NodePortLocalSctp => {
+                "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'"
+            }
+            SetKind::HealthCheckNodePort => "Kubernetes health check node port",
+            SetKind::IpvsIps => "Addresses on the ipvs interface",
+        }
+    }
+
+    /// Kernel name for `family`.
+    pub fn name(self, family: IpFamily) -> String {
+        set_name(self.base_name(), family)
+    }
+
+    /// Full definition for `family`.
+    pub fn spec(self, family: IpFamily) -> IpSetSpec {
+        IpSetSpec {
+            name: self.name(family),
+            set_type: self.set_type(),
+            family,
+            comment: self.comment().to_string(),
+        }
+    }
+}
+
+/// Kernel name of a set: IPv6 sets swap the `KUBE-` prefix for `KUBE-6-` and are cut to 31 characters.
+pub fn set_name(base: &str, family: IpFamily) -> String {
+    match (family, base.strip_prefix("KUBE-")) {
+        (IpFamily::V6, Some(rest)) => {
+            let mut name = format!("KUBE-6-{rest}");
+            name.truncate(MAX_SET_NAME);
+            name
+        }
+        _ => base.to_string(),
+    }
+}
+
+/// `ip,proto:port` (hash:ip,port).
+pub fn ip_port(out: &mut String, ip: IpAddr, proto: Protocol, port: u16) {
+    let _ = write!(out, "{ip},{}:{port}", proto.as_lower());
+}
+
+/// `ip,proto:port,ip2` (hash:ip,port,ip).
+pub fn ip_port_ip(out: &mut String, ip: IpAddr, proto: Protocol, port: u16, ip2: IpAddr) {
+    let _ = write!(out, "{ip},{}:{port},{ip2}", proto.as_lower());
+}
+
+/// `ip,proto:port,net` (hash:ip,port,net): the network is masked and a host prefix is printed bare, as
+/// `ipset save` shows it.
+pub fn ip_port_net(out: &mut String, ip: IpAddr, proto: Protocol, port: u16, net: IpNet) {
+    let net = net.trunc();
+    let _ = write!(out, "{ip},{}:{port},{}", proto.as_lower(), net.addr());
+    if net.prefix_len() != net.max_prefix_len() {
+        let _ = write!(out, "/{}", net.prefix_len());
+    }
+}
+
+/// Builds one entry with a formatting helper.
+pub fn entry(f: impl FnOnce(&mut String)) -> String {
+    let mut s = String::with_capacity(40);
+    f(&mut s);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_names_follow_upstream_rule() {
+        assert_eq!(
+            set_name("KUBE-LOAD-BALANCER-SOURCE-CIDR", IpFamily::V6),
+            "KUBE-6-LOAD-BALANCER-SOURCE-CID"
+        );
+        assert_eq!(
+            set_name("KUBE-NODE-PORT-LOCAL-SCTP-HASH", IpFamily::V6),
+            "KUBE-6-NODE-PORT-LOCAL-SCTP-HAS"
+        );
+        assert_eq!(set_name("KUBE-CLUSTER-IP", IpFamily::V6), "KUBE-6-CLUSTER-IP");
+        assert_eq!(set_name("KUBE-CLUSTER-IP", IpFamily::V4), "KUBE-CLUSTER-IP");
+        for k in SetKind::ALL {
+            assert!(k.name(IpFamily::V6).len() <= MAX_SET_NAME);
+            assert_eq!(SetKind::ALL[k.index()], k);
+        }
+    }
+
+    #[test]
+    fn entries_print_as_ipset_save() {
+        let e = entry(|s| ip_port(s, "10.96.0.1".parse().unwrap(), Protocol::Tcp, 443));
+        assert_eq!(e, "10.96.0.1,tcp:443");
+        let e = entry(|s| {
+            ip_port_net(
+                s,
+                "1.2.3.4".parse().unwrap(),
+                Protocol::Udp,
+                53,
+                "10.1.2.3/8".parse().unwrap(),
+            )
+        });
+        assert_eq!(e, "1.2.3.4,udp:53,10.0.0.0/8");
+        let e = entry(|s| {
+            ip_port_net(
+                s,
+                "2001:db8::1".parse().unwrap(),
+                Protocol::Tcp,
+                80,
+                "2001:db8:0:0::5/128".parse().unwrap(),
+            )
+        });
+        assert_eq!(e, "2001:db8::1,tcp:80,2001:db8::5");
+        let ip: IpAddr = "fd00:0:0::0a".parse().unwrap();
+        let e = entry(|s| ip_port_ip(s, ip, Protocol::Sctp, 9, ip));
+        assert_eq!(e, "fd00::a,sctp:9,fd00::a");
+    }
+}

@@ -1,0 +1,468 @@
+//! The iptables side of the plan: the `iptables-restore --noflush` payload (upstream's
+//! `createAndLinkKubeChain` + `writeIptablesRules`) and the jumps from built-in chains.
+
+use super::LocalDetector;
+use super::ipsets::SetKind;
+use crate::cluster::model::{IpFamily, Protocol};
+use crate::proxier::desired::JumpRule;
+use std::fmt::Write;
+use std::net::IpAddr;
+
+/// nat chain holding the service portal rules.
+pub const KUBE_SERVICES: &str = "KUBE-SERVICES";
+/// nat chain doing SNAT.
+pub const KUBE_POSTROUTING: &str = "KUBE-POSTROUTING";
+/// nat/filter chain for node ports.
+pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
+/// nat chain for load balancer traffic.
+pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
+/// nat chain setting the masquerade mark.
+pub const KUBE_MARK_MASQ: &str = "KUBE-MARK-MASQ";
+/// filter chain accepting marked forwarded traffic.
+pub const KUBE_FORWARD: &str = "KUBE-FORWARD";
+/// filter chain for LB source ranges.
+pub const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
+/// filter sub-chain for LB source ranges.
+pub const KUBE_SOURCE_RANGES_FIREWALL: &str = "KUBE-SOURCE-RANGES-FIREWALL";
+/// filter chain blocking host ports through VIPs.
+pub const KUBE_IPVS_FILTER: &str = "KUBE-IPVS-FILTER";
+/// filter chain blocking LB access from the node when source ranges exclude it.
+pub const KUBE_IPVS_OUT_FILTER: &str = "KUBE-IPVS-OUT-FILTER";
+
+/// Our nat chains, in declaration order.
+pub const NAT_CHAINS: [&str; 5] = [
+    KUBE_SERVICES,
+    KUBE_POSTROUTING,
+    KUBE_NODE_PORT,
+    KUBE_LOAD_BALANCER,
+    KUBE_MARK_MASQ,
+];
+
+/// Our filter chains, in declaration order.
+pub const FILTER_CHAINS: [&str; 6] = [
+    KUBE_FORWARD,
+    KUBE_NODE_PORT,
+    KUBE_PROXY_FIREWALL,
+    KUBE_SOURCE_RANGES_FIREWALL,
+    KUBE_IPVS_FILTER,
+    KUBE_IPVS_OUT_FILTER,
+];
+
+/// Jumps from built-in chains to ours, in upstream's order (each is inserted at the top of its chain).
+pub fn jumps() -> Vec<JumpRule> {
+    let j = |table, chain, target, comment| JumpRule {
+        table,
+        chain,
+        target,
+        comment,
+    };
+    vec![
+        j("nat", "OUTPUT", KUBE_SERVICES, "kubernetes service portals"),
+        j("nat", "PREROUTING", KUBE_SERVICES, "kubernetes service portals"),
+        j(
+            "nat",
+            "POSTROUTING",
+            KUBE_POSTROUTING,
+            "kubernetes postrouting rules",
+        ),
+        j("filter", "FORWARD", KUBE_FORWARD, "kubernetes forwarding rules"),
+        j("filter", "INPUT", KUBE_NODE_PORT, "kubernetes health check rules"),
+        j("filter", "INPUT", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
+        j("filter", "FORWARD", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
+        j("filter", "INPUT", KUBE_IPVS_FILTER, "kubernetes ipvs access filter"),
+        j(
+            "filter",
+            "OUTPUT",
+            KUBE_IPVS_OUT_FILTER,
+            "kubernetes ipvs access filter",
+        ),
+    ]
+}
+
+/// Whether a set rule lives in nat or filter.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Table {
+    Nat,
+    Filter,
+}
+
+/// Upstream's `ipsetWithIptablesChain`: set, table, chain, target, match type, protocol match.
+const SET_RULES: [(SetKind, Table, &str, &str, &str, Option<Protocol>); 12] = [
+    (
+        SetKind::LoopBack,
+        Table::Nat,
+        KUBE_POSTROUTING,
+        "MASQUERADE",
+        "dst,dst,src",
+        None,
+    ),
+    (
+        SetKind::LoadBalancer,
+        Table::Nat,
+        KUBE_SERVICES,
+        KUBE_LOAD_BALANCER,
+        "dst,dst",
+        None,
+    ),
+    (
+        SetKind::LoadBalancerLocal,
+        Table::Nat,
+        KUBE_LOAD_BALANCER,
+        "RETURN",
+        "dst,dst",
+        None,
+    ),
+    (
+        SetKind::NodePortLocalTcp,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        "RETURN",
+        "dst",
+        Some(Protocol::Tcp),
+    ),
+    (
+        SetKind::NodePortTcp,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        KUBE_MARK_MASQ,
+        "dst",
+        Some(Protocol::Tcp),
+    ),
+    (
+        SetKind::NodePortLocalUdp,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        "RETURN",
+        "dst",
+        Some(Protocol::Udp),
+    ),
+    (
+        SetKind::NodePortUdp,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        KUBE_MARK_MASQ,
+        "dst",
+        Some(Protocol::Udp),
+    ),
+    (
+        SetKind::NodePortLocalSctp,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        "RETURN",
+        "dst,dst",
+        Some(Protocol::Sctp),
+    ),
+    (
+        SetKind::NodePortSctp,
+        Table::Nat,
+        KUBE_NODE_PORT,
+        KUBE_MARK_MASQ,
+        "dst,dst",
+        Some(Protocol::Sctp),
+    ),
+    (
+        SetKind::LoadBalancerFw,
+        Table::Filter,
+        KUBE_PROXY_FIREWALL,
+        KUBE_SOURCE_RANGES_FIREWALL,
+        "dst,dst",
+        None,
+    ),
+    (
+        SetKind::LoadBalancerSourceCidr,
+        Table::Filter,
+        KUBE_SOURCE_RANGES_FIREWALL,
+        "RETURN",
+        "dst,dst,src",
+        None,
+    ),
+    (
+        SetKind::LoadBalancerSourceIp,
+        Table::Filter,
+        KUBE_SOURCE_RANGES_FIREWALL,
+        "RETURN",
+        "dst,dst,src",
+        None,
+    ),
+];
+
+/// What the rules depend on.
+pub struct RulesInput<'a> {
+    pub family: IpFamily,
+    /// Kernel set names, indexed by [`SetKind::index`].
+    pub set_names: &'a [String; 17],
+    /// Whether each set has members, indexed by [`SetKind::index`].
+    pub set_non_empty: [bool; 17],
+    pub masquerade_all: bool,
+    pub local_detector: &'a LocalDetector,
+    /// Masquerade mark value (1 << bit).
+    pub mark: u32,
+    pub random_fully: bool,
+    /// LB ip/proto/port reachable from the node only through its source ranges: dropped in OUT-FILTER.
+    pub lb_no_node_access: &'a [(IpAddr, Protocol, u16)],
+}
+
+impl RulesInput<'_> {
+    fn name(&self, k: SetKind) -> &str {
+        &self.set_names[k.index()]
+    }
+    fn has(&self, k: SetKind) -> bool {
+        self.set_non_empty[k.index()]
+    }
+}
+
+/// `! -s <cidr>` / `! -i <iface>` for the local detector, in the position iptables-save prints it
+/// (right after the chain); `None` when no detector applies to this family.
+fn if_not_local(detector: &LocalDetector, family: IpFamily) -> Option<String> {
+    match detector {
+        LocalDetector::None => None,
+        LocalDetector::Cidrs(cidrs) => cidrs
+            .iter()
+            .find(|c| IpFamily::of_net(c) == family)
+            .map(|c| format!("! -s {}", c.trunc())),
+        LocalDetector::BridgeInterface(i) if !i.is_empty() => Some(format!("! -i {i}")),
+        LocalDetector::InterfaceNamePrefix(p) if !p.is_empty() => Some(format!("! -i {p}+")),
+        _ => None,
+    }
+}
+
+/// The full restore payload (nat table then filter table, as upstream writes it).
+pub fn payload(inp: &RulesInput<'_>) -> String {
+    let mut nat = String::with_capacity(4096);
+    let mut filter = String::with_capacity(4096);
+    let mark = format!("{:#x}", inp.mark);
+
+    nat.push_str("*nat\n");
+    for c in NAT_CHAINS {
+        let _ = writeln!(nat, ":{c} - [0:0]");
+    }
+    filter.push_str("*filter\n");
+    for c in FILTER_CHAINS {
+        let _ = writeln!(filter, ":{c} - [0:0]");
+    }
+
+    let lo = match inp.family {
+        IpFamily::V4 => "127.0.0.0/8",
+        IpFamily::V6 => "::1/128",
+    };
+    let _ = writeln!(nat, "-A {KUBE_SERVICES} -s {lo} -j RETURN");
+
+    for (kind, table, chain, target, match_type, proto) in SET_RULES {
+        if !inp.has(kind) {
+            continue;
+        }
+        let out = if table == Table::Nat {
+            &mut nat
+        } else {
+            &mut filter
+        };
+        let _ = write!(out, "-A {chain} ");
+        if let Some(p) = proto {
+            let _ = write!(out, "-p {} ", p.as_lower());
+        }
+        let _ = writeln!(
+            out,
+            "-m comment --comment \"{}\" -m set --match-set {} {match_type} -j {target}",
+            kind.comment(),
+            inp.name(kind)
+        );
+    }
+
+    if inp.has(SetKind::ClusterIp) {
+        let set = inp.name(SetKind::ClusterIp);
+        let comment = SetKind::ClusterIp.comment();
+        let detector = if inp.masquerade_all {
+            None
+        } else {
+            if_not_local(inp.local_detector, inp.family)
+        };
+        if inp.masquerade_all {
+            let _ = writeln!(
+                nat,
+                "-A {KUBE_SERVICES} -m comment --comment \"{comment}\" -m set --match-set {set} dst,dst -j {KUBE_MARK_MASQ}"
+            );
+        } else if let Some(not_local) = detector {
+            let _ = writeln!(
+                nat,
+                "-A {KUBE_SERVICES} {not_local} -m comment --comment \"{comment}\" -m set --match-set {set} dst,dst -j {KUBE_MARK_MASQ}"
+            );
+        } else {
+            let _ = writeln!(
+                nat,
+                "-A {KUBE_SERVICES} -m comment --comment \"{comment}\" -m set --match-set {set} src,dst -j {KUBE_MARK_MASQ}"
+            );
+        }
+    }
+
+    for (kind, masq) in [(SetKind::ExternalIp, true), (SetKind::ExternalIpLocal, false)] {
+        if !inp.has(kind) {
+            continue;
+        }
+        let prefix = format!(
+            "-A {KUBE_SERVICES} -m comment --comment \"{}\" -m set --match-set {} dst,dst",
+            kind.comment(),
+            inp.name(kind)
+        );
+        if masq {
+            let _ = writeln!(nat, "{prefix} -j {KUBE_MARK_MASQ}");
+        }
+        let _ = writeln!(
+            nat,
+            "{prefix} -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT"
+        );
+        let _ = writeln!(nat, "{prefix} -m addrtype --dst-type LOCAL -j ACCEPT");
+    }
+
+    let _ = writeln!(
+        nat,
+        "-A {KUBE_SERVICES} -m addrtype --dst-type LOCAL -j {KUBE_NODE_PORT}"
+    );
+    let _ = writeln!(nat, "-A {KUBE_LOAD_BALANCER} -j {KUBE_MARK_MASQ}");
+    let _ = writeln!(filter, "-A {KUBE_SOURCE_RANGES_FIREWALL} -j DROP");
+
+    for (ip, proto, port) in inp.lb_no_node_access {
+        let _ = writeln!(
+            filter,
+            "-A {KUBE_IPVS_OUT_FILTER} -s {ip} -m ipvs --vaddr {ip} --vproto {} --vport {port} -j DROP",
+            proto.as_lower()
+        );
+    }
+
+    for kind in [SetKind::ClusterIp, SetKind::LoadBalancer] {
+        if inp.has(kind) {
+            let _ = writeln!(
+                nat,
+                "-A {KUBE_SERVICES} -m set --match-set {} dst,dst -j ACCEPT",
+                inp.name(kind)
+            );
+        }
+    }
+
+    let _ = writeln!(
+        filter,
+        "-A {KUBE_FORWARD} -m comment --comment \"kubernetes forwarding rules\" -m mark --mark {mark}/{mark} -j ACCEPT"
+    );
+    let _ = writeln!(
+        filter,
+        "-A {KUBE_FORWARD} -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+    );
+    let _ = writeln!(
+        filter,
+        "-A {KUBE_NODE_PORT} -m comment --comment \"{}\" -m set --match-set {} dst -j ACCEPT",
+        SetKind::HealthCheckNodePort.comment(),
+        inp.name(SetKind::HealthCheckNodePort)
+    );
+    for (kind, match_type) in [
+        (SetKind::LoadBalancer, "dst,dst"),
+        (SetKind::ClusterIp, "dst,dst"),
+        (SetKind::ExternalIp, "dst,dst"),
+        (SetKind::ExternalIpLocal, "dst,dst"),
+        (SetKind::HealthCheckNodePort, "dst"),
+    ] {
+        let _ = writeln!(
+            filter,
+            "-A {KUBE_IPVS_FILTER} -m set --match-set {} {match_type} -j RETURN",
+            inp.name(kind)
+        );
+    }
+    let reject = match inp.family {
+        IpFamily::V4 => "icmp-port-unreachable",
+        IpFamily::V6 => "icmp6-port-unreachable",
+    };
+    let _ = writeln!(
+        filter,
+        "-A {KUBE_IPVS_FILTER} -m conntrack --ctstate NEW -m set --match-set {} dst -j REJECT --reject-with {reject}",
+        inp.name(SetKind::IpvsIps)
+    );
+
+    let _ = writeln!(
+        nat,
+        "-A {KUBE_POSTROUTING} -m mark ! --mark {mark}/{mark} -j RETURN"
+    );
+    let _ = writeln!(nat, "-A {KUBE_POSTROUTING} -j MARK --xor-mark {mark}");
+    let _ = write!(
+        nat,
+        "-A {KUBE_POSTROUTING} -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE"
+    );
+    nat.push_str(if inp.random_fully {
+        " --random-fully\n"
+    } else {
+        "\n"
+    });
+    let _ = writeln!(nat, "-A {KUBE_MARK_MASQ} -j MARK --or-mark {mark}");
+
+    nat.push_str("COMMIT\n");
+    filter.push_str("COMMIT\n");
+    nat.push_str(&filter);
+    nat
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipnet::IpNet;
+
+    fn names(family: IpFamily) -> [String; 17] {
+        SetKind::ALL.map(|k| k.name(family))
+    }
+
+    fn input<'a>(names: &'a [String; 17], det: &'a LocalDetector) -> RulesInput<'a> {
+        let mut non_empty = [false; 17];
+        non_empty[SetKind::ClusterIp.index()] = true;
+        RulesInput {
+            family: IpFamily::V4,
+            set_names: names,
+            set_non_empty: non_empty,
+            masquerade_all: false,
+            local_detector: det,
+            mark: 1 << 14,
+            random_fully: false,
+            lb_no_node_access: &[],
+        }
+    }
+
+    fn masq_rule(p: &str) -> &str {
+        p.lines()
+            .find(|l| l.contains("KUBE-CLUSTER-IP") && l.ends_with("-j KUBE-MARK-MASQ"))
+            .unwrap()
+    }
+
+    #[test]
+    fn local_detector_variants() {
+        let n = names(IpFamily::V4);
+        let none = LocalDetector::None;
+        assert!(masq_rule(&payload(&input(&n, &none))).contains(" src,dst -j"));
+        let cidr = LocalDetector::Cidrs(vec![
+            "fd00::/64".parse::<IpNet>().unwrap(),
+            "10.244.0.0/16".parse().unwrap(),
+        ]);
+        assert!(
+            masq_rule(&payload(&input(&n, &cidr)))
+                .starts_with("-A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment")
+        );
+        let br = LocalDetector::BridgeInterface("cbr0".into());
+        assert!(masq_rule(&payload(&input(&n, &br))).starts_with("-A KUBE-SERVICES ! -i cbr0 -m"));
+        let pre = LocalDetector::InterfaceNamePrefix("veth".into());
+        assert!(masq_rule(&payload(&input(&n, &pre))).starts_with("-A KUBE-SERVICES ! -i veth+ -m"));
+        let mut all = input(&n, &cidr);
+        all.masquerade_all = true;
+        let p = payload(&all);
+        let r = masq_rule(&p);
+        assert!(r.starts_with("-A KUBE-SERVICES -m comment") && r.contains(" dst,dst -j"));
+    }
+
+    #[test]
+    fn mark_and_random_fully() {
+        let n = names(IpFamily::V4);
+        let d = LocalDetector::None;
+        let mut i = input(&n, &d);
+        i.mark = 1 << 3;
+        i.random_fully = true;
+        let p = payload(&i);
+        assert!(p.contains("-A KUBE-MARK-MASQ -j MARK --or-mark 0x8\n"));
+        assert!(p.contains("-A KUBE-POSTROUTING -m mark ! --mark 0x8/0x8 -j RETURN\n"));
+        assert!(p.contains("-j MASQUERADE --random-fully\n"));
+        i.random_fully = false;
+        assert!(!payload(&i).contains("random-fully"));
+    }
+}

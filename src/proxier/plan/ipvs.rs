@@ -1,0 +1,78 @@
+//! IPVS virtual servers and their real servers, as upstream's `syncService` / `syncEndpoint` build them.
+
+use crate::cluster::model::{Endpoint, IpFamily, Protocol, ServicePort};
+use crate::kernel::ipvs::{
+    FLAG_MH_PORT, FLAG_PERSISTENT, IpvsDestination, IpvsService, IpvsServiceKey,
+};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// Scheduler used when none is configured.
+pub const DEFAULT_SCHEDULER: &str = "rr";
+
+/// Real servers keyed by (address, port).
+pub type Destinations = BTreeMap<(IpAddr, u16), IpvsDestination>;
+
+/// Netmask IPVS reports for a virtual server of `family`.
+pub fn netmask(family: IpFamily) -> u32 {
+    match family {
+        IpFamily::V4 => 0xffff_ffff,
+        IpFamily::V6 => 128,
+    }
+}
+
+/// Flags and timeout shared by every virtual server of one service port.
+#[derive(Debug, Clone, Copy)]
+pub struct VsTemplate<'a> {
+    pub scheduler: &'a str,
+    pub flags: u32,
+    pub timeout: u32,
+    pub netmask: u32,
+    pub protocol: Protocol,
+}
+
+impl<'a> VsTemplate<'a> {
+    /// Template for `svc` with `scheduler` (already defaulted): persistence for ClientIP affinity and the
+    /// mh-port flag for the `mh` scheduler.
+    pub fn new(svc: &ServicePort, scheduler: &'a str, family: IpFamily) -> Self {
+        let mut flags = 0;
+        let mut timeout = 0;
+        if let Some(t) = svc.session_affinity_timeout {
+            flags |= FLAG_PERSISTENT;
+            timeout = t;
+        }
+        if scheduler == "mh" {
+            flags |= FLAG_MH_PORT;
+        }
+        VsTemplate {
+            scheduler,
+            flags,
+            timeout,
+            netmask: netmask(family),
+            protocol: svc.protocol,
+        }
+    }
+
+    /// The virtual server at `addr:port`.
+    pub fn at(&self, addr: IpAddr, port: u16) -> IpvsService {
+        IpvsService {
+            key: IpvsServiceKey {
+                addr,
+                port,
+                protocol: self.protocol,
+            },
+            scheduler: self.scheduler.to_string(),
+            flags: self.flags,
+            timeout: self.timeout,
+            netmask: self.netmask,
+        }
+    }
+}
+
+/// Masquerading weight-1 real servers for `endpoints` (duplicates collapse).
+pub fn destinations(endpoints: &[&Endpoint]) -> Destinations {
+    endpoints
+        .iter()
+        .map(|e| ((e.ip, e.port), IpvsDestination::masq(e.ip, e.port, 1)))
+        .collect()
+}
