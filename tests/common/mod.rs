@@ -2,3 +2,4 @@
 pub mod apiserver;
 pub mod netns;
 pub mod uml;
+pub mod scale;
