@@ -33,7 +33,11 @@ const METRICS: &str = "127.0.0.1:10249";
 const HEALTHZ: &str = "127.0.0.1:10256";
 /// Longest a cold start may take before it is reported as capped.
 const COLD_START_CAP: Duration = Duration::from_secs(600);
+/// Longest the one-endpoint change test may run before it stops with fewer samples.
+const CHANGE_BUDGET: Duration = Duration::from_secs(300);
 const NAME_PREFIX: &str = "scale-";
+/// The daemon cargo built for this bench; copied to a private path before the boot because other builds
+/// in a shared target directory may replace it while the bench runs. `KPRS_BENCH_DAEMON` overrides it.
 const DAEMON: &str = env!("CARGO_BIN_EXE_kube-proxy");
 
 /// Parameters handed from the host to the guest (through a file named after the boot).
@@ -41,6 +45,7 @@ const DAEMON: &str = env!("CARGO_BIN_EXE_kube-proxy");
 struct Params {
     sizes: Vec<usize>,
     change_n: usize,
+    daemon: PathBuf,
 }
 
 fn params_path(name: &str) -> PathBuf {
@@ -74,15 +79,22 @@ fn main() {
         .map(|d| d.as_millis())
         .unwrap_or(0);
     let name = format!("{NAME_PREFIX}{stamp}");
-    let params = Params { sizes, change_n };
+    let daemon = private_daemon_copy(&name);
+    let params = Params {
+        sizes,
+        change_n,
+        daemon: daemon.clone(),
+    };
     std::fs::write(
         params_path(&name),
         serde_json::to_string(&params).expect("params"),
     )
     .expect("write params");
     println!(
-        "scale bench: sizes {:?}, change/no-op tests at N = {}, daemon {DAEMON}",
-        params.sizes, params.change_n
+        "scale bench: sizes {:?}, change/no-op tests at N = {}, daemon {}",
+        params.sizes,
+        params.change_n,
+        daemon.display()
     );
     println!(
         "booting one UML guest (mem=3G); progress: tail -f {}/uml-runs/{name}-*/guest-output.log",
@@ -98,6 +110,7 @@ fn main() {
         || {},
     );
     let _ = std::fs::remove_file(params_path(&name));
+    let _ = std::fs::remove_file(&daemon);
     // The run directory is the newest one named after this boot.
     let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uml-runs");
     let dir = std::fs::read_dir(&runs)
@@ -120,6 +133,53 @@ fn main() {
     }
 }
 
+/// Copies the daemon binary to a private path and checks that it is ours (`--version` names kube-proxy-rs).
+fn private_daemon_copy(name: &str) -> PathBuf {
+    let src = std::env::var_os("KPRS_BENCH_DAEMON")
+        .map(PathBuf::from)
+        .or_else(own_daemon_build)
+        .unwrap_or_else(|| PathBuf::from(DAEMON));
+    let dst = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.kube-proxy"));
+    std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+    println!("daemon binary: {} (copied to {})", src.display(), dst.display());
+    let out = Command::new(&dst)
+        .arg("--version")
+        .output()
+        .expect("run kube-proxy --version");
+    let v = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        v.contains("kube-proxy-rs"),
+        "{} --version printed {v:?}: not this project's daemon (replaced by another build in the shared \
+         target dir?); rebuild with `cargo build --release` and rerun",
+        src.display()
+    );
+    dst
+}
+
+/// The newest `kube_proxy-<hash>` binary in the target's `deps/` (or the uplifted one) that was built from
+/// this checkout: its debug info names this worktree's directory. Other checkouts sharing the target dir
+/// uplift their own builds to `release/kube-proxy`.
+fn own_daemon_build() -> Option<PathBuf> {
+    let deps = Path::new(DAEMON).parent()?.join("deps");
+    let needle = env!("CARGO_MANIFEST_DIR").as_bytes();
+    let mut candidates: Vec<(SystemTime, PathBuf)> = std::fs::read_dir(&deps)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("kube_proxy-") && !n.contains('.'))
+        })
+        .chain(std::iter::once(PathBuf::from(DAEMON)))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    candidates.sort_by(|a, b| b.0.cmp(&a.0));
+    candidates.into_iter().map(|(_, p)| p).find(|p| {
+        std::fs::read(p).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+    })
+}
+
 /// The daemon process; killed when dropped.
 struct Daemon {
     child: Option<Child>,
@@ -129,7 +189,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(kubeconfig: &Path, sync_period: &str, log: &Path) -> Result<Daemon> {
+    fn spawn(exe: &Path, kubeconfig: &Path, sync_period: &str, log: &Path) -> Result<Daemon> {
         let out = std::fs::File::create(log)?;
         let args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
@@ -144,10 +204,10 @@ impl Daemon {
         ];
         let started = SystemTime::now();
         let started_at = Instant::now();
-        let child = Command::new(DAEMON)
+        let child = Command::new(exe)
             .args(&args)
             .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
-            .env("KUBE_PROXY_LOG", "info")
+            .env("KUBE_PROXY_LOG", "info,kube_proxy_rs::daemon::sync=debug")
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -281,6 +341,7 @@ struct Row {
     floor_iptables: f64,
     floor_addresses: f64,
     dump_sizes: (usize, usize, usize),
+    steps: String,
 }
 
 impl Row {
@@ -303,6 +364,8 @@ struct ChangeResults {
     noop_metric_ms: f64,
     noop_cpu_ms: f64,
     noop_window: f64,
+    noop_steps: String,
+    change_steps: String,
 }
 
 struct Run {
@@ -310,6 +373,7 @@ struct Run {
     report: std::fs::File,
     api: TestApiServer,
     kubeconfig: PathBuf,
+    daemon: PathBuf,
     loaded: usize,
 }
 
@@ -354,13 +418,24 @@ fn guest(name: &str) -> Result<()> {
         report,
         api,
         kubeconfig,
+        daemon: params.daemon.clone(),
         loaded: 0,
     };
     let mem = scale::run_ok("grep -E 'MemTotal' /proc/meminfo")?;
     run.log(&format!(
-        "guest: {} {}, daemon {DAEMON}",
+        "guest: {} {}, daemon {}",
         scale::run_ok("uname -r")?.trim(),
-        mem.trim()
+        mem.trim(),
+        params.daemon.display()
+    ));
+    let spawn = timed("true")?;
+    let ipt = timed("iptables -t nat -S >/dev/null")?;
+    let ips = timed("ipset list -n >/dev/null")?;
+    run.log(&format!(
+        "guest process spawn costs: bash -c true {:.1} ms, iptables -t nat -S {:.1} ms, ipset list -n {:.1} ms",
+        spawn * 1e3,
+        ipt * 1e3,
+        ips * 1e3
     ));
     let mut rows = Vec::new();
     let mut change = None;
@@ -461,7 +536,7 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
         ..Default::default()
     };
     let log = run.dir.join(format!("kube-proxy-{n}-cold.log"));
-    let mut d = Daemon::spawn(&run.kubeconfig, "30s", &log)?;
+    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, "30s", &log)?;
     let started = unix(d.started);
     let synced = d.wait_synced_after(started, COLD_START_CAP)?;
     let Some(ts) = synced else {
@@ -493,6 +568,9 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
         mib(st.peak_rss),
         st.cpu_seconds
     ));
+    let steps = last_sync_steps(&d.log);
+    run.log(&format!("N={n}: cold-start sync steps: {steps}"));
+    row.steps = steps;
     verify(run, &format!("N={n} cold start"), &exp)?;
 
     let mut change = None;
@@ -533,7 +611,14 @@ fn endpoint_changes(
     let before = d.metrics()?;
     let groups = (n / 10).max(1);
     let mut touched = Vec::new();
+    let budget = Instant::now() + CHANGE_BUDGET;
     for c in 0..CHANGES {
+        if Instant::now() > budget {
+            run.log(&format!(
+                "N={n}: change test capped after {c} changes ({CHANGE_BUDGET:?} budget)"
+            ));
+            break;
+        }
         let i = ((97 * c) % groups) * 10 + 5;
         if i >= n {
             bail!("N={n} too small for the change test");
@@ -554,9 +639,9 @@ fn endpoint_changes(
             if dsts.iter().any(|x| x.addr == IpAddr::V4(extra)) {
                 break;
             }
-            if t0.elapsed() > Duration::from_secs(10) {
+            if t0.elapsed() > Duration::from_secs(120) {
                 d.check_alive()?;
-                bail!("change {c}: {extra} not in IPVS service {key} after 10 s");
+                bail!("change {c}: {extra} not in IPVS service {key} after 120 s");
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -584,6 +669,7 @@ fn endpoint_changes(
     } else {
         f64::NAN
     };
+    ch.change_steps = last_sync_steps(&d.log);
     let mut sorted = ch.latencies_ms.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
     run.log(&format!(
@@ -599,10 +685,10 @@ fn endpoint_changes(
     verify(
         run,
         &format!("N={n} after {CHANGES} endpoint changes"),
-        &Expected::compute(n, M, CHANGES),
+        &Expected::compute(n, M, touched.len()),
     )?;
     // Put the slices back.
-    for i in touched {
+    for &i in &touched {
         run.api
             .apply_value(Kind::EndpointSlice, scale::slice(i, M, &[], None))?;
     }
@@ -628,7 +714,7 @@ fn noop_syncs(
     row: &mut Row,
 ) -> Result<()> {
     let log = run.dir.join(format!("kube-proxy-{n}-warm.log"));
-    let mut d = Daemon::spawn(&run.kubeconfig, "2s", &log)?;
+    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, "2s", &log)?;
     let started = unix(d.started);
     let Some(ts) = d.wait_synced_after(started, COLD_START_CAP)? else {
         bail!("N={n}: warm restart did not sync within {COLD_START_CAP:?}");
@@ -643,7 +729,7 @@ fn noop_syncs(
     let cpu0 = d.stats()?.cpu_seconds;
     let t0 = Instant::now();
     let mut last = first;
-    for _ in 0..5 {
+    for _ in 0..3 {
         last = d
             .wait_synced_after(last, Duration::from_secs(30))?
             .context("no periodic sync within 30 s")?;
@@ -677,8 +763,44 @@ fn noop_syncs(
         mib(st.peak_rss)
     ));
     row.peak_rss_end = row.peak_rss_end.max(st.peak_rss);
+    ch.noop_steps = last_sync_steps(&d.log);
+    run.log(&format!("N={n}: last no-op sync: {}", ch.noop_steps));
     d.stop()?;
     Ok(())
+}
+
+/// `step_durations` and write counts of the last "sync report" line in a daemon log.
+fn last_sync_steps(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let Some(line) = text.lines().rev().find(|l| l.contains("sync report")) else {
+        return "(no sync report in the log)".into();
+    };
+    let grab = |key: &str| -> String {
+        line.split_once(key)
+            .map(|(_, rest)| {
+                let mut depth = 0;
+                let mut out = String::new();
+                for ch in rest.chars() {
+                    match ch {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => break,
+                        _ => {}
+                    }
+                    out.push(ch);
+                    if depth == 0 && ch == '}' {
+                        break;
+                    }
+                }
+                out.trim().to_string()
+            })
+            .unwrap_or_default()
+    };
+    format!(
+        "duration {} steps {}",
+        grab("duration: "),
+        grab("step_durations: ")
+    )
 }
 
 fn timed(cmd: &str) -> Result<f64> {
@@ -747,7 +869,7 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
     let mut t = String::new();
     writeln!(
         t,
-        "\nScale bench: {M} endpoints per service, 10% NodePort (1% LoadBalancer eTP=Local + health check), 10% ClientIP affinity; daemon {DAEMON}"
+        "\nScale bench: {M} endpoints per service, 10% NodePort (1% LoadBalancer eTP=Local + health check), 10% ClientIP affinity"
     )?;
     writeln!(
         t,
@@ -799,6 +921,9 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
             r.floor_iptables
         )?;
     }
+    for r in rows {
+        writeln!(t, "  N={}: cold-start sync (daemon's report): {}", r.n, r.steps)?;
+    }
     if let Some(c) = ch {
         let mut sorted = c.latencies_ms.clone();
         sorted.sort_by(|a, b| a.total_cmp(b));
@@ -822,6 +947,7 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
             "  daemon metrics: kubeproxy_network_programming_duration_seconds mean {:.2} ms ({} obs); kubeproxy_sync_proxy_rules_duration_seconds mean {:.2} ms ({} syncs)",
             c.npl_mean_ms, c.npl_count, c.sync_mean_ms, c.sync_count
         )?;
+        writeln!(t, "  last change sync (daemon's report): {}", c.change_steps)?;
         writeln!(
             t,
             "No-op periodic sync at N = {} (restart with syncPeriod 2s; warm restart to first sync {:.3} s):",
@@ -832,6 +958,7 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
             "  daemon metric kubeproxy_sync_full_proxy_rules_duration_seconds mean {:.1} ms over {} syncs; outside: daemon CPU per sync {:.1} ms ({:.1} s window)",
             c.noop_metric_ms, c.noop_syncs, c.noop_cpu_ms, c.noop_window
         )?;
+        writeln!(t, "  last no-op sync (daemon's report): {}", c.noop_steps)?;
     }
     std::fs::write(dir.join("scale-results.txt"), &t)?;
     Ok(t)
