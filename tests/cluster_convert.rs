@@ -71,7 +71,11 @@ fn cluster_ip_service_basic_fields() {
     assert_eq!(c.ports[1].protocol, Protocol::Udp);
     assert_eq!(c.ports[1].name.protocol, Protocol::Udp);
     assert_eq!(c.ports[2].protocol, Protocol::Sctp);
-    assert_eq!(c.ports[3].protocol, Protocol::Tcp, "protocol defaults to TCP");
+    assert_eq!(
+        c.ports[3].protocol,
+        Protocol::Tcp,
+        "protocol defaults to TCP"
+    );
 }
 
 #[test]
@@ -157,9 +161,11 @@ fn node_port_load_balancer_and_policies() {
     assert_eq!(p.session_affinity_timeout, Some(60));
     // three dropped entries, each reported with the object's name
     assert_eq!(c.warnings.len(), 3, "{:?}", c.warnings);
-    assert!(c.warnings.iter().all(|w| w.kind == ObjectKind::Service
-        && w.namespace == "ns1"
-        && w.name == "web"));
+    assert!(
+        c.warnings
+            .iter()
+            .all(|w| w.kind == ObjectKind::Service && w.namespace == "ns1" && w.name == "web")
+    );
     assert!(c.warnings[0].to_string().contains("not-an-ip"));
     assert!(c.warnings[1].message.contains("bogus"));
     assert!(c.warnings[2].message.contains("300.1.1.1"));
@@ -237,27 +243,45 @@ fn malformed_services_are_rejected_with_name_and_reason() {
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": 0}]}),
-            InvalidReason::InvalidPort { port_name: "a".into(), value: 0 },
+            InvalidReason::InvalidPort {
+                port_name: "a".into(),
+                value: 0,
+            },
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": 65536}]}),
-            InvalidReason::InvalidPort { port_name: "a".into(), value: 65536 },
+            InvalidReason::InvalidPort {
+                port_name: "a".into(),
+                value: 65536,
+            },
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": -1}]}),
-            InvalidReason::InvalidPort { port_name: "a".into(), value: -1 },
+            InvalidReason::InvalidPort {
+                port_name: "a".into(),
+                value: -1,
+            },
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": 80, "nodePort": 70000}]}),
-            InvalidReason::InvalidNodePort { port_name: "a".into(), value: 70000 },
+            InvalidReason::InvalidNodePort {
+                port_name: "a".into(),
+                value: 70000,
+            },
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": 80, "protocol": "ICMP"}]}),
-            InvalidReason::UnknownProtocol { port_name: "a".into(), protocol: "ICMP".into() },
+            InvalidReason::UnknownProtocol {
+                port_name: "a".into(),
+                protocol: "ICMP".into(),
+            },
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": 80, "protocol": "tcp"}]}),
-            InvalidReason::UnknownProtocol { port_name: "a".into(), protocol: "tcp".into() },
+            InvalidReason::UnknownProtocol {
+                port_name: "a".into(),
+                protocol: "tcp".into(),
+            },
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": 80}, {"name": "a", "port": 81}]}),
@@ -265,7 +289,10 @@ fn malformed_services_are_rejected_with_name_and_reason() {
         ),
         (
             json!({"clusterIP": "10.96.0.1", "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 80}]}),
-            InvalidReason::DuplicatePort { port: 80, protocol: "TCP" },
+            InvalidReason::DuplicatePort {
+                port: 80,
+                protocol: "TCP",
+            },
         ),
         (
             json!({"clusterIP": "10.96.0.1", "sessionAffinity": "ClientIP",
@@ -283,7 +310,10 @@ fn malformed_services_are_rejected_with_name_and_reason() {
         assert_eq!(e.kind, ObjectKind::Service);
         assert_eq!((e.namespace.as_str(), e.name.as_str()), ("ns1", "web"));
         assert_eq!(e.reason, reason, "{spec}");
-        assert!(e.to_string().starts_with("Service ns1/web rejected: "), "{e}");
+        assert!(
+            e.to_string().starts_with("Service ns1/web rejected: "),
+            "{e}"
+        );
     }
     // same port number on different protocols is fine
     let c = service_ports(&svc(json!({"clusterIP": "10.96.0.1",
@@ -320,9 +350,15 @@ fn slice_fields_and_condition_defaults() {
     let eps = &info.endpoints;
     assert_eq!(eps.len(), 3);
     assert_eq!(eps[0].ip, ip("10.244.0.11"));
-    assert!(!eps[0].ready && !eps[0].serving && !eps[0].terminating, "serving defaults to ready");
+    assert!(
+        !eps[0].ready && !eps[0].serving && !eps[0].terminating,
+        "serving defaults to ready"
+    );
     assert_eq!(eps[1].ip, ip("10.244.0.12"), "first address is used");
-    assert!(eps[1].ready && eps[1].serving && !eps[1].terminating, "nil conditions");
+    assert!(
+        eps[1].ready && eps[1].serving && !eps[1].terminating,
+        "nil conditions"
+    );
     assert_eq!(eps[1].node_name.as_deref(), Some("n1"));
     assert_eq!(eps[1].zone.as_deref(), Some("z1"));
     assert_eq!(eps[1].hints_for_zones, Some(vec!["z1".to_string()]));
@@ -349,7 +385,11 @@ fn slice_ipv6_fqdn_and_odd_ports() {
         "endpoints": [{"addresses": ["fd00::1"]}]}));
     let info = slice_info(&s).unwrap().unwrap();
     assert_eq!(info.endpoints[0].ip, ip("fd00::1"));
-    assert_eq!(info.ports.len(), 1, "nil name / nil port ignored as upstream");
+    assert_eq!(
+        info.ports.len(),
+        1,
+        "nil name / nil port ignored as upstream"
+    );
     assert_eq!(info.ports[0].protocol, Protocol::Tcp);
     assert_eq!(info.warnings.len(), 2);
     assert_eq!(info.trigger_time, None);
@@ -380,15 +420,24 @@ fn malformed_slices_are_rejected_with_name_and_reason() {
         ),
         (
             slice(json!({"ports": [{"name": "a", "port": 0}]})),
-            InvalidReason::InvalidPort { port_name: "a".into(), value: 0 },
+            InvalidReason::InvalidPort {
+                port_name: "a".into(),
+                value: 0,
+            },
         ),
         (
             slice(json!({"ports": [{"name": "a", "port": 70000}]})),
-            InvalidReason::InvalidPort { port_name: "a".into(), value: 70000 },
+            InvalidReason::InvalidPort {
+                port_name: "a".into(),
+                value: 70000,
+            },
         ),
         (
             slice(json!({"ports": [{"name": "a", "port": 80, "protocol": "HTTP"}]})),
-            InvalidReason::UnknownProtocol { port_name: "a".into(), protocol: "HTTP".into() },
+            InvalidReason::UnknownProtocol {
+                port_name: "a".into(),
+                protocol: "HTTP".into(),
+            },
         ),
         (
             slice(json!({"ports": [{"name": "a", "port": 80}, {"name": "a", "port": 81}]})),
@@ -396,7 +445,10 @@ fn malformed_slices_are_rejected_with_name_and_reason() {
         ),
         (
             slice(json!({"ports": [{"name": "a", "port": 80}, {"name": "b", "port": 80}]})),
-            InvalidReason::DuplicatePort { port: 80, protocol: "TCP" },
+            InvalidReason::DuplicatePort {
+                port: 80,
+                protocol: "TCP",
+            },
         ),
         (
             slice(json!({"addressType": "IPv5"})),

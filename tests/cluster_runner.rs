@@ -161,12 +161,11 @@ async fn blocking_sync_runs_on_blocking_thread() {
     let count = Arc::new(Mutex::new(0u32));
     let c = count.clone();
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(runner.run_blocking(
-        move || *c.lock().unwrap() += 1,
-        async move {
+    let task = tokio::spawn(
+        runner.run_blocking(move || *c.lock().unwrap() += 1, async move {
             let _ = rx.await;
-        },
-    ));
+        }),
+    );
     handle.run();
     for _ in 0..100 {
         if *count.lock().unwrap() == 1 {

@@ -72,7 +72,11 @@ fn ips(map: &EndpointsMap, name: &ServicePortName) -> Vec<String> {
 fn service_add_update_delete() {
     let mut t = ServiceChangeTracker::new();
     let mut map = ServiceMap::new();
-    let a1 = svc("a", "10.0.0.1", json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]));
+    let a1 = svc(
+        "a",
+        "10.0.0.1",
+        json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]),
+    );
     assert!(t.update(None, Some(&a1)).pending);
     assert_eq!(t.pending(), 1);
     let r = t.apply(&mut map);
@@ -195,9 +199,13 @@ fn slices_of_one_service_merge_and_dedupe() {
 fn local_endpoint_wins_deduplication() {
     let mut t = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
     let mut map = EndpointsMap::new();
-    let mut local: EndpointSlice = slice("a-2", "a", json!([{"name": "", "port": 80}]), &["10.1.0.1"]);
+    let mut local: EndpointSlice =
+        slice("a-2", "a", json!([{"name": "", "port": 80}]), &["10.1.0.1"]);
     local.endpoints[0].node_name = Some("me".into());
-    t.update(&slice("a-1", "a", json!([{"name": "", "port": 80}]), &["10.1.0.1"]), false);
+    t.update(
+        &slice("a-1", "a", json!([{"name": "", "port": 80}]), &["10.1.0.1"]),
+        false,
+    );
     t.update(&local, false);
     t.apply(&mut map);
     let eps = &map[&spn("a", "", Protocol::Tcp)];
@@ -219,7 +227,10 @@ fn slice_net_zero_and_unrelated_services_untouched() {
 
     let a2 = slice("a-1", "a", p.clone(), &["10.1.0.9"]);
     assert!(t.update(&a2, false).pending);
-    assert!(t.update(&a, false).pending, "reverting is a change of the pending state");
+    assert!(
+        t.update(&a, false).pending,
+        "reverting is a change of the pending state"
+    );
     assert_eq!(t.pending(), 0, "but leaves nothing pending");
     let r = t.apply(&mut map);
     assert!(r.updated_services.is_empty() && r.changed_ports.is_empty());
@@ -235,7 +246,10 @@ fn slice_net_zero_and_unrelated_services_untouched() {
     let r = t.apply(&mut map);
     assert_eq!(r.updated_services.len(), 1);
     assert!(Arc::ptr_eq(&b_arc, &map[&spn("b", "p", Protocol::Tcp)]));
-    assert_eq!(ips(&map, &spn("a", "p", Protocol::Tcp)), vec!["10.1.0.9:80"]);
+    assert_eq!(
+        ips(&map, &spn("a", "p", Protocol::Tcp)),
+        vec!["10.1.0.9:80"]
+    );
 }
 
 #[test]
@@ -253,7 +267,10 @@ fn malformed_slice_drops_its_previous_endpoints_only() {
     assert_eq!(o.error.unwrap().name, "a-2");
     assert!(o.pending);
     t.apply(&mut map);
-    assert_eq!(ips(&map, &spn("a", "p", Protocol::Tcp)), vec!["10.1.0.1:80"]);
+    assert_eq!(
+        ips(&map, &spn("a", "p", Protocol::Tcp)),
+        vec!["10.1.0.1:80"]
+    );
 }
 
 #[test]
@@ -279,22 +296,36 @@ fn udp_stale_endpoints_and_newly_active_services() {
     let dns = spn("d", "dns", Protocol::Udp);
 
     // UDP service goes from nothing to a ready endpoint: newly active
-    t.update(&slice("d-1", "d", udp.clone(), &["10.1.0.1", "10.1.0.2"]), false);
+    t.update(
+        &slice("d-1", "d", udp.clone(), &["10.1.0.1", "10.1.0.2"]),
+        false,
+    );
     t.update(&slice("w-1", "w", tcp.clone(), &["10.2.0.1"]), false);
     let r = t.apply(&mut map);
     assert_eq!(r.newly_active_udp_services, vec![dns.clone()]);
     assert!(r.deleted_udp_endpoints.is_empty());
 
     // one UDP endpoint removed, one becomes not ready: both stale; not newly active
-    t.update(&slice("d-1", "d", udp.clone(), &["!10.1.0.2", "10.1.0.3"]), false);
+    t.update(
+        &slice("d-1", "d", udp.clone(), &["!10.1.0.2", "10.1.0.3"]),
+        false,
+    );
     // TCP endpoint removal is never reported
     t.update(&slice("w-1", "w", tcp.clone(), &[]), false);
     let r = t.apply(&mut map);
     assert_eq!(
         r.deleted_udp_endpoints,
         vec![
-            StaleUdpEndpoint { port_name: dns.clone(), ip: ip("10.1.0.1"), port: 53 },
-            StaleUdpEndpoint { port_name: dns.clone(), ip: ip("10.1.0.2"), port: 53 },
+            StaleUdpEndpoint {
+                port_name: dns.clone(),
+                ip: ip("10.1.0.1"),
+                port: 53
+            },
+            StaleUdpEndpoint {
+                port_name: dns.clone(),
+                ip: ip("10.1.0.2"),
+                port: 53
+            },
         ]
     );
     assert!(r.newly_active_udp_services.is_empty());
@@ -314,23 +345,43 @@ fn trigger_times_are_reported_once_and_filtered() {
     let mut t = EndpointsChangeTracker::new_at("me", start);
     let mut map = EndpointsMap::new();
     let p = json!([{"name": "p", "port": 80}]);
-    let s1 = with_trigger(slice("a-1", "a", p.clone(), &["10.1.0.1"]), "2026-01-01T00:00:00Z");
-    let s2 = with_trigger(slice("a-1", "a", p.clone(), &["10.1.0.2"]), "2026-01-01T00:00:05Z");
-    let old = with_trigger(slice("b-1", "b", p.clone(), &["10.1.0.3"]), "2020-01-01T00:00:00Z");
+    let s1 = with_trigger(
+        slice("a-1", "a", p.clone(), &["10.1.0.1"]),
+        "2026-01-01T00:00:00Z",
+    );
+    let s2 = with_trigger(
+        slice("a-1", "a", p.clone(), &["10.1.0.2"]),
+        "2026-01-01T00:00:05Z",
+    );
+    let old = with_trigger(
+        slice("b-1", "b", p.clone(), &["10.1.0.3"]),
+        "2020-01-01T00:00:00Z",
+    );
     t.update(&s1, false);
     t.update(&s2, false);
     t.update(&old, false);
     // an unchanged resend does not record a time
     t.update(&s2, false);
     let r = t.apply(&mut map);
-    let a = r.trigger_times.iter().find(|(k, _)| k.name == "a").unwrap().1;
+    let a = r
+        .trigger_times
+        .iter()
+        .find(|(k, _)| k.name == "a")
+        .unwrap()
+        .1;
     let t0 = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
     assert_eq!(a, &vec![t0, t0 + Duration::from_secs(5)]);
-    assert!(!r.trigger_times.keys().any(|k| k.name == "b"), "before tracker start");
+    assert!(
+        !r.trigger_times.keys().any(|k| k.name == "b"),
+        "before tracker start"
+    );
     let r = t.apply(&mut map);
     assert!(r.trigger_times.is_empty());
     // a deletion drops pending times for the service
-    let s3 = with_trigger(slice("a-1", "a", p.clone(), &["10.1.0.4"]), "2026-01-01T00:00:09Z");
+    let s3 = with_trigger(
+        slice("a-1", "a", p.clone(), &["10.1.0.4"]),
+        "2026-01-01T00:00:09Z",
+    );
     t.update(&s3, false);
     t.update(&s3, true);
     assert!(t.apply(&mut map).trigger_times.is_empty());

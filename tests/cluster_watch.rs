@@ -44,13 +44,22 @@ fn node_fields() {
     assert_eq!(info.name, "n1");
     assert_eq!(
         info.internal_ips,
-        vec!["10.0.0.10".parse::<std::net::IpAddr>().unwrap(), "fd00::10".parse().unwrap()]
+        vec![
+            "10.0.0.10".parse::<std::net::IpAddr>().unwrap(),
+            "fd00::10".parse().unwrap()
+        ]
     );
-    assert_eq!(info.external_ips, vec!["203.0.113.5".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(
+        info.external_ips,
+        vec!["203.0.113.5".parse::<std::net::IpAddr>().unwrap()]
+    );
     assert_eq!(info.zone.as_deref(), Some("z1"));
     assert_eq!(
         info.pod_cidrs,
-        vec!["10.244.0.0/24".parse().unwrap(), "fd00:10::/64".parse().unwrap()]
+        vec![
+            "10.244.0.0/24".parse().unwrap(),
+            "fd00:10::/64".parse().unwrap()
+        ]
     );
     assert!(info.deleting && info.to_be_deleted && !info.eligible());
 
@@ -76,7 +85,10 @@ fn feed(cache: &mut EventCache<Service>, trackers: &Trackers, ev: Event<Service>
     let mut n = 0;
     cache.handle(ev, |prev, cur| {
         if let Some(c) = cur {
-            assert!(c.metadata.managed_fields.is_none(), "managedFields stripped");
+            assert!(
+                c.metadata.managed_fields.is_none(),
+                "managedFields stripped"
+            );
         }
         if trackers.services.lock().unwrap().update(prev, cur).pending {
             n += 1;
@@ -92,8 +104,16 @@ fn relist_deletes_vanished_objects_and_keeps_previous() {
     let mut map = ServiceMap::new();
     assert!(!cache.listed());
     feed(&mut cache, &trackers, Event::Init);
-    feed(&mut cache, &trackers, Event::InitApply(svc("a", "10.0.0.1")));
-    feed(&mut cache, &trackers, Event::InitApply(svc("b", "10.0.0.2")));
+    feed(
+        &mut cache,
+        &trackers,
+        Event::InitApply(svc("a", "10.0.0.1")),
+    );
+    feed(
+        &mut cache,
+        &trackers,
+        Event::InitApply(svc("b", "10.0.0.2")),
+    );
     assert!(!cache.listed());
     feed(&mut cache, &trackers, Event::InitDone);
     assert!(cache.listed());
@@ -101,19 +121,32 @@ fn relist_deletes_vanished_objects_and_keeps_previous() {
     assert_eq!(map.len(), 2);
 
     // an update passes the cached previous object: changing a's IP replaces its port
-    assert_eq!(feed(&mut cache, &trackers, Event::Apply(svc("a", "10.0.0.9"))), 1);
+    assert_eq!(
+        feed(&mut cache, &trackers, Event::Apply(svc("a", "10.0.0.9"))),
+        1
+    );
     let r = trackers.services.lock().unwrap().apply(&mut map);
     assert_eq!(r.updated_services.len(), 1);
     assert_eq!(map.len(), 2);
 
     // relist after a watch error: b vanished meanwhile, a unchanged → only b deleted
     feed(&mut cache, &trackers, Event::Init);
-    feed(&mut cache, &trackers, Event::InitApply(svc("a", "10.0.0.9")));
+    feed(
+        &mut cache,
+        &trackers,
+        Event::InitApply(svc("a", "10.0.0.9")),
+    );
     let n = feed(&mut cache, &trackers, Event::InitDone);
     assert_eq!(n, 1);
     assert_eq!(cache.len(), 1);
     let r = trackers.services.lock().unwrap().apply(&mut map);
-    assert_eq!(r.updated_services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["b"]);
+    assert_eq!(
+        r.updated_services
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["b"]
+    );
     assert_eq!(map.len(), 1);
 
     // delete

@@ -10,7 +10,10 @@ use planner_support::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/planner_data/small-scenario");
+const DIR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/planner_data/small-scenario"
+);
 
 fn read(name: &str) -> String {
     std::fs::read_to_string(format!("{DIR}/{name}")).unwrap()
@@ -260,4 +263,3 @@ fn plan_is_deterministic() {
     let (b, _) = plans();
     assert_eq!(a, b);
 }
-

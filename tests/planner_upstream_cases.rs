@@ -47,7 +47,10 @@ fn node_port_tcp_per_family() {
         ])
     );
     assert_eq!(entries(&d, "KUBE-NODE-PORT-TCP"), strs(&["3001"]));
-    assert_eq!(entries(&d, "KUBE-CLUSTER-IP"), strs(&["10.20.30.41,tcp:80"]));
+    assert_eq!(
+        entries(&d, "KUBE-CLUSTER-IP"),
+        strs(&["10.20.30.41,tcp:80"])
+    );
     // The IPv6 proxier does nothing for an IPv4-only service.
     let d6 = plan(&sm, &em, &n, &cfg(IpFamily::V6));
     assert!(d6.virtual_servers.is_empty());
@@ -72,7 +75,11 @@ fn node_port_tcp_per_family() {
             ("[2020::1]:80/TCP", &["[1002:ab8::2:10]:80"]),
         ])
     );
-    assert!(d6.virtual_servers.values().all(|v| v.service.netmask == 128));
+    assert!(
+        d6.virtual_servers
+            .values()
+            .all(|v| v.service.netmask == 128)
+    );
     assert_eq!(entries(&d6, "KUBE-6-NODE-PORT-TCP"), strs(&["3001"]));
     assert_eq!(entries(&d6, "KUBE-6-CLUSTER-IP"), strs(&["2020::1,tcp:80"]));
     assert_eq!(entries(&d6, "KUBE-6-IPVS-IPS"), strs(&["2020::1"]));
@@ -128,7 +135,10 @@ fn node_port_without_endpoints() {
     let d = plan(&sm, &em, &node(&["100.101.102.103"]), &cfg(IpFamily::V4));
     assert_eq!(
         vs_summary(&d),
-        vs(&[("10.20.30.41:80/TCP", &[]), ("100.101.102.103:3001/TCP", &[])])
+        vs(&[
+            ("10.20.30.41:80/TCP", &[]),
+            ("100.101.102.103:3001/TCP", &[])
+        ])
     );
 }
 
@@ -401,14 +411,13 @@ fn load_balancer_source_ranges() {
     );
     assert_eq!(
         chain_jumps(&d, "filter", "KUBE-SOURCE-RANGES-FIREWALL"),
-        vec![
-            j("RETURN", "KUBE-LOAD-BALANCER-SOURCE-CIDR"),
-            j("DROP", "")
-        ]
+        vec![j("RETURN", "KUBE-LOAD-BALANCER-SOURCE-CIDR"), j("DROP", "")]
     );
     assert_eq!(
         chain(&d, "filter", "KUBE-IPVS-OUT-FILTER"),
-        vec!["-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80 -j DROP"]
+        vec![
+            "-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80 -j DROP"
+        ]
     );
 
     // A range covering the node IP lets the node in through KUBE-LOAD-BALANCER-SOURCE-IP.
@@ -637,7 +646,13 @@ fn mh_scheduler_flag() {
     let flags: Vec<(u32, u32, String)> = d
         .virtual_servers
         .values()
-        .map(|v| (v.service.flags, v.service.timeout, v.service.scheduler.clone()))
+        .map(|v| {
+            (
+                v.service.flags,
+                v.service.timeout,
+                v.service.scheduler.clone(),
+            )
+        })
         .collect();
     assert_eq!(
         flags,
@@ -654,25 +669,41 @@ fn internal_traffic_policy() {
     let cases: [(bool, &[(&str, &str)], usize, &[&str]); 4] = [
         (
             false,
-            &[("10.0.1.1", HOST), ("10.0.1.2", "host1"), ("10.0.1.3", "host2")],
+            &[
+                ("10.0.1.1", HOST),
+                ("10.0.1.2", "host1"),
+                ("10.0.1.3", "host2"),
+            ],
             1,
             &["10.0.1.1:80", "10.0.1.2:80", "10.0.1.3:80"],
         ),
         (
             false,
-            &[("10.0.1.1", "host0"), ("10.0.1.2", "host1"), ("10.0.1.3", "host2")],
+            &[
+                ("10.0.1.1", "host0"),
+                ("10.0.1.2", "host1"),
+                ("10.0.1.3", "host2"),
+            ],
             0,
             &["10.0.1.1:80", "10.0.1.2:80", "10.0.1.3:80"],
         ),
         (
             true,
-            &[("10.0.1.1", HOST), ("10.0.1.2", "host1"), ("10.0.1.3", "host2")],
+            &[
+                ("10.0.1.1", HOST),
+                ("10.0.1.2", "host1"),
+                ("10.0.1.3", "host2"),
+            ],
             1,
             &["10.0.1.1:80"],
         ),
         (
             true,
-            &[("10.0.1.1", "host0"), ("10.0.1.2", "host1"), ("10.0.1.3", "host2")],
+            &[
+                ("10.0.1.1", "host0"),
+                ("10.0.1.2", "host1"),
+                ("10.0.1.3", "host2"),
+            ],
             0,
             &[],
         ),
@@ -716,7 +747,11 @@ fn no_local_endpoints_fallback_and_metric() {
         let mut eps = vec![];
         if any {
             eps.push(ep("10.0.1.1", 80, Some("host1")));
-            eps.push(ep("10.0.1.2", 80, Some(if has_local { HOST } else { "host2" })));
+            eps.push(ep(
+                "10.0.1.2",
+                80,
+                Some(if has_local { HOST } else { "host2" }),
+            ));
         }
         let (sm, em) = maps(vec![s], vec![(name, eps)]);
         let d = plan(&sm, &em, &node(&["100.101.102.103"]), &cfg(IpFamily::V4));
@@ -789,7 +824,12 @@ fn ready_and_terminating_endpoints() {
         cond(ep("10.0.1.2", 80, Some(HOST)), false, true, true),
         cond(ep("10.0.1.3", 80, Some(HOST)), false, false, true),
         cond(ep("10.0.1.4", 80, Some("another-host")), false, true, true),
-        cond(ep("10.0.1.5", 80, Some("another-host")), false, false, false),
+        cond(
+            ep("10.0.1.5", 80, Some("another-host")),
+            false,
+            false,
+            false,
+        ),
     ];
     for etp in [false, true] {
         let mut s = svc("ns1", "svc1", "", Protocol::Tcp, "172.20.1.1", 80);
@@ -916,9 +956,7 @@ fn masquerade_bit() {
         chain(&d, "nat", "KUBE-MARK-MASQ"),
         vec!["-A KUBE-MARK-MASQ -j MARK --set-xmark 0x1/0x1"]
     );
-    assert!(
-        chain(&d, "filter", "KUBE-FORWARD")[0].contains("-m mark --mark 0x1/0x1 -j ACCEPT")
-    );
+    assert!(chain(&d, "filter", "KUBE-FORWARD")[0].contains("-m mark --mark 0x1/0x1 -j ACCEPT"));
 }
 
 // IPv6: KUBE-6- names (truncated to 31 characters), /128 netmask, ::1/128, icmp6 REJECT, IPv6 entries.
@@ -939,7 +977,10 @@ fn ipv6_everything() {
         vec![s],
         vec![(
             name,
-            vec![ep("fd00:244::5", 8080, Some(HOST)), ep("10.244.0.5", 8080, Some(HOST))],
+            vec![
+                ep("fd00:244::5", 8080, Some(HOST)),
+                ep("10.244.0.5", 8080, Some(HOST)),
+            ],
         )],
     );
     let n = node(&["2001:db8:a::10", "10.0.0.10"]);
@@ -1015,7 +1056,9 @@ fn ipv6_everything() {
     }
     let p = &d.iptables_payload;
     assert!(p.contains("-A KUBE-SERVICES -s ::1/128 -j RETURN\n"));
-    assert!(p.contains("--match-set KUBE-6-IPVS-IPS dst -j REJECT --reject-with icmp6-port-unreachable\n"));
+    assert!(p.contains(
+        "--match-set KUBE-6-IPVS-IPS dst -j REJECT --reject-with icmp6-port-unreachable\n"
+    ));
     assert!(p.contains("-A KUBE-SERVICES ! -s fd00:244::/64 -m comment"));
     assert!(p.contains(
         "-A KUBE-IPVS-OUT-FILTER -s 2001:db8:1b::1 -m ipvs --vaddr 2001:db8:1b::1 --vproto sctp --vport 80 -j DROP\n"

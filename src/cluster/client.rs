@@ -33,7 +33,10 @@ pub struct ClientOptions {
 /// Loads the client configuration as upstream does: in-cluster when neither kubeconfig nor master is
 /// given; otherwise the kubeconfig (if any) with the master URL (if any) overriding its server.
 pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
-    let kubeconfig = opts.kubeconfig.as_ref().filter(|p| !p.as_os_str().is_empty());
+    let kubeconfig = opts
+        .kubeconfig
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty());
     let master = opts.master.as_deref().filter(|m| !m.is_empty());
     let mut config = match (kubeconfig, master) {
         (None, None) => {
@@ -49,7 +52,9 @@ pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        (None, Some(m)) => kube::Config::new(m.parse().with_context(|| format!("master URL {m:?}"))?),
+        (None, Some(m)) => {
+            kube::Config::new(m.parse().with_context(|| format!("master URL {m:?}"))?)
+        }
     };
     if let Some(m) = master {
         config.cluster_url = m.parse().with_context(|| format!("master URL {m:?}"))?;
@@ -58,7 +63,10 @@ pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
         && !ct.is_empty()
         && ct != "application/json"
     {
-        tracing::warn!(content_type = ct, "only application/json is supported, using JSON");
+        tracing::warn!(
+            content_type = ct,
+            "only application/json is supported, using JSON"
+        );
     }
     Ok(config)
 }

@@ -232,7 +232,8 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
     };
     let mut cluster_ips: Vec<IpAddr> = Vec::new();
     for raw in raw_ips {
-        let ip = parse_ip(raw).ok_or_else(|| ctx.err(InvalidReason::InvalidClusterIp(raw.into())))?;
+        let ip =
+            parse_ip(raw).ok_or_else(|| ctx.err(InvalidReason::InvalidClusterIp(raw.into())))?;
         let family = IpFamily::of(&ip);
         if cluster_ips.iter().any(|o| IpFamily::of(o) == family) {
             return Err(ctx.err(InvalidReason::DuplicateClusterIpFamily(family.label())));
@@ -262,9 +263,8 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
         .filter_map(|raw| {
             let net = raw.trim().parse::<IpNet>().ok();
             if net.is_none() {
-                out.warnings.push(ctx.warn(format!(
-                    "ignoring invalid loadBalancerSourceRange {raw:?}"
-                )));
+                out.warnings
+                    .push(ctx.warn(format!("ignoring invalid loadBalancerSourceRange {raw:?}")));
             }
             net
         })
@@ -285,9 +285,9 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
                 ip,
                 ip_mode_proxy: ing.ip_mode.as_deref().is_some_and(|m| m != "VIP"),
             }),
-            None => out.warnings.push(ctx.warn(format!(
-                "ignoring invalid load-balancer ingress IP {raw:?}"
-            ))),
+            None => out
+                .warnings
+                .push(ctx.warn(format!("ignoring invalid load-balancer ingress IP {raw:?}"))),
         }
     }
 
@@ -480,7 +480,8 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
             warnings.push(ctx.warn("ignoring endpoint without addresses".into()));
             continue;
         };
-        let ip = parse_ip(raw).ok_or_else(|| ctx.err(InvalidReason::InvalidAddress(raw.clone())))?;
+        let ip =
+            parse_ip(raw).ok_or_else(|| ctx.err(InvalidReason::InvalidAddress(raw.clone())))?;
         if IpFamily::of(&ip) != family {
             return Err(ctx.err(InvalidReason::AddressFamilyMismatch {
                 address: raw.clone(),

@@ -88,16 +88,23 @@ impl ServiceChangeTracker {
 
     /// Records a change of one Service: `(None, Some)` add, `(Some, Some)` update, `(Some, None)` delete.
     /// Changes that cancel out since the last [`apply`](Self::apply) vanish.
-    pub fn update(&mut self, previous: Option<&Service>, current: Option<&Service>) -> TrackOutcome {
+    pub fn update(
+        &mut self,
+        previous: Option<&Service>,
+        current: Option<&Service>,
+    ) -> TrackOutcome {
         let mut outcome = TrackOutcome::default();
         let Some(key) = current.or(previous).map(service_key) else {
             return outcome;
         };
         self.total += 1;
-        let change = self.items.entry(key.clone()).or_insert_with(|| ServiceChange {
-            previous: convert_service(previous, None),
-            current: PortMap::new(),
-        });
+        let change = self
+            .items
+            .entry(key.clone())
+            .or_insert_with(|| ServiceChange {
+                previous: convert_service(previous, None),
+                current: PortMap::new(),
+            });
         change.current = convert_service(current, Some(&mut outcome));
         if change.previous == change.current {
             self.items.remove(&key);
@@ -382,7 +389,11 @@ impl EndpointsChangeTracker {
     }
 }
 
-fn detect_stale_udp(previous: &EndpointsOf, current: &EndpointsOf, out: &mut EndpointsUpdateResult) {
+fn detect_stale_udp(
+    previous: &EndpointsOf,
+    current: &EndpointsOf,
+    out: &mut EndpointsUpdateResult,
+) {
     for (name, old) in previous {
         if name.protocol != Protocol::Udp {
             continue;

@@ -115,7 +115,9 @@ pub fn node_info(node: &Node) -> NodeInfo {
         match addr.address.parse::<IpAddr>() {
             Ok(ip) if !target.contains(&ip) => target.push(ip),
             Ok(_) => {}
-            Err(_) => tracing::warn!(node = %name, address = %addr.address, "ignoring invalid node address"),
+            Err(_) => {
+                tracing::warn!(node = %name, address = %addr.address, "ignoring invalid node address")
+            }
         }
     }
     if let Some(spec) = &node.spec {
@@ -256,7 +258,11 @@ impl<K: kube::Resource + Clone> EventCache<K> {
     }
 
     /// Applies one watcher event, calling `change(previous, current)` for each object change.
-    pub fn handle(&mut self, event: watcher::Event<K>, mut change: impl FnMut(Option<&K>, Option<&K>)) {
+    pub fn handle(
+        &mut self,
+        event: watcher::Event<K>,
+        mut change: impl FnMut(Option<&K>, Option<&K>),
+    ) {
         match event {
             watcher::Event::Init => self.relisting = Some(HashSet::new()),
             watcher::Event::InitApply(obj) => {

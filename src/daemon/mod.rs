@@ -201,7 +201,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let state = MetricsServerState {
             metrics: metrics.clone(),
             proxy_mode: "ipvs".to_string(),
-            configz: serde_json::to_value(&c).unwrap_or_default(),
+            configz: serde_json::to_value(c).unwrap_or_default(),
         };
         servers.push(
             start_metrics_server(

@@ -211,7 +211,10 @@ mod tests {
             set_name("KUBE-NODE-PORT-LOCAL-SCTP-HASH", IpFamily::V6),
             "KUBE-6-NODE-PORT-LOCAL-SCTP-HAS"
         );
-        assert_eq!(set_name("KUBE-CLUSTER-IP", IpFamily::V6), "KUBE-6-CLUSTER-IP");
+        assert_eq!(
+            set_name("KUBE-CLUSTER-IP", IpFamily::V6),
+            "KUBE-6-CLUSTER-IP"
+        );
         assert_eq!(set_name("KUBE-CLUSTER-IP", IpFamily::V4), "KUBE-CLUSTER-IP");
         for k in SetKind::ALL {
             assert!(k.name(IpFamily::V6).len() <= MAX_SET_NAME);

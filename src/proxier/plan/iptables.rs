@@ -58,18 +58,48 @@ pub fn jumps() -> Vec<JumpRule> {
     };
     vec![
         j("nat", "OUTPUT", KUBE_SERVICES, "kubernetes service portals"),
-        j("nat", "PREROUTING", KUBE_SERVICES, "kubernetes service portals"),
+        j(
+            "nat",
+            "PREROUTING",
+            KUBE_SERVICES,
+            "kubernetes service portals",
+        ),
         j(
             "nat",
             "POSTROUTING",
             KUBE_POSTROUTING,
             "kubernetes postrouting rules",
         ),
-        j("filter", "FORWARD", KUBE_FORWARD, "kubernetes forwarding rules"),
-        j("filter", "INPUT", KUBE_NODE_PORT, "kubernetes health check rules"),
-        j("filter", "INPUT", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
-        j("filter", "FORWARD", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
-        j("filter", "INPUT", KUBE_IPVS_FILTER, "kubernetes ipvs access filter"),
+        j(
+            "filter",
+            "FORWARD",
+            KUBE_FORWARD,
+            "kubernetes forwarding rules",
+        ),
+        j(
+            "filter",
+            "INPUT",
+            KUBE_NODE_PORT,
+            "kubernetes health check rules",
+        ),
+        j(
+            "filter",
+            "INPUT",
+            KUBE_PROXY_FIREWALL,
+            "kube-proxy firewall rules",
+        ),
+        j(
+            "filter",
+            "FORWARD",
+            KUBE_PROXY_FIREWALL,
+            "kube-proxy firewall rules",
+        ),
+        j(
+            "filter",
+            "INPUT",
+            KUBE_IPVS_FILTER,
+            "kubernetes ipvs access filter",
+        ),
         j(
             "filter",
             "OUTPUT",
@@ -294,7 +324,10 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
         }
     }
 
-    for (kind, masq) in [(SetKind::ExternalIp, true), (SetKind::ExternalIpLocal, false)] {
+    for (kind, masq) in [
+        (SetKind::ExternalIp, true),
+        (SetKind::ExternalIpLocal, false),
+    ] {
         if !inp.has(kind) {
             continue;
         }
@@ -443,7 +476,9 @@ mod tests {
         let br = LocalDetector::BridgeInterface("cbr0".into());
         assert!(masq_rule(&payload(&input(&n, &br))).starts_with("-A KUBE-SERVICES ! -i cbr0 -m"));
         let pre = LocalDetector::InterfaceNamePrefix("veth".into());
-        assert!(masq_rule(&payload(&input(&n, &pre))).starts_with("-A KUBE-SERVICES ! -i veth+ -m"));
+        assert!(
+            masq_rule(&payload(&input(&n, &pre))).starts_with("-A KUBE-SERVICES ! -i veth+ -m")
+        );
         let mut all = input(&n, &cidr);
         all.masquerade_all = true;
         let p = payload(&all);

@@ -1,8 +1,8 @@
 //! The pure planner: cluster state and node facts in, desired kernel state out. No I/O, no clock, no
 //! globals: `plan` reproduces what upstream kube-proxy's IPVS `syncProxyRules` programs for one family.
 
-pub mod iptables;
 pub mod ipsets;
+pub mod iptables;
 pub mod ipvs;
 pub mod node_ports;
 
@@ -10,7 +10,9 @@ use crate::cluster::model::{
     Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePort,
 };
 use crate::cluster::select::{Categorized, categorize};
-use crate::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService};
+use crate::proxier::desired::{
+    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService,
+};
 use ipnet::IpNet;
 use ipsets::{SetKind, entry, ip_port, ip_port_ip, ip_port_net};
 use ipvs::{DEFAULT_SCHEDULER, VsTemplate, destinations};

@@ -60,7 +60,9 @@ pub fn node_port_ips(
         .filter(|c| IpFamily::of_net(c) == family)
         .collect();
     if cidrs.is_empty() || cidrs.iter().any(|c| c.prefix_len() == 0) {
-        return node_addresses(local_addrs_by_iface, family).into_iter().collect();
+        return node_addresses(local_addrs_by_iface, family)
+            .into_iter()
+            .collect();
     }
     let all = local_addrs_by_iface
         .values()
@@ -79,7 +81,12 @@ mod tests {
 
     fn ifaces(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<IpAddr>> {
         list.iter()
-            .map(|(n, a)| (n.to_string(), a.iter().map(|s| s.parse().unwrap()).collect()))
+            .map(|(n, a)| {
+                (
+                    n.to_string(),
+                    a.iter().map(|s| s.parse().unwrap()).collect(),
+                )
+            })
             .collect()
     }
 
@@ -91,7 +98,10 @@ mod tests {
     #[test]
     fn match_all_excludes_dummy_loopback_link_local() {
         let m = ifaces(&[("eth0", &["1.2.3.4"]), ("lo", &["127.0.0.1"])]);
-        assert_eq!(strs(node_port_ips(&m, &[], &[], &[], IpFamily::V4)), ["1.2.3.4"]);
+        assert_eq!(
+            strs(node_port_ips(&m, &[], &[], &[], IpFamily::V4)),
+            ["1.2.3.4"]
+        );
         let m = ifaces(&[
             ("encap0", &["10.20.30.40", "fe80::200:ff:fe01:1"]),
             ("lo", &["127.0.0.1", "::1"]),
