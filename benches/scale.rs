@@ -141,7 +141,11 @@ fn private_daemon_copy(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DAEMON));
     let dst = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.kube-proxy"));
     std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
-    println!("daemon binary: {} (copied to {})", src.display(), dst.display());
+    println!(
+        "daemon binary: {} (copied to {})",
+        src.display(),
+        dst.display()
+    );
     let out = Command::new(&dst)
         .arg("--version")
         .output()
@@ -236,10 +240,7 @@ impl Daemon {
         if let Some(c) = self.child.as_mut()
             && let Some(status) = c.try_wait()?
         {
-            bail!(
-                "kube-proxy died ({status}); log tail:\n{}",
-                self.log_tail()
-            );
+            bail!("kube-proxy died ({status}); log tail:\n{}", self.log_tail());
         }
         Ok(())
     }
@@ -601,12 +602,7 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
 
 /// 100 one-endpoint additions, each to a different plain ClusterIP service: API apply → the new real server
 /// present in IPVS. Then the services are put back.
-fn endpoint_changes(
-    run: &mut Run,
-    d: &mut Daemon,
-    n: usize,
-    ch: &mut ChangeResults,
-) -> Result<()> {
+fn endpoint_changes(run: &mut Run, d: &mut Daemon, n: usize, ch: &mut ChangeResults) -> Result<()> {
     let mut ipvs = NetlinkIpvs::new().context("open IPVS netlink")?;
     let before = d.metrics()?;
     let groups = (n / 10).max(1);
@@ -862,7 +858,8 @@ fn floor(run: &mut Run, row: &mut Row, exp: &Expected) -> Result<()> {
 }
 
 fn fmt_s(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "capped".into())
+    v.map(|v| format!("{v:.3}"))
+        .unwrap_or_else(|| "capped".into())
 }
 
 fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result<String> {
@@ -890,7 +887,17 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
     writeln!(
         t,
         "{:>7} | {:>10} | {:>10} | {:>9} | {:>9} | {:>9} | {:>9} | {:>8} | {:>8} | {:>10} | {:>9} | {:>8}",
-        "", "", "(metric)", "set+vs+ipt", "cold/floor", "floor+ip", "cold/(..)", "[MiB]", "[MiB]", "[s]", "[s]",
+        "",
+        "",
+        "(metric)",
+        "set+vs+ipt",
+        "cold/floor",
+        "floor+ip",
+        "cold/(..)",
+        "[MiB]",
+        "[MiB]",
+        "[s]",
+        "[s]",
         "set/vs/ipt"
     )?;
     for r in rows {
@@ -922,7 +929,11 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
         )?;
     }
     for r in rows {
-        writeln!(t, "  N={}: cold-start sync (daemon's report): {}", r.n, r.steps)?;
+        writeln!(
+            t,
+            "  N={}: cold-start sync (daemon's report): {}",
+            r.n, r.steps
+        )?;
     }
     if let Some(c) = ch {
         let mut sorted = c.latencies_ms.clone();
@@ -947,7 +958,11 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
             "  daemon metrics: kubeproxy_network_programming_duration_seconds mean {:.2} ms ({} obs); kubeproxy_sync_proxy_rules_duration_seconds mean {:.2} ms ({} syncs)",
             c.npl_mean_ms, c.npl_count, c.sync_mean_ms, c.sync_count
         )?;
-        writeln!(t, "  last change sync (daemon's report): {}", c.change_steps)?;
+        writeln!(
+            t,
+            "  last change sync (daemon's report): {}",
+            c.change_steps
+        )?;
         writeln!(
             t,
             "No-op periodic sync at N = {} (restart with syncPeriod 2s; warm restart to first sync {:.3} s):",

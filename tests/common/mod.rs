@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests.
 pub mod apiserver;
 pub mod netns;
-pub mod uml;
 pub mod scale;
+pub mod uml;

@@ -97,7 +97,8 @@ pub fn node() -> Value {
 
 /// Service `i`.
 pub fn service(i: usize) -> Value {
-    let mut port = json!({"name": "http", "protocol": "TCP", "port": PORT, "targetPort": TARGET_PORT});
+    let mut port =
+        json!({"name": "http", "protocol": "TCP", "port": PORT, "targetPort": TARGET_PORT});
     let mut spec = json!({
         "type": "ClusterIP",
         "clusterIP": cluster_ip(i).to_string(),
@@ -308,10 +309,18 @@ pub fn mismatches(exp: &Expected, obs: &Observed) -> Vec<String> {
             out.push(format!("{what}: expected {want}, kernel has {got}"));
         }
     };
-    check("IPVS virtual servers", exp.virtual_servers, obs.virtual_servers);
+    check(
+        "IPVS virtual servers",
+        exp.virtual_servers,
+        obs.virtual_servers,
+    );
     check("IPVS real servers", exp.destinations, obs.destinations);
     check("persistent virtual servers", exp.persistent, obs.persistent);
-    check("kube-ipvs0 addresses", exp.ipvs0_addresses, obs.ipvs0_addresses);
+    check(
+        "kube-ipvs0 addresses",
+        exp.ipvs0_addresses,
+        obs.ipvs0_addresses,
+    );
     for (set, want) in &exp.ipsets {
         let got = obs.ipsets.get(*set).copied();
         match got {
@@ -400,7 +409,10 @@ pub fn http_get(addr: &str, path: &str) -> Result<String> {
         bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
     }
     // The metrics server may answer chunked; strip chunk sizes if so.
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let mut plain = String::new();
         let mut rest = body;
         while let Some((size, tail)) = rest.split_once("\r\n") {
