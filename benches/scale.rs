@@ -32,9 +32,9 @@ const CHANGES: usize = 100;
 const METRICS: &str = "127.0.0.1:10249";
 const HEALTHZ: &str = "127.0.0.1:10256";
 /// Longest a cold start may take before it is reported as capped.
-const COLD_START_CAP: Duration = Duration::from_secs(600);
+const COLD_START_CAP: Duration = Duration::from_secs(480);
 /// Longest the one-endpoint change test may run before it stops with fewer samples.
-const CHANGE_BUDGET: Duration = Duration::from_secs(300);
+const CHANGE_BUDGET: Duration = Duration::from_secs(180);
 const NAME_PREFIX: &str = "scale-";
 /// The daemon cargo built for this bench; copied to a private path before the boot because other builds
 /// in a shared target directory may replace it while the bench runs. `KPRS_BENCH_DAEMON` overrides it.
@@ -669,7 +669,8 @@ fn endpoint_changes(run: &mut Run, d: &mut Daemon, n: usize, ch: &mut ChangeResu
     let mut sorted = ch.latencies_ms.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
     run.log(&format!(
-        "N={n}: {CHANGES} one-endpoint changes: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; daemon: network_programming mean {:.2} ms over {} observations, sync_proxy_rules mean {:.2} ms over {} syncs",
+        "N={n}: {} one-endpoint changes: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; daemon: network_programming mean {:.2} ms over {} observations, sync_proxy_rules mean {:.2} ms over {} syncs",
+        sorted.len(),
         scale::percentile(&sorted, 50.0),
         scale::percentile(&sorted, 99.0),
         sorted.last().copied().unwrap_or(f64::NAN),
@@ -689,13 +690,13 @@ fn endpoint_changes(run: &mut Run, d: &mut Daemon, n: usize, ch: &mut ChangeResu
             .apply_value(Kind::EndpointSlice, scale::slice(i, M, &[], None))?;
     }
     let exp = Expected::compute(n, M, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(600);
     while scale::ipvs_counts()?.1 != exp.destinations {
         d.check_alive()?;
         if Instant::now() > deadline {
-            bail!("N={n}: extra real servers not removed within 60 s");
+            bail!("N={n}: extra real servers not removed within 600 s");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(200));
     }
     Ok(())
 }
@@ -725,7 +726,7 @@ fn noop_syncs(
     let cpu0 = d.stats()?.cpu_seconds;
     let t0 = Instant::now();
     let mut last = first;
-    for _ in 0..3 {
+    for _ in 0..2 {
         last = d
             .wait_synced_after(last, Duration::from_secs(30))?
             .context("no periodic sync within 30 s")?;
