@@ -178,7 +178,7 @@ fn own_daemon_build() -> Option<PathBuf> {
         .chain(std::iter::once(PathBuf::from(DAEMON)))
         .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
         .collect();
-    candidates.sort_by(|a, b| b.0.cmp(&a.0));
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
     candidates.into_iter().map(|(_, p)| p).find(|p| {
         std::fs::read(p).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
     })

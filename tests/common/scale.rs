@@ -70,7 +70,7 @@ pub fn has_affinity(i: usize) -> bool {
 
 /// Endpoint `j` of service `i` runs on this node.
 pub fn is_local_endpoint(i: usize, j: usize) -> bool {
-    j == 0 && (i % 20 == 0 || is_local_lb(i))
+    j == 0 && (i.is_multiple_of(20) || is_local_lb(i))
 }
 
 /// Name of service `i`.
