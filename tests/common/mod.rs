@@ -2,4 +2,5 @@
 pub mod apiserver;
 pub mod e2e;
 pub mod netns;
+pub mod scale;
 pub mod uml;
