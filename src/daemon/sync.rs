@@ -381,7 +381,9 @@ impl SyncLoop {
                 self.metrics.set_last_sync(f, now);
             }
             if full {
-                self.last_full = Some(start);
+                // Measured from the end: a full sync slower than syncPeriod must not make every later sync
+                // full as well (event-driven syncs would never get their cheap path).
+                self.last_full = Some(Instant::now());
             }
             self.observe_programming(trigger_times, now);
             tracing::info!(
