@@ -231,7 +231,6 @@ impl SyncLoop {
             tracing::debug!("not syncing until Services and EndpointSlices have been listed");
             return;
         }
-        let start = Instant::now();
         let (svc, svc_pending, svc_total) = {
             let mut t = lock(&self.trackers.services);
             let r = t.apply(&mut self.services);
@@ -323,7 +322,7 @@ impl SyncLoop {
         if outcome.report.failures_of(FailureKind::Conntrack) > 0 {
             self.pending_hints = kept_hints;
         }
-        self.publish(outcome, full, &eps.trigger_times, start).await;
+        self.publish(outcome, full, &eps.trigger_times).await;
     }
 
     async fn publish(
@@ -331,7 +330,6 @@ impl SyncLoop {
         o: Outcome,
         full: bool,
         trigger_times: &BTreeMap<ServiceName, Vec<SystemTime>>,
-        start: Instant,
     ) {
         let r = &o.report;
         let families = self.settings.families.clone();
