@@ -1,4 +1,6 @@
 //! Helpers shared by the integration tests.
 pub mod apiserver;
+pub mod e2e;
 pub mod netns;
+pub mod scale;
 pub mod uml;

@@ -158,7 +158,16 @@ pub fn run(name: &str, opts: BootOptions, body: impl FnOnce()) {
 
 /// A fresh directory for one run under `target/uml-runs/`.
 pub fn run_dir(name: &str) -> PathBuf {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uml-runs");
+    // Integration tests get CARGO_TARGET_TMPDIR; examples (the demo) don't: use the directory of the binary
+    // (`target/<profile>/examples`), which the guest sees through hostfs too.
+    let base = match option_env!("CARGO_TARGET_TMPDIR") {
+        Some(t) => PathBuf::from(t),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("target")),
+    }
+    .join("uml-runs");
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())

@@ -1,0 +1,981 @@
+//! Scale benchmark of the real daemon on a real kernel (issue "Scale", items 2 and 3).
+//!
+//! `cargo bench --bench scale -- [N...]` (or `scripts/bench-scale.sh [N...]`) boots ONE User-Mode Linux
+//! guest; inside it the test API server holds N Services × 10 endpoints (see `tests/common/scale.rs`) and
+//! the release `kube-proxy` binary, connected through a kubeconfig, programs the kernel. For every N it
+//! measures the cold start (daemon start → first successful sync, from the daemon's
+//! `kubeproxy_sync_proxy_rules_last_timestamp_seconds`), verifies the IPVS / ipset / kube-ipvs0 state by
+//! counting what the kernel holds, records peak RSS and CPU seconds, then stops the daemon, dumps the kernel
+//! state, flushes it and times loading the same state with `ipset restore`, `ipvsadm -R` and
+//! `iptables-restore` (the floor). At N = 10 000 (or the first N given) it also times 100 one-endpoint
+//! changes (API apply → real server in IPVS) and the no-op periodic full sync (after a restart with
+//! syncPeriod 2s). Figures are printed and written to `scale-results.txt` in the run directory; wrong kernel
+//! state or a dead daemon fails the bench.
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use anyhow::{Context, Result, bail};
+use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};
+use common::scale::{self, Expected, Metrics, ProcStats};
+use kube_proxy_rs::cluster::model::Protocol;
+use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
+use kube_proxy_rs::kernel::ipvs::{Ipvs, IpvsServiceKey};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+const M: usize = 10;
+const CHANGES: usize = 100;
+const METRICS: &str = "127.0.0.1:10249";
+const HEALTHZ: &str = "127.0.0.1:10256";
+/// Longest a cold start may take before it is reported as capped.
+const COLD_START_CAP: Duration = Duration::from_secs(480);
+/// Longest the one-endpoint change test may run before it stops with fewer samples.
+const CHANGE_BUDGET: Duration = Duration::from_secs(180);
+const NAME_PREFIX: &str = "scale-";
+/// The daemon cargo built for this bench; copied to a private path before the boot because other builds
+/// in a shared target directory may replace it while the bench runs. `KPRS_BENCH_DAEMON` overrides it.
+const DAEMON: &str = env!("CARGO_BIN_EXE_kube-proxy");
+
+/// Parameters handed from the host to the guest (through a file named after the boot).
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
+struct Params {
+    sizes: Vec<usize>,
+    change_n: usize,
+    daemon: PathBuf,
+}
+
+fn params_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.params.json"))
+}
+
+fn main() {
+    if common::uml::in_guest() {
+        let mut args = std::env::args().skip_while(|a| a != "--exact");
+        let name = args.nth(1).unwrap_or_default();
+        if let Err(e) = guest(&name) {
+            eprintln!("scale bench FAILED: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let mut sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.replace('_', "").parse().ok())
+        .collect();
+    if sizes.is_empty() {
+        sizes = vec![1_000, 10_000, 50_000];
+    }
+    let change_n = if sizes.contains(&10_000) {
+        10_000
+    } else {
+        sizes[0]
+    };
+    let stamp = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let name = format!("{NAME_PREFIX}{stamp}");
+    let daemon = private_daemon_copy(&name);
+    let params = Params {
+        sizes,
+        change_n,
+        daemon: daemon.clone(),
+    };
+    std::fs::write(
+        params_path(&name),
+        serde_json::to_string(&params).expect("params"),
+    )
+    .expect("write params");
+    println!(
+        "scale bench: sizes {:?}, change/no-op tests at N = {}, daemon {}",
+        params.sizes,
+        params.change_n,
+        daemon.display()
+    );
+    println!(
+        "booting one UML guest (mem=3G); progress: tail -f {}/uml-runs/{name}-*/guest-output.log",
+        env!("CARGO_TARGET_TMPDIR")
+    );
+    let budget = 600 + params.sizes.iter().map(|n| 60 + n / 50).sum::<usize>() as u64 * 2;
+    common::uml::run(
+        &name,
+        common::uml::BootOptions {
+            mem: "3G",
+            timeout: Duration::from_secs(budget.max(900)),
+        },
+        || {},
+    );
+    let _ = std::fs::remove_file(params_path(&name));
+    let _ = std::fs::remove_file(&daemon);
+    // The run directory is the newest one named after this boot.
+    let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uml-runs");
+    let dir = std::fs::read_dir(&runs)
+        .ok()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{name}-")))
+        });
+    match dir.map(|d| d.join("scale-results.txt")) {
+        Some(f) => {
+            println!("results ({}):", f.display());
+            print!("{}", std::fs::read_to_string(&f).unwrap_or_default());
+        }
+        None => panic!("no run directory for {name} under {}", runs.display()),
+    }
+}
+
+/// Copies the daemon binary to a private path and checks that it is ours (`--version` names kube-proxy-rs).
+fn private_daemon_copy(name: &str) -> PathBuf {
+    let src = std::env::var_os("KPRS_BENCH_DAEMON")
+        .map(PathBuf::from)
+        .or_else(own_daemon_build)
+        .unwrap_or_else(|| PathBuf::from(DAEMON));
+    let dst = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.kube-proxy"));
+    std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+    println!(
+        "daemon binary: {} (copied to {})",
+        src.display(),
+        dst.display()
+    );
+    let out = Command::new(&dst)
+        .arg("--version")
+        .output()
+        .expect("run kube-proxy --version");
+    let v = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        v.contains("kube-proxy-rs"),
+        "{} --version printed {v:?}: not this project's daemon (replaced by another build in the shared \
+         target dir?); rebuild with `cargo build --release` and rerun",
+        src.display()
+    );
+    dst
+}
+
+/// The newest `kube_proxy-<hash>` binary in the target's `deps/` (or the uplifted one) that was built from
+/// this checkout: its debug info names this worktree's directory. Other checkouts sharing the target dir
+/// uplift their own builds to `release/kube-proxy`.
+fn own_daemon_build() -> Option<PathBuf> {
+    let deps = Path::new(DAEMON).parent()?.join("deps");
+    let needle = env!("CARGO_MANIFEST_DIR").as_bytes();
+    let mut candidates: Vec<(SystemTime, PathBuf)> = std::fs::read_dir(&deps)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("kube_proxy-") && !n.contains('.'))
+        })
+        .chain(std::iter::once(PathBuf::from(DAEMON)))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    candidates.sort_by(|a, b| b.0.cmp(&a.0));
+    candidates.into_iter().map(|(_, p)| p).find(|p| {
+        std::fs::read(p).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+    })
+}
+
+/// The daemon process; killed when dropped.
+struct Daemon {
+    child: Option<Child>,
+    log: PathBuf,
+    started: SystemTime,
+    started_at: Instant,
+}
+
+impl Daemon {
+    fn spawn(exe: &Path, kubeconfig: &Path, sync_period: &str, log: &Path) -> Result<Daemon> {
+        let out = std::fs::File::create(log)?;
+        let args = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--hostname-override={}", scale::NODE),
+            "--proxy-mode=ipvs".into(),
+            format!("--cluster-cidr={}", scale::CLUSTER_CIDR),
+            format!("--healthz-bind-address={HEALTHZ}"),
+            format!("--metrics-bind-address={METRICS}"),
+            format!("--nodeport-addresses={}", scale::NODE_PORT_CIDR),
+            "--ipvs-min-sync-period=0s".into(),
+            format!("--ipvs-sync-period={sync_period}"),
+        ];
+        let started = SystemTime::now();
+        let started_at = Instant::now();
+        let child = Command::new(exe)
+            .args(&args)
+            .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
+            .env("KUBE_PROXY_LOG", "info,kube_proxy_rs::daemon::sync=debug")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .context("spawn kube-proxy")?;
+        Ok(Daemon {
+            child: Some(child),
+            log: log.to_path_buf(),
+            started,
+            started_at,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    fn log_tail(&self) -> String {
+        let t = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = t.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Fails when the daemon has exited.
+    fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = self.child.as_mut()
+            && let Some(status) = c.try_wait()?
+        {
+            bail!("kube-proxy died ({status}); log tail:\n{}", self.log_tail());
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Result<ProcStats> {
+        scale::proc_stats(self.pid())
+    }
+
+    /// SIGTERM and wait (kernel rules stay in place).
+    fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                if !status.success() {
+                    bail!(
+                        "kube-proxy exited with {status} after SIGTERM; log tail:\n{}",
+                        self.log_tail()
+                    );
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("kube-proxy did not stop within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn metrics(&mut self) -> Result<Metrics> {
+        self.check_alive()?;
+        Ok(Metrics::parse(&scale::http_get(METRICS, "/metrics")?))
+    }
+
+    /// Waits until the daemon reports a successful sync later than `after` (unix seconds); returns its time.
+    fn wait_synced_after(&mut self, after: f64, cap: Duration) -> Result<Option<f64>> {
+        let deadline = Instant::now() + cap;
+        loop {
+            self.check_alive()?;
+            if let Ok(m) = self.metrics() {
+                let ts = m.sum(
+                    "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                    &["ip_family=\"IPv4\""],
+                );
+                if ts > after {
+                    return Ok(Some(ts));
+                }
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// Results of one N.
+#[derive(Default, Debug, Clone)]
+struct Row {
+    n: usize,
+    cold_start: Option<f64>,
+    cold_detect: f64,
+    first_sync_metric: f64,
+    peak_rss_cold: u64,
+    cpu_cold: f64,
+    peak_rss_end: u64,
+    cpu_end: f64,
+    floor_ipset: f64,
+    floor_ipvs: f64,
+    floor_iptables: f64,
+    floor_addresses: f64,
+    dump_sizes: (usize, usize, usize),
+    steps: String,
+}
+
+impl Row {
+    fn floor(&self) -> f64 {
+        self.floor_ipset + self.floor_ipvs + self.floor_iptables
+    }
+}
+
+/// Out-of-band results at the change N.
+#[derive(Default, Debug, Clone)]
+struct ChangeResults {
+    n: usize,
+    latencies_ms: Vec<f64>,
+    npl_mean_ms: f64,
+    npl_count: f64,
+    sync_mean_ms: f64,
+    sync_count: f64,
+    warm_start: f64,
+    noop_syncs: f64,
+    noop_metric_ms: f64,
+    noop_cpu_ms: f64,
+    noop_window: f64,
+    noop_steps: String,
+    change_steps: String,
+}
+
+struct Run {
+    dir: PathBuf,
+    report: std::fs::File,
+    api: TestApiServer,
+    kubeconfig: PathBuf,
+    daemon: PathBuf,
+    loaded: usize,
+}
+
+impl Run {
+    fn log(&mut self, line: &str) {
+        let stamp = format!("[{:>8.1}s] {line}", uptime());
+        println!("{stamp}");
+        let _ = writeln!(self.report, "{stamp}");
+    }
+}
+
+fn uptime() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn guest(name: &str) -> Result<()> {
+    let params: Params = serde_json::from_str(
+        &std::fs::read_to_string(params_path(name)).context("read bench parameters")?,
+    )?;
+    let dir = common::uml::guest_run_dir().context("no run dir")?;
+    raise_nofile();
+    scale::run_ok(&format!(
+        "ip link add node0 type dummy && ip link set node0 up && ip addr add {}/24 dev node0",
+        scale::NODE_IP
+    ))?;
+    let api = TestApiServer::start_with(
+        "127.0.0.1:0",
+        ApiOptions {
+            history_limit: 100_000,
+            ..Default::default()
+        },
+    )?;
+    api.apply_value(Kind::Node, scale::node())?;
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig)?;
+    let report = std::fs::File::create(dir.join("scale-log.txt"))?;
+    let mut run = Run {
+        dir: dir.clone(),
+        report,
+        api,
+        kubeconfig,
+        daemon: params.daemon.clone(),
+        loaded: 0,
+    };
+    let mem = scale::run_ok("grep -E 'MemTotal' /proc/meminfo")?;
+    run.log(&format!(
+        "guest: {} {}, daemon {}",
+        scale::run_ok("uname -r")?.trim(),
+        mem.trim(),
+        params.daemon.display()
+    ));
+    let spawn = timed("true")?;
+    let ipt = timed("iptables -t nat -S >/dev/null")?;
+    let ips = timed("ipset list -n >/dev/null")?;
+    run.log(&format!(
+        "guest process spawn costs: bash -c true {:.1} ms, iptables -t nat -S {:.1} ms, ipset list -n {:.1} ms",
+        spawn * 1e3,
+        ipt * 1e3,
+        ips * 1e3
+    ));
+    let mut rows = Vec::new();
+    let mut change = None;
+    for &n in &params.sizes {
+        let (row, ch) = one_size(&mut run, n, n == params.change_n)?;
+        rows.push(row);
+        if ch.is_some() {
+            change = ch;
+        }
+        write_results(&run.dir, &rows, change.as_ref())?;
+    }
+    let table = write_results(&run.dir, &rows, change.as_ref())?;
+    println!("{table}");
+    Ok(())
+}
+
+fn raise_nofile() {
+    let lim = libc::rlimit {
+        rlim_cur: 1 << 20,
+        rlim_max: 1 << 20,
+    };
+    // SAFETY: setrlimit with a valid struct; failure only leaves the old limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+}
+
+/// Makes the API server hold exactly services 0..n with their slices.
+fn load(run: &mut Run, n: usize) -> Result<()> {
+    let t = Instant::now();
+    for i in 0..n {
+        run.api.apply_value(Kind::Service, scale::service(i))?;
+        run.api
+            .apply_value(Kind::EndpointSlice, scale::slice(i, M, &[], None))?;
+    }
+    for i in n..run.loaded {
+        run.api
+            .delete(Kind::Service, scale::NAMESPACE, &scale::service_name(i));
+        run.api.delete(
+            Kind::EndpointSlice,
+            scale::NAMESPACE,
+            &format!("{}-x1", scale::service_name(i)),
+        );
+    }
+    run.loaded = n;
+    let msg = format!(
+        "N={n}: API server holds {} Services, {} EndpointSlices (loaded in {:.1?})",
+        run.api.count(Kind::Service),
+        run.api.count(Kind::EndpointSlice),
+        t.elapsed()
+    );
+    run.log(&msg);
+    Ok(())
+}
+
+/// Removes everything from IPVS, iptables, ipset and kube-ipvs0 (the guest has nothing else there).
+fn flush_kernel() -> Result<()> {
+    scale::run_ok(
+        "ipvsadm -C; \
+         for t in nat filter mangle; do iptables -t $t -F; iptables -t $t -X; ip6tables -t $t -F; ip6tables -t $t -X; done; \
+         ipset flush; ipset destroy; ip link del kube-ipvs0 2>/dev/null; true",
+    )?;
+    let (vs, _, _) = scale::ipvs_counts()?;
+    let sets = scale::ipset_counts()?;
+    if vs != 0 || !sets.is_empty() {
+        bail!("kernel not clean after flush: {vs} virtual servers, ipsets {sets:?}");
+    }
+    Ok(())
+}
+
+fn verify(run: &mut Run, what: &str, exp: &Expected) -> Result<()> {
+    let t = Instant::now();
+    let obs = scale::observe()?;
+    let bad = scale::mismatches(exp, &obs);
+    if !bad.is_empty() {
+        bail!("{what}: kernel state is wrong:\n  {}", bad.join("\n  "));
+    }
+    let msg = format!(
+        "{what}: kernel verified in {:.1?}: {} virtual servers, {} real servers, {} persistent, {} kube-ipvs0 addresses, ipsets {:?}",
+        t.elapsed(),
+        obs.virtual_servers,
+        obs.destinations,
+        obs.persistent,
+        obs.ipvs0_addresses,
+        exp.ipsets
+            .keys()
+            .map(|k| (k.to_string(), obs.ipsets.get(*k).copied().unwrap_or(0)))
+            .collect::<Vec<_>>()
+    );
+    run.log(&msg);
+    Ok(())
+}
+
+fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<ChangeResults>)> {
+    load(run, n)?;
+    flush_kernel()?;
+    let exp = Expected::compute(n, M, 0);
+    let mut row = Row {
+        n,
+        ..Default::default()
+    };
+    let log = run.dir.join(format!("kube-proxy-{n}-cold.log"));
+    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, "30s", &log)?;
+    let started = unix(d.started);
+    let synced = d.wait_synced_after(started, COLD_START_CAP)?;
+    let Some(ts) = synced else {
+        let st = d.stats().unwrap_or_default();
+        run.log(&format!(
+            "N={n}: NOT synced within {COLD_START_CAP:?} (cap); peak RSS {:.1} MiB, CPU {:.1} s; skipping",
+            mib(st.peak_rss),
+            st.cpu_seconds
+        ));
+        row.peak_rss_cold = st.peak_rss;
+        row.cpu_cold = st.cpu_seconds;
+        d.kill();
+        flush_kernel()?;
+        return Ok((row, None));
+    };
+    row.cold_detect = d.started_at.elapsed().as_secs_f64();
+    row.cold_start = Some(ts - started);
+    let st = d.stats()?;
+    row.peak_rss_cold = st.peak_rss;
+    row.cpu_cold = st.cpu_seconds;
+    let m = d.metrics()?;
+    let (s, c) = m.histogram_v4("kubeproxy_sync_proxy_rules_duration_seconds");
+    row.first_sync_metric = if c > 0.0 { s / c } else { f64::NAN };
+    run.log(&format!(
+        "N={n}: cold start {:.3} s (seen by poller after {:.3} s); daemon's sync_proxy_rules_duration {:.3} s over {c} sync(s); peak RSS {:.1} MiB, CPU {:.2} s",
+        ts - started,
+        row.cold_detect,
+        row.first_sync_metric,
+        mib(st.peak_rss),
+        st.cpu_seconds
+    ));
+    let steps = last_sync_steps(&d.log);
+    run.log(&format!("N={n}: cold-start sync steps: {steps}"));
+    row.steps = steps;
+    verify(run, &format!("N={n} cold start"), &exp)?;
+
+    let mut change = None;
+    if change_here {
+        let mut ch = ChangeResults {
+            n,
+            ..Default::default()
+        };
+        endpoint_changes(run, &mut d, n, &mut ch)?;
+        let st = d.stats()?;
+        row.peak_rss_end = st.peak_rss;
+        row.cpu_end = st.cpu_seconds;
+        d.stop()?;
+        // Warm restart with a short syncPeriod: no-op periodic full syncs.
+        noop_syncs(run, n, &exp, &mut ch, &mut row)?;
+        change = Some(ch);
+    } else {
+        d.check_alive()?;
+        let st = d.stats()?;
+        row.peak_rss_end = st.peak_rss;
+        row.cpu_end = st.cpu_seconds;
+        d.stop()?;
+    }
+    verify(run, &format!("N={n} after the daemon stopped"), &exp)?;
+    floor(run, &mut row, &exp)?;
+    Ok((row, change))
+}
+
+/// 100 one-endpoint additions, each to a different plain ClusterIP service: API apply → the new real server
+/// present in IPVS. Then the services are put back.
+fn endpoint_changes(run: &mut Run, d: &mut Daemon, n: usize, ch: &mut ChangeResults) -> Result<()> {
+    let mut ipvs = NetlinkIpvs::new().context("open IPVS netlink")?;
+    let before = d.metrics()?;
+    let groups = (n / 10).max(1);
+    let mut touched = Vec::new();
+    let budget = Instant::now() + CHANGE_BUDGET;
+    for c in 0..CHANGES {
+        if Instant::now() > budget {
+            run.log(&format!(
+                "N={n}: change test capped after {c} changes ({CHANGE_BUDGET:?} budget)"
+            ));
+            break;
+        }
+        let i = ((97 * c) % groups) * 10 + 5;
+        if i >= n {
+            bail!("N={n} too small for the change test");
+        }
+        let extra = scale::extra_ip(c);
+        let key = IpvsServiceKey {
+            addr: IpAddr::V4(scale::cluster_ip(i)),
+            port: scale::PORT,
+            protocol: Protocol::Tcp,
+        };
+        let t0 = Instant::now();
+        let obj = scale::slice(i, M, &[extra], Some(SystemTime::now()));
+        run.api.apply_value(Kind::EndpointSlice, obj)?;
+        loop {
+            let dsts = ipvs
+                .destinations(&key)
+                .with_context(|| format!("list real servers of {key}"))?;
+            if dsts.iter().any(|x| x.addr == IpAddr::V4(extra)) {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                d.check_alive()?;
+                bail!("change {c}: {extra} not in IPVS service {key} after 120 s");
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        ch.latencies_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        touched.push(i);
+        // Let the sync that programmed it finish before the next change.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.check_alive()?;
+    std::thread::sleep(Duration::from_millis(300));
+    let after = d.metrics()?;
+    let (s0, c0) = before.histogram_v4("kubeproxy_network_programming_duration_seconds");
+    let (s1, c1) = after.histogram_v4("kubeproxy_network_programming_duration_seconds");
+    ch.npl_count = c1 - c0;
+    ch.npl_mean_ms = if c1 > c0 {
+        (s1 - s0) / (c1 - c0) * 1e3
+    } else {
+        f64::NAN
+    };
+    let (s0, c0) = before.histogram_v4("kubeproxy_sync_proxy_rules_duration_seconds");
+    let (s1, c1) = after.histogram_v4("kubeproxy_sync_proxy_rules_duration_seconds");
+    ch.sync_count = c1 - c0;
+    ch.sync_mean_ms = if c1 > c0 {
+        (s1 - s0) / (c1 - c0) * 1e3
+    } else {
+        f64::NAN
+    };
+    ch.change_steps = last_sync_steps(&d.log);
+    let mut sorted = ch.latencies_ms.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    run.log(&format!(
+        "N={n}: {} one-endpoint changes: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; daemon: network_programming mean {:.2} ms over {} observations, sync_proxy_rules mean {:.2} ms over {} syncs",
+        sorted.len(),
+        scale::percentile(&sorted, 50.0),
+        scale::percentile(&sorted, 99.0),
+        sorted.last().copied().unwrap_or(f64::NAN),
+        ch.npl_mean_ms,
+        ch.npl_count,
+        ch.sync_mean_ms,
+        ch.sync_count
+    ));
+    verify(
+        run,
+        &format!("N={n} after {CHANGES} endpoint changes"),
+        &Expected::compute(n, M, touched.len()),
+    )?;
+    // Put the slices back.
+    for &i in &touched {
+        run.api
+            .apply_value(Kind::EndpointSlice, scale::slice(i, M, &[], None))?;
+    }
+    let exp = Expected::compute(n, M, 0);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while scale::ipvs_counts()?.1 != exp.destinations {
+        d.check_alive()?;
+        if Instant::now() > deadline {
+            bail!("N={n}: extra real servers not removed within 600 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// Restarts the daemon with syncPeriod 2s on the programmed kernel (warm start), then reads the no-op
+/// periodic full syncs over a quiet window from its metrics and its CPU time.
+fn noop_syncs(
+    run: &mut Run,
+    n: usize,
+    exp: &Expected,
+    ch: &mut ChangeResults,
+    row: &mut Row,
+) -> Result<()> {
+    let log = run.dir.join(format!("kube-proxy-{n}-warm.log"));
+    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, "2s", &log)?;
+    let started = unix(d.started);
+    let Some(ts) = d.wait_synced_after(started, COLD_START_CAP)? else {
+        bail!("N={n}: warm restart did not sync within {COLD_START_CAP:?}");
+    };
+    ch.warm_start = ts - started;
+    verify(run, &format!("N={n} warm restart"), exp)?;
+    // Skip past the next periodic sync so the window starts right after one.
+    let first = d
+        .wait_synced_after(ts, Duration::from_secs(30))?
+        .context("no periodic sync within 30 s")?;
+    let m0 = d.metrics()?;
+    let cpu0 = d.stats()?.cpu_seconds;
+    let t0 = Instant::now();
+    let mut last = first;
+    for _ in 0..2 {
+        last = d
+            .wait_synced_after(last, Duration::from_secs(30))?
+            .context("no periodic sync within 30 s")?;
+    }
+    let m1 = d.metrics()?;
+    let st = d.stats()?;
+    ch.noop_window = t0.elapsed().as_secs_f64();
+    let (s0, c0) = m0.histogram_v4("kubeproxy_sync_full_proxy_rules_duration_seconds");
+    let (s1, c1) = m1.histogram_v4("kubeproxy_sync_full_proxy_rules_duration_seconds");
+    let (_, a0) = m0.histogram_v4("kubeproxy_sync_proxy_rules_duration_seconds");
+    let (_, a1) = m1.histogram_v4("kubeproxy_sync_proxy_rules_duration_seconds");
+    ch.noop_syncs = c1 - c0;
+    ch.noop_metric_ms = if c1 > c0 {
+        (s1 - s0) / (c1 - c0) * 1e3
+    } else {
+        f64::NAN
+    };
+    ch.noop_cpu_ms = if a1 > a0 {
+        (st.cpu_seconds - cpu0) / (a1 - a0) * 1e3
+    } else {
+        f64::NAN
+    };
+    run.log(&format!(
+        "N={n}: warm restart {:.3} s; {} no-op full syncs in {:.1} s ({} syncs in all): daemon's sync_full_proxy_rules_duration mean {:.1} ms; daemon CPU per sync {:.1} ms; peak RSS {:.1} MiB",
+        ch.warm_start,
+        ch.noop_syncs,
+        ch.noop_window,
+        a1 - a0,
+        ch.noop_metric_ms,
+        ch.noop_cpu_ms,
+        mib(st.peak_rss)
+    ));
+    row.peak_rss_end = row.peak_rss_end.max(st.peak_rss);
+    ch.noop_steps = last_sync_steps(&d.log);
+    run.log(&format!("N={n}: last no-op sync: {}", ch.noop_steps));
+    d.stop()?;
+    Ok(())
+}
+
+/// `step_durations` and write counts of the last "sync report" line in a daemon log.
+fn last_sync_steps(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let Some(line) = text.lines().rev().find(|l| l.contains("sync report")) else {
+        return "(no sync report in the log)".into();
+    };
+    let grab = |key: &str| -> String {
+        line.split_once(key)
+            .map(|(_, rest)| {
+                let mut depth = 0;
+                let mut out = String::new();
+                for ch in rest.chars() {
+                    match ch {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => break,
+                        _ => {}
+                    }
+                    out.push(ch);
+                    if depth == 0 && ch == '}' {
+                        break;
+                    }
+                }
+                out.trim().to_string()
+            })
+            .unwrap_or_default()
+    };
+    format!(
+        "duration {} steps {}",
+        grab("duration: "),
+        grab("step_durations: ")
+    )
+}
+
+fn timed(cmd: &str) -> Result<f64> {
+    let t = Instant::now();
+    scale::run_ok(cmd)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Dumps the kernel state the daemon left, flushes it, and times loading it back with the stock tools.
+fn floor(run: &mut Run, row: &mut Row, exp: &Expected) -> Result<()> {
+    let n = row.n;
+    let d = run.dir.join(format!("floor-{n}"));
+    std::fs::create_dir_all(&d)?;
+    let p = |f: &str| d.join(f).display().to_string();
+    scale::run_ok(&format!(
+        "ipvsadm -Sn > {ipvs} && ipset save > {ipset} && iptables-save > {ipt} && ip6tables-save > {ip6t} && \
+         ip -o addr show dev kube-ipvs0 | awk '{{print \"addr add \" $4 \" dev kube-ipvs0\"}}' > {addrs}",
+        ipvs = p("ipvsadm.txt"),
+        ipset = p("ipset.txt"),
+        ipt = p("iptables.txt"),
+        ip6t = p("ip6tables.txt"),
+        addrs = p("addrs.batch"),
+    ))?;
+    let lines = |f: &str| {
+        std::fs::read_to_string(d.join(f))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    row.dump_sizes = (
+        lines("ipvsadm.txt"),
+        lines("ipset.txt"),
+        lines("iptables.txt") + lines("ip6tables.txt"),
+    );
+    flush_kernel()?;
+    row.floor_ipset = timed(&format!("ipset restore -f {}", p("ipset.txt")))?;
+    row.floor_ipvs = timed(&format!("ipvsadm -R < {}", p("ipvsadm.txt")))?;
+    row.floor_iptables = timed(&format!(
+        "iptables-restore < {} && ip6tables-restore < {}",
+        p("iptables.txt"),
+        p("ip6tables.txt")
+    ))?;
+    row.floor_addresses = timed(&format!(
+        "ip link add kube-ipvs0 type dummy && ip -batch {}",
+        p("addrs.batch")
+    ))?;
+    run.log(&format!(
+        "N={n}: floor: ipset restore {:.3} s ({} lines), ipvsadm -R {:.3} s ({} lines), iptables-restore {:.3} s ({} lines); kube-ipvs0 addresses with ip -batch {:.3} s",
+        row.floor_ipset,
+        row.dump_sizes.1,
+        row.floor_ipvs,
+        row.dump_sizes.0,
+        row.floor_iptables,
+        row.dump_sizes.2,
+        row.floor_addresses
+    ));
+    verify(run, &format!("N={n} state loaded by the stock tools"), exp)?;
+    flush_kernel()?;
+    Ok(())
+}
+
+fn fmt_s(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.3}"))
+        .unwrap_or_else(|| "capped".into())
+}
+
+fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result<String> {
+    let mut t = String::new();
+    writeln!(
+        t,
+        "\nScale bench: {M} endpoints per service, 10% NodePort (1% LoadBalancer eTP=Local + health check), 10% ClientIP affinity"
+    )?;
+    writeln!(
+        t,
+        "{:>7} | {:>10} | {:>10} | {:>9} | {:>9} | {:>9} | {:>9} | {:>8} | {:>8} | {:>10} | {:>9} | {:>8}",
+        "N",
+        "cold [s]",
+        "1st sync",
+        "floor [s]",
+        "ratio",
+        "+addrs",
+        "ratio",
+        "RSS cold",
+        "RSS peak",
+        "CPU cold",
+        "CPU total",
+        "restore"
+    )?;
+    writeln!(
+        t,
+        "{:>7} | {:>10} | {:>10} | {:>9} | {:>9} | {:>9} | {:>9} | {:>8} | {:>8} | {:>10} | {:>9} | {:>8}",
+        "",
+        "",
+        "(metric)",
+        "set+vs+ipt",
+        "cold/floor",
+        "floor+ip",
+        "cold/(..)",
+        "[MiB]",
+        "[MiB]",
+        "[s]",
+        "[s]",
+        "set/vs/ipt"
+    )?;
+    for r in rows {
+        let floor = r.floor();
+        let floor2 = floor + r.floor_addresses;
+        let ratio = |f: f64| {
+            r.cold_start
+                .filter(|_| f > 0.0)
+                .map(|c| format!("{:.2}x", c / f))
+                .unwrap_or_else(|| "-".into())
+        };
+        writeln!(
+            t,
+            "{:>7} | {:>10} | {:>10.3} | {:>9.3} | {:>9} | {:>9.3} | {:>9} | {:>8.1} | {:>8.1} | {:>10.2} | {:>9.2} | {:.2}/{:.2}/{:.2}",
+            r.n,
+            fmt_s(r.cold_start),
+            r.first_sync_metric,
+            floor,
+            ratio(floor),
+            floor2,
+            ratio(floor2),
+            mib(r.peak_rss_cold),
+            mib(r.peak_rss_end),
+            r.cpu_cold,
+            r.cpu_end,
+            r.floor_ipset,
+            r.floor_ipvs,
+            r.floor_iptables
+        )?;
+    }
+    for r in rows {
+        writeln!(
+            t,
+            "  N={}: cold-start sync (daemon's report): {}",
+            r.n, r.steps
+        )?;
+    }
+    if let Some(c) = ch {
+        let mut sorted = c.latencies_ms.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let mean = sorted.iter().sum::<f64>() / sorted.len().max(1) as f64;
+        writeln!(
+            t,
+            "\nAt N = {}: one endpoint added to one service ({} changes, minSyncPeriod 0): API apply -> real server in IPVS",
+            c.n,
+            sorted.len()
+        )?;
+        writeln!(
+            t,
+            "  outside: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms, mean {:.2} ms",
+            scale::percentile(&sorted, 50.0),
+            scale::percentile(&sorted, 99.0),
+            sorted.last().copied().unwrap_or(f64::NAN),
+            mean
+        )?;
+        writeln!(
+            t,
+            "  daemon metrics: kubeproxy_network_programming_duration_seconds mean {:.2} ms ({} obs); kubeproxy_sync_proxy_rules_duration_seconds mean {:.2} ms ({} syncs)",
+            c.npl_mean_ms, c.npl_count, c.sync_mean_ms, c.sync_count
+        )?;
+        writeln!(
+            t,
+            "  last change sync (daemon's report): {}",
+            c.change_steps
+        )?;
+        writeln!(
+            t,
+            "No-op periodic sync at N = {} (restart with syncPeriod 2s; warm restart to first sync {:.3} s):",
+            c.n, c.warm_start
+        )?;
+        writeln!(
+            t,
+            "  daemon metric kubeproxy_sync_full_proxy_rules_duration_seconds mean {:.1} ms over {} syncs; outside: daemon CPU per sync {:.1} ms ({:.1} s window)",
+            c.noop_metric_ms, c.noop_syncs, c.noop_cpu_ms, c.noop_window
+        )?;
+        writeln!(t, "  last no-op sync (daemon's report): {}", c.noop_steps)?;
+    }
+    std::fs::write(dir.join("scale-results.txt"), &t)?;
+    Ok(t)
+}
