@@ -61,7 +61,8 @@ pub struct Options {
     pub node: String,
     /// Node IP, put on `node0` as /24 and into the Node's status.
     pub node_ip: String,
-    /// Extra top-level lines of the KubeProxyConfiguration (YAML, already indented), e.g. an `ipvs:` block.
+    /// Extra YAML lines appended to the KubeProxyConfiguration right after its `ipvs:` block: indent them by
+    /// two spaces to add `ipvs` fields (`"  excludeCIDRs: [10.200.0.0/16]\n"`), not at all for top-level ones.
     pub extra_config: String,
     /// `ipvs.syncPeriod`.
     pub sync_period: String,
