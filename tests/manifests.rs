@@ -1103,16 +1103,16 @@ fn demo_cluster_state_parses_and_is_consistent() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// docs/operators.md
+// README.md (the operator guide lives there)
 
 #[test]
 fn operators_guide_describes_every_example_and_only_existing_ones() {
-    let guide = read("docs/operators.md");
+    let guide = read("README.md");
     let files: BTreeSet<String> = yaml_files("config").iter().map(|p| file_name(p)).collect();
     for f in &files {
         assert!(
             guide.contains(&format!("`{f}`")),
-            "docs/operators.md does not describe config/{f}"
+            "README.md does not describe config/{f}"
         );
     }
     // Every `config/<name>.yaml` the guide mentions exists.
@@ -1125,7 +1125,7 @@ fn operators_guide_describes_every_example_and_only_existing_ones() {
         if name.ends_with(".yaml") {
             assert!(
                 files.contains(name),
-                "docs/operators.md mentions missing config/{name}"
+                "README.md mentions missing config/{name}"
             );
         }
     }
