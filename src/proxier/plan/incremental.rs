@@ -25,7 +25,8 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DesiredDelta {
     /// Everything was replanned (first update, or node facts / configuration changed): consumers should
-    /// reconcile everything rather than trust the delta alone.
+    /// reconcile everything rather than trust the delta alone. After the first update the other fields
+    /// are left empty; after later full replans they hold the difference from the previous state.
     pub full: bool,
     /// Virtual servers that appeared, with their real servers.
     pub vs_added: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
@@ -331,7 +332,7 @@ impl IncrementalPlanner {
 
     /// Brings the desired state up to date and returns it with what changed. Only the services in
     /// `changed` are replanned; `None`, the first call, or node facts / configuration different from the
-    /// previous call replan everything (the delta is then the full difference, flagged `full`).
+    /// previous call replan everything (the delta is then flagged `full`; see [`DesiredDelta::full`]).
     pub fn update(
         &mut self,
         services: &ServiceMap,
@@ -354,7 +355,11 @@ impl IncrementalPlanner {
                 let mut fresh = HashMap::new();
                 p.compute_all(services, endpoints, &mut fresh);
                 p.absorb(services, endpoints, fresh, true);
-                let mut d = DesiredDelta::between(old.as_ref().map(|o| &o.state), &p.state);
+                // Diffing against nothing would copy the whole state: the first delta only says `full`.
+                let mut d = match &old {
+                    Some(o) => DesiredDelta::between(Some(&o.state), &p.state),
+                    None => DesiredDelta::default(),
+                };
                 d.full = true;
                 (p, d)
             }
@@ -385,7 +390,12 @@ impl Planned {
     }
 
     /// Plans every port of `name` with the shared per-service-port code.
-    fn compute(&self, services: &ServiceMap, endpoints: &EndpointsMap, name: &ServiceName) -> Fresh {
+    fn compute(
+        &self,
+        services: &ServiceMap,
+        endpoints: &EndpointsMap,
+        name: &ServiceName,
+    ) -> Fresh {
         let ctx = &self.ctx;
         let mut c = Contribution::default();
         for (port, svc) in services
@@ -409,10 +419,7 @@ impl Planned {
         let mut eps_iter = endpoints.iter().peekable();
         let mut current: Option<(ServiceName, Contribution)> = None;
         for (port, svc) in services {
-            if !current
-                .as_ref()
-                .is_some_and(|(n, _)| same_service(port, n))
-            {
+            if !current.as_ref().is_some_and(|(n, _)| same_service(port, n)) {
                 if let Some((n, c)) = current.take() {
                     let f = Fresh::from(&n, c);
                     out.insert(n, f);
@@ -440,24 +447,22 @@ impl Planned {
         services: &ServiceMap,
         endpoints: &EndpointsMap,
         mut fresh: HashMap<ServiceName, Fresh>,
-        force_payload: bool,
+        full: bool,
     ) -> DesiredDelta {
         let mut t = Touched::default();
-        let names: Vec<ServiceName> = fresh.keys().cloned().collect();
-        for name in &names {
-            let Some(f) = fresh.get_mut(name) else {
-                continue;
-            };
+        for (name, f) in fresh.iter_mut() {
             let new = std::mem::take(&mut f.stored);
             let lb = std::mem::take(&mut f.lb_no_node_access);
             let health = f.health.take();
             self.replace(name, new, lb, health, &mut t);
         }
 
+        // A full replan starts from an empty state and records nothing: its caller diffs the states.
         let mut d = DesiredDelta::default();
-        self.resolve_vs(services, endpoints, &mut fresh, &t, &mut d);
-        self.resolve_sets(&t, &mut d);
-        self.resolve_rest(&t, force_payload, &mut d);
+        let record = !full;
+        self.resolve_vs(services, endpoints, &mut fresh, t.vs, record, &mut d);
+        self.resolve_sets(t.entries, t.bound, record, &mut d);
+        self.resolve_rest(t.lb_rules, t.health, t.no_local, full, &mut d);
         d
     }
 
@@ -566,13 +571,14 @@ impl Planned {
         services: &ServiceMap,
         endpoints: &EndpointsMap,
         fresh: &mut HashMap<ServiceName, Fresh>,
-        t: &Touched,
+        touched: BTreeSet<IpvsServiceKey>,
+        record: bool,
         d: &mut DesiredDelta,
     ) {
-        for k in &t.vs {
+        for k in &touched {
             let winner = self.vs_owners.get(k).and_then(|o| o.last()).cloned();
             let Some(winner) = winner else {
-                if self.state.virtual_servers.remove(k).is_some() {
+                if self.state.virtual_servers.remove(k).is_some() && record {
                     d.vs_removed.insert(*k);
                 }
                 continue;
@@ -590,11 +596,15 @@ impl Planned {
             };
             match self.state.virtual_servers.get_mut(k) {
                 None => {
-                    d.vs_added.insert(*k, v.clone());
+                    if record {
+                        d.vs_added.insert(*k, v.clone());
+                    }
                     self.state.virtual_servers.insert(*k, v);
                 }
                 Some(cur) if *cur != v => {
-                    d.vs_changed.insert(*k, v.clone());
+                    if record {
+                        d.vs_changed.insert(*k, v.clone());
+                    }
                     *cur = v;
                 }
                 Some(_) => {}
@@ -603,12 +613,19 @@ impl Planned {
     }
 
     /// Adds or deletes each touched set entry and address according to its reference count.
-    fn resolve_sets(&mut self, t: &Touched, d: &mut DesiredDelta) {
-        for (kind, e) in &t.entries {
-            let want = self.set_refs[kind.index()].contains_key(e);
+    fn resolve_sets(
+        &mut self,
+        entries: Vec<(SetKind, String)>,
+        bound: Vec<IpAddr>,
+        record: bool,
+        d: &mut DesiredDelta,
+    ) {
+        let d = &mut record.then_some(d);
+        for (kind, e) in entries {
+            let want = self.set_refs[kind.index()].contains_key(&e);
             toggle(&mut self.state, &self.set_names[kind.index()], e, want, d);
         }
-        for a in &t.bound {
+        for a in &bound {
             let want = self.bound_refs.contains_key(a);
             let had = self.state.bound_addresses.contains(a);
             if want == had {
@@ -616,18 +633,30 @@ impl Planned {
             }
             if want {
                 self.state.bound_addresses.insert(*a);
-                d.addresses_added.insert(*a);
             } else {
                 self.state.bound_addresses.remove(a);
-                d.addresses_removed.insert(*a);
+            }
+            if let Some(d) = d.as_mut() {
+                if want {
+                    d.addresses_added.insert(*a);
+                } else {
+                    d.addresses_removed.insert(*a);
+                }
             }
             let name = &self.set_names[SetKind::IpvsIps.index()];
-            toggle(&mut self.state, name, &a.to_string(), want, d);
+            toggle(&mut self.state, name, a.to_string(), want, d);
         }
     }
 
     /// Payload (only when set emptiness or LB out-filter rules changed), health checks, no-local counts.
-    fn resolve_rest(&mut self, t: &Touched, force_payload: bool, d: &mut DesiredDelta) {
+    fn resolve_rest(
+        &mut self,
+        lb_rules: bool,
+        health: bool,
+        no_local: bool,
+        force_payload: bool,
+        d: &mut DesiredDelta,
+    ) {
         let state = &mut self.state;
         let names = &self.set_names;
         let cfg = &self.cfg;
@@ -637,7 +666,7 @@ impl Planned {
                 .get(&names[i])
                 .is_some_and(|s| !s.entries.is_empty())
         });
-        if force_payload || t.lb_rules || non_empty != self.non_empty {
+        if force_payload || lb_rules || non_empty != self.non_empty {
             self.non_empty = non_empty;
             let lb: Vec<(IpAddr, Protocol, u16)> =
                 self.lb_rules.values().flatten().copied().collect();
@@ -654,14 +683,14 @@ impl Planned {
                 state.jumps = jumps;
             }
         }
-        if t.health {
+        if health {
             let hc: Vec<HealthCheckService> = self.health.values().cloned().collect();
             if hc != state.health_checks {
                 d.health_checks = Some(hc.clone());
                 state.health_checks = hc;
             }
         }
-        if t.no_local {
+        if no_local {
             let n = no_local_counts(self.no_local_internal, self.no_local_external);
             if n != state.no_local_endpoints {
                 d.no_local_endpoints = Some(n.clone());
@@ -672,21 +701,28 @@ impl Planned {
 }
 
 /// Puts `e` into (or takes it out of) set `name` of `state`, recording the change in `d`.
-fn toggle(state: &mut DesiredState, name: &str, e: &str, want: bool, d: &mut DesiredDelta) {
+fn toggle(
+    state: &mut DesiredState,
+    name: &str,
+    e: String,
+    want: bool,
+    d: &mut Option<&mut DesiredDelta>,
+) {
     let Some(set) = state.ipsets.get_mut(name) else {
         return;
     };
-    if want && !set.entries.contains(e) {
-        set.entries.insert(e.to_string());
-        d.set_adds
-            .entry(name.to_string())
-            .or_default()
-            .insert(e.to_string());
-    } else if !want && set.entries.remove(e) {
-        d.set_dels
-            .entry(name.to_string())
-            .or_default()
-            .insert(e.to_string());
+    if want && !set.entries.contains(&e) {
+        if let Some(d) = d.as_mut() {
+            d.set_adds
+                .entry(name.to_string())
+                .or_default()
+                .insert(e.clone());
+        }
+        set.entries.insert(e);
+    } else if !want && set.entries.remove(&e) {
+        if let Some(d) = d.as_mut() {
+            d.set_dels.entry(name.to_string()).or_default().insert(e);
+        }
     }
 }
 

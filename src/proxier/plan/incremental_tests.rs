@@ -255,16 +255,29 @@ fn run(seed: u64, steps: usize) {
                 *state, full,
                 "seed {seed} step {step} family {f:?}: incremental state differs from plan()"
             );
-            let mut expected = DesiredDelta::between(prev[f].as_ref(), state);
+            let mut expected = match &prev[f] {
+                Some(p) => DesiredDelta::between(Some(p), state),
+                None => DesiredDelta::default(),
+            };
             expected.full = delta.full;
             assert_eq!(
                 delta, expected,
                 "seed {seed} step {step} family {f}: delta is not the exact difference"
             );
-            let mut applied = prev[f]
-                .clone()
-                .unwrap_or_else(|| empty_state(cfg.family));
-            delta.apply(&mut applied);
+            let applied = match &prev[f] {
+                Some(p) => {
+                    let mut a = p.clone();
+                    delta.apply(&mut a);
+                    a
+                }
+                // The first delta is empty: `between` gives what it would be from an empty state.
+                None => {
+                    assert!(delta.full && delta.is_empty());
+                    let mut e = empty_state(cfg.family);
+                    DesiredDelta::between(None, state).apply(&mut e);
+                    e
+                }
+            };
             assert_eq!(
                 applied, full,
                 "seed {seed} step {step} family {f}: previous state + delta != new state"
@@ -315,9 +328,9 @@ fn shared_external_ip_stays_bound_until_last_user_goes() {
     sm.insert(a.clone(), sa);
     sm.insert(b.clone(), sb);
     let mut p = IncrementalPlanner::new();
-    let (_, d) = p.update(&sm, &em, &node, &cfg, None);
+    let (state, d) = p.update(&sm, &em, &node, &cfg, None);
     assert!(d.full);
-    assert!(d.addresses_added.contains(&ip("203.0.113.9")));
+    assert!(state.bound_addresses.contains(&ip("203.0.113.9")));
 
     sm.remove(&a);
     let changed = BTreeSet::from([a.service()]);

@@ -1,10 +1,10 @@
 //! The pure planner: cluster state and node facts in, desired kernel state out. No I/O, no clock, no
 //! globals: `plan` reproduces what upstream kube-proxy's IPVS `syncProxyRules` programs for one family.
 
+pub mod incremental;
 pub mod ipsets;
 pub mod iptables;
 pub mod ipvs;
-pub mod incremental;
 pub mod node_ports;
 
 use crate::cluster::model::{
