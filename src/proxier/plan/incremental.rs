@@ -620,7 +620,10 @@ impl Planned {
         record: bool,
         d: &mut DesiredDelta,
     ) {
-        let d = &mut record.then_some(d);
+        if !record {
+            self.fill_sets(entries);
+            return;
+        }
         for (kind, e) in entries {
             let want = self.set_refs[kind.index()].contains_key(&e);
             toggle(&mut self.state, &self.set_names[kind.index()], e, want, d);
@@ -633,18 +636,36 @@ impl Planned {
             }
             if want {
                 self.state.bound_addresses.insert(*a);
+                d.addresses_added.insert(*a);
             } else {
                 self.state.bound_addresses.remove(a);
-            }
-            if let Some(d) = d.as_mut() {
-                if want {
-                    d.addresses_added.insert(*a);
-                } else {
-                    d.addresses_removed.insert(*a);
-                }
+                d.addresses_removed.insert(*a);
             }
             let name = &self.set_names[SetKind::IpvsIps.index()];
             toggle(&mut self.state, name, a.to_string(), want, d);
+        }
+    }
+
+    /// Fills the (empty) sets and addresses of a full replan in bulk: every touched entry is wanted.
+    fn fill_sets(&mut self, mut entries: Vec<(SetKind, String)>) {
+        entries.sort_unstable();
+        entries.dedup();
+        let mut per_kind: [Vec<String>; 17] = Default::default();
+        for (kind, e) in entries {
+            per_kind[kind.index()].push(e);
+        }
+        self.state.bound_addresses = self.bound_refs.keys().copied().collect();
+        per_kind[SetKind::IpvsIps.index()] = self
+            .state
+            .bound_addresses
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        for (i, list) in per_kind.into_iter().enumerate() {
+            if let Some(set) = self.state.ipsets.get_mut(&self.set_names[i]) {
+                // Sorted input: the set is built in linear time.
+                set.entries = list.into_iter().collect();
+            }
         }
     }
 
@@ -701,28 +722,18 @@ impl Planned {
 }
 
 /// Puts `e` into (or takes it out of) set `name` of `state`, recording the change in `d`.
-fn toggle(
-    state: &mut DesiredState,
-    name: &str,
-    e: String,
-    want: bool,
-    d: &mut Option<&mut DesiredDelta>,
-) {
+fn toggle(state: &mut DesiredState, name: &str, e: String, want: bool, d: &mut DesiredDelta) {
     let Some(set) = state.ipsets.get_mut(name) else {
         return;
     };
     if want && !set.entries.contains(&e) {
-        if let Some(d) = d.as_mut() {
-            d.set_adds
-                .entry(name.to_string())
-                .or_default()
-                .insert(e.clone());
-        }
+        d.set_adds
+            .entry(name.to_string())
+            .or_default()
+            .insert(e.clone());
         set.entries.insert(e);
     } else if !want && set.entries.remove(&e) {
-        if let Some(d) = d.as_mut() {
-            d.set_dels.entry(name.to_string()).or_default().insert(e);
-        }
+        d.set_dels.entry(name.to_string()).or_default().insert(e);
     }
 }
 
