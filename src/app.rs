@@ -1,17 +1,30 @@
-//! The daemon entry point (stub until the daemon is implemented): receives resolved options.
+//! The daemon entry point: `--cleanup`, `--init-only`, or the running proxier.
 
 use crate::config::Options;
+use crate::daemon;
+use anyhow::Context;
 
-/// Run kube-proxy with resolved options. For now this only logs the effective configuration.
+/// Runs kube-proxy with resolved options. Returns an error (non-zero exit) when cleanup fails, when
+/// start-up fails, or when the daemon stops for a reason other than a signal.
 pub fn run(options: Options) -> anyhow::Result<()> {
     tracing::info!(
         node = %options.node_name,
         mode = %options.config.mode,
         config_file = ?options.config_path,
-        cleanup = options.cleanup,
-        init_only = options.init_only,
+        version = env!("CARGO_PKG_VERSION"),
         "kube-proxy-rs starting"
     );
     tracing::debug!(config = ?options.config, "effective configuration");
-    Ok(())
+    if options.cleanup {
+        return daemon::backends::cleanup();
+    }
+    if options.init_only {
+        return daemon::backends::init_only(&options);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kube-proxy")
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(daemon::run(options))
 }

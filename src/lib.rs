@@ -3,6 +3,7 @@
 pub mod app;
 pub mod cluster;
 pub mod config;
+pub mod daemon;
 pub mod kernel;
 pub mod metrics;
 pub mod proxier;

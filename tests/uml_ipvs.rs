@@ -118,7 +118,7 @@ uml_test!(ipvs_crud_errors_and_ipvsadm_agree, {
     assert_eq!(got.netmask, 128);
     assert_eq!(got.flags & !FLAG_HASHED, 0);
     assert_eq!(c.destinations(&tcp4).unwrap().len(), 2);
-    assert_eq!(c.destinations(&tcp6).unwrap()[0].addr.is_ipv6(), true);
+    assert!(c.destinations(&tcp6).unwrap()[0].addr.is_ipv6());
     assert_eq!(render(&mut c), ipvsadm_lines());
 
     // Updates: scheduler, persistence (flag + timeout), weight.

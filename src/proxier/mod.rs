@@ -1,4 +1,18 @@
 //! The proxier: the pure planner and the reconciler that applies its plan to the kernel.
 
+pub mod cleanup;
 pub mod desired;
+pub mod graceful;
 pub mod plan;
+pub mod reconcile;
+pub mod report;
+pub mod startup;
+pub mod sync;
+#[cfg(test)]
+mod sync_tests;
+#[doc(hidden)]
+pub mod testkit;
+
+pub use reconcile::{Backends, ConntrackHints, FamilyInput};
+pub use report::{FailureKind, SyncReport};
+pub use sync::{FamilySnapshot, PlanFn, Proxier, SyncInput};

@@ -1,6 +1,7 @@
 //! UDP conntrack cleanup over netlink.
 
 pub mod fake;
+pub mod netlink;
 
 use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;

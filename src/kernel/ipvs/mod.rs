@@ -1,4 +1,8 @@
 //! IPVS virtual and real servers.
+//!
+//! `netlink::NetlinkIpvs` is the real backend (generic netlink family "IPVS", see `codec`), `fake::FakeIpvs`
+//! the in-memory one. `socket::NlSocket` is the blocking netlink transport shared with the link and
+//! conntrack backends.
 
 pub mod codec;
 pub mod fake;

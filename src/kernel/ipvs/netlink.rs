@@ -14,7 +14,7 @@ use netlink_sys::protocols::NETLINK_GENERIC;
 use std::net::IpAddr;
 
 /// Requests per datagram in [`NetlinkIpvs::apply`].
-pub const DEFAULT_BATCH: usize = 128;
+pub const DEFAULT_BATCH: usize = 64;
 
 /// IPVS through generic netlink.
 #[derive(Debug)]
@@ -76,6 +76,11 @@ impl NetlinkIpvs {
     /// Sets how many requests [`NetlinkIpvs::apply`] sends per datagram (1 disables batching).
     pub fn set_batch(&mut self, n: usize) {
         self.batch = n.max(1);
+    }
+
+    /// Requests per datagram [`NetlinkIpvs::apply`] really uses (the setting, capped by the socket).
+    pub fn effective_batch(&self) -> usize {
+        self.batch.min(self.sock.max_batch())
     }
 
     /// The resolved generic netlink family id.

@@ -15,6 +15,12 @@ use std::fmt::Debug;
 const RECV_BUF: usize = 256 * 1024;
 /// Kernel socket receive buffer: ACKs of a whole batch queue there before we read them.
 const SO_RCVBUF: usize = 4 * 1024 * 1024;
+/// Conservative kernel memory charged per queued ACK (skb truesize), to size batches to the receive buffer.
+const ACK_TRUESIZE: usize = 1024;
+/// A kernel that does not answer within this time fails the call instead of hanging the reconciler.
+const RECV_TIMEOUT_SECS: libc::time_t = 30;
+/// Upper bound of requests per datagram (IPVS requests are ~100-150 bytes).
+const MAX_BATCH: usize = 512;
 /// Extended ACK attribute carrying a human-readable message.
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
@@ -67,6 +73,8 @@ pub struct NlSocket {
     seq: u32,
     rx: Vec<u8>,
     tx: Vec<u8>,
+    /// How many ACKs fit in the kernel receive buffer at once.
+    ack_capacity: usize,
 }
 
 impl std::fmt::Debug for NlSocket {
@@ -84,13 +92,22 @@ impl NlSocket {
         // Best effort: older kernels lack these options; answers still parse without them.
         let _ = sock.set_ext_ack(true);
         let _ = sock.set_cap_ack(true);
-        let _ = sock.set_rx_buf_sz(SO_RCVBUF);
+        force_rcvbuf(&sock, SO_RCVBUF);
+        set_recv_timeout(&sock, RECV_TIMEOUT_SECS);
+        let rcvbuf = sock.get_rx_buf_sz().unwrap_or(212_992);
         Ok(NlSocket {
+            ack_capacity: (rcvbuf / ACK_TRUESIZE).max(16),
             sock,
             seq: std::process::id().wrapping_mul(7919),
             rx: Vec::with_capacity(RECV_BUF),
             tx: Vec::with_capacity(4096),
         })
+    }
+
+    /// Largest number of requests [`NlSocket::batch`] puts in one datagram: bounded by the ACKs the
+    /// receive buffer can hold and by the datagram size the kernel accepts comfortably (~64 KiB).
+    pub fn max_batch(&self) -> usize {
+        self.ack_capacity.min(MAX_BATCH)
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -194,7 +211,8 @@ impl NlSocket {
     where
         T: NetlinkSerializable + Debug,
     {
-        let chunk = chunk.max(1);
+        // The kernel answers a whole datagram before we read: ACKs beyond the receive buffer are lost.
+        let chunk = chunk.clamp(1, self.max_batch());
         let mut results: Vec<Result<(), NlError>> = Vec::with_capacity(payloads.len());
         let mut iter = payloads.into_iter().peekable();
         while iter.peek().is_some() {
@@ -237,6 +255,44 @@ impl NlSocket {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// Raises the kernel receive buffer: SO_RCVBUFFORCE (root) beyond rmem_max, else SO_RCVBUF up to it.
+fn force_rcvbuf(sock: &Socket, size: usize) {
+    use std::os::fd::AsRawFd;
+    let v = size as libc::c_int;
+    // SAFETY: setsockopt on an owned, open socket with a pointer to a c_int and its exact length.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        let _ = sock.set_rx_buf_sz(size);
+    }
+}
+
+/// Sets SO_RCVTIMEO (best effort).
+fn set_recv_timeout(sock: &Socket, secs: libc::time_t) {
+    use std::os::fd::AsRawFd;
+    let tv = libc::timeval {
+        tv_sec: secs,
+        tv_usec: 0,
+    };
+    // SAFETY: setsockopt on an owned, open socket with a pointer to a timeval and its exact length.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
     }
 }
 
@@ -352,7 +408,7 @@ mod tests {
             payload.extend((l as u16).to_ne_bytes());
             payload.extend(NLMSGERR_ATTR_MSG.to_ne_bytes());
             payload.extend(v);
-            while payload.len() % 4 != 0 {
+            while !payload.len().is_multiple_of(4) {
                 payload.push(0);
             }
         }

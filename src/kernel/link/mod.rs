@@ -1,6 +1,7 @@
 //! The kube-ipvs0 dummy link, its addresses and the node's local addresses (rtnetlink).
 
 pub mod fake;
+pub mod rtnetlink;
 
 use crate::kernel::KernelResult;
 use std::net::IpAddr;

@@ -1,0 +1,172 @@
+//! The real kernel backends, the iptables backend choice, node preparation (`--init-only`) and
+//! `--cleanup`.
+
+use crate::cluster::model::IpFamily;
+use crate::config::Options;
+use crate::kernel::conntrack::netlink::NetlinkConntrack;
+use crate::kernel::ipset::cli::IpsetCli;
+use crate::kernel::iptables::Iptables;
+use crate::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
+use crate::kernel::ipvs::IpvsTimeouts;
+use crate::kernel::ipvs::netlink::NetlinkIpvs;
+use crate::kernel::link::rtnetlink::RtnetlinkLinks;
+use crate::kernel::sysctl::procfs::ProcSysctl;
+use crate::proxier::Backends;
+use crate::proxier::cleanup::cleanup_leftovers;
+use crate::proxier::startup::{
+    ConntrackSettings, StartupConfig, StartupReport, SysfsHashsize, prepare_node,
+};
+use anyhow::{Context, bail};
+use std::time::Duration;
+
+/// Environment variable forcing the iptables backend (`legacy` or `nft`).
+pub const BACKEND_ENV: &str = "KUBE_PROXY_IPTABLES_BACKEND";
+
+/// The iptables backend to use: forced by [`BACKEND_ENV`], else detected from what the node already uses.
+pub fn iptables_backend() -> anyhow::Result<Backend> {
+    match std::env::var(BACKEND_ENV).as_deref().map(str::trim) {
+        Ok("legacy") => {
+            tracing::info!(
+                backend = "legacy",
+                "iptables backend forced by {BACKEND_ENV}"
+            );
+            Ok(Backend::Legacy)
+        }
+        Ok("nft") => {
+            tracing::info!(backend = "nft", "iptables backend forced by {BACKEND_ENV}");
+            Ok(Backend::Nft)
+        }
+        Ok("") | Err(_) => Ok(detect_backend().backend),
+        Ok(other) => bail!("{BACKEND_ENV}={other:?}: expected \"legacy\" or \"nft\""),
+    }
+}
+
+/// Whether the node can run the IPv6 proxier: the kernel has IPv6 and ip6tables works.
+pub fn ipv6_supported(iptables: &mut dyn Iptables) -> bool {
+    if !std::path::Path::new("/proc/net/if_inet6").exists() {
+        tracing::info!("kernel has no IPv6 support, running single-stack IPv4");
+        return false;
+    }
+    match iptables.save(IpFamily::V6, "nat") {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "ip6tables does not work, running single-stack IPv4");
+            false
+        }
+    }
+}
+
+/// Opens every real backend (netlink sockets, CLI wrappers) with the given iptables backend.
+pub fn real_backends(iptables: IptablesCli) -> anyhow::Result<Backends> {
+    Ok(Backends {
+        ipvs: Box::new(
+            NetlinkIpvs::new().context("opening the IPVS netlink family (is ip_vs loaded?)")?,
+        ),
+        ipsets: Box::new(IpsetCli::new()),
+        iptables: Box::new(iptables),
+        links: Box::new(RtnetlinkLinks::new().context("opening rtnetlink")?),
+        conntrack: Box::new(NetlinkConntrack::new().context("opening ctnetlink")?),
+    })
+}
+
+fn seconds(d: Duration) -> u32 {
+    u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
+}
+
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
+/// Node preparation settings from the configuration.
+pub fn startup_config(options: &Options) -> StartupConfig {
+    let c = &options.config;
+    let ct = &c.conntrack;
+    StartupConfig {
+        strict_arp: c.ipvs.strict_arp,
+        ipvs_timeouts: IpvsTimeouts {
+            tcp: seconds(c.ipvs.tcp_timeout.to_std()),
+            tcp_fin: seconds(c.ipvs.tcp_fin_timeout.to_std()),
+            udp: seconds(c.ipvs.udp_timeout.to_std()),
+        },
+        conntrack: ConntrackSettings {
+            max_per_core: ct.max_per_core.and_then(|v| u32::try_from(v).ok()),
+            min: ct.min.and_then(|v| u32::try_from(v).ok()),
+            tcp_established_timeout: ct.tcp_established_timeout.and_then(|d| nonzero(d.to_std())),
+            tcp_close_wait_timeout: ct.tcp_close_wait_timeout.and_then(|d| nonzero(d.to_std())),
+            tcp_be_liberal: ct.tcp_be_liberal,
+            udp_timeout: nonzero(ct.udp_timeout.to_std()),
+            udp_stream_timeout: nonzero(ct.udp_stream_timeout.to_std()),
+        },
+        kernel_release: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+    }
+}
+
+/// Applies sysctls, conntrack limits and IPVS timeouts through `backends`' IPVS handle.
+pub fn prepare(options: &Options, backends: &mut Backends) -> anyhow::Result<StartupReport> {
+    let cfg = startup_config(options);
+    let report = prepare_node(
+        &mut ProcSysctl::new(),
+        &mut SysfsHashsize,
+        backends.ipvs.as_mut(),
+        &cfg,
+    )
+    .context("preparing the node")?;
+    for (path, old, new) in &report.changed {
+        tracing::info!(path, old, new, "changed kernel setting");
+    }
+    for w in &report.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(report)
+}
+
+/// `--init-only`: node preparation, nothing else.
+pub fn init_only(options: &Options) -> anyhow::Result<()> {
+    let mut ipvs = NetlinkIpvs::new().context("opening the IPVS netlink family")?;
+    let cfg = startup_config(options);
+    let report = prepare_node(&mut ProcSysctl::new(), &mut SysfsHashsize, &mut ipvs, &cfg)
+        .context("preparing the node")?;
+    for (path, old, new) in &report.changed {
+        tracing::info!(path, old, new, "changed kernel setting");
+    }
+    for w in &report.warnings {
+        tracing::warn!("{w}");
+    }
+    tracing::info!("initialisation done (--init-only)");
+    Ok(())
+}
+
+/// `--cleanup`: removes everything IPVS-mode kube-proxy created; fails if anything could not be removed.
+pub fn cleanup() -> anyhow::Result<()> {
+    let mut iptables = IptablesCli::with_backend(iptables_backend()?);
+    let mut families = vec![IpFamily::V4];
+    if ipv6_supported(&mut iptables) {
+        families.push(IpFamily::V6);
+    }
+    let mut ipvs = NetlinkIpvs::new().context("opening the IPVS netlink family")?;
+    let mut links = RtnetlinkLinks::new().context("opening rtnetlink")?;
+    let mut ipsets = IpsetCli::new();
+    match cleanup_leftovers(&mut ipvs, &mut links, &mut iptables, &mut ipsets, &families) {
+        Ok(report) => {
+            for r in &report.removed {
+                tracing::info!("removed {r}");
+            }
+            tracing::info!(removed = report.removed.len(), "cleanup done");
+            Ok(())
+        }
+        Err(e) => {
+            for r in &e.0.removed {
+                tracing::info!("removed {r}");
+            }
+            for f in &e.0.failures {
+                tracing::error!("cleanup failure: {f}");
+            }
+            Err(e.into())
+        }
+    }
+}

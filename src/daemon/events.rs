@@ -1,0 +1,82 @@
+//! Kubernetes Events (events.k8s.io/v1) about the own Node, sent in the background so callers never wait
+//! on the API server.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
+
+/// Reporting controller of every event.
+pub const COMPONENT: &str = "kube-proxy";
+
+struct Pending {
+    warning: bool,
+    reason: String,
+    action: String,
+    note: Option<String>,
+}
+
+/// Queues events regarding the Node; a background task publishes them.
+#[derive(Clone)]
+pub struct Events {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Events {
+    /// Starts the publisher task for Node `node_name`; must run inside a tokio runtime.
+    pub fn start(client: kube::Client, node_name: &str) -> Events {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: COMPONENT.to_string(),
+                instance: Some(format!("{COMPONENT}-{node_name}")),
+            },
+        );
+        // Upstream's NodeRef: kind Node, name and UID both the node name, no namespace.
+        let node_ref = ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some("Node".to_string()),
+            name: Some(node_name.to_string()),
+            uid: Some(node_name.to_string()),
+            ..Default::default()
+        };
+        tokio::spawn(async move {
+            while let Some(p) = rx.recv().await {
+                let ev = Event {
+                    type_: if p.warning {
+                        EventType::Warning
+                    } else {
+                        EventType::Normal
+                    },
+                    reason: p.reason,
+                    note: p.note,
+                    action: p.action,
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&ev, &node_ref).await {
+                    tracing::warn!(reason = %ev.reason, error = %e, "could not publish event");
+                }
+            }
+        });
+        Events { tx }
+    }
+
+    /// Queues a Normal event.
+    pub fn normal(&self, reason: &str, action: &str, note: Option<String>) {
+        self.send(false, reason, action, note);
+    }
+
+    /// Queues a Warning event.
+    pub fn warning(&self, reason: &str, action: &str, note: Option<String>) {
+        self.send(true, reason, action, note);
+    }
+
+    fn send(&self, warning: bool, reason: &str, action: &str, note: Option<String>) {
+        let _ = self.tx.send(Pending {
+            warning,
+            reason: reason.to_string(),
+            action: action.to_string(),
+            note,
+        });
+    }
+}

@@ -1,0 +1,381 @@
+//! The running proxier: API client, Node, kernel preparation, servers, watchers and the sync loop, until
+//! a signal (exit 0, kernel rules left in place), a Node IP change (exit 1) or a config file change.
+
+pub mod backends;
+pub mod events;
+pub mod node;
+pub mod sync;
+pub mod watch_config;
+
+use crate::cluster::client::{ClientOptions, build_client};
+use crate::cluster::model::IpFamily;
+use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
+use crate::config::{GoDuration, LocalMode, Options};
+use crate::kernel::iptables::Iptables;
+use crate::kernel::iptables::cli::IptablesCli;
+use crate::metrics::Metrics;
+use crate::proxier::Proxier;
+use crate::proxier::graceful::CHECK_INTERVAL;
+use crate::runner::{RunnerConfig, bounded_frequency_runner};
+use crate::server::{
+    MetricsServerState, ProxyHealth, ServiceHealthServer, start_healthz_server,
+    start_metrics_server,
+};
+use anyhow::{Context, anyhow};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, watch as tokio_watch};
+
+/// Hidden environment variable shortening the graceful-termination check interval (Go duration; tests).
+pub const GRACEFUL_INTERVAL_ENV: &str = "KUBE_PROXY_RS_GRACEFUL_CHECK_INTERVAL";
+
+/// Why the daemon stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM / SIGINT: exit 0, kernel rules stay.
+    Signal(&'static str),
+    /// The Node's IPs or podCIDRs changed: exit non-zero so the DaemonSet restarts us.
+    NodeChanged(String),
+    /// The `--config` file changed.
+    ConfigChanged(String),
+}
+
+/// The graceful-termination check interval ([`GRACEFUL_INTERVAL_ENV`] or one minute).
+pub fn graceful_interval() -> Duration {
+    match std::env::var(GRACEFUL_INTERVAL_ENV) {
+        Ok(v) => match GoDuration::parse(v.trim()) {
+            Ok(d) if !d.to_std().is_zero() => d.to_std(),
+            _ => {
+                tracing::warn!(value = %v, "ignoring invalid {GRACEFUL_INTERVAL_ENV}");
+                CHECK_INTERVAL
+            }
+        },
+        Err(_) => CHECK_INTERVAL,
+    }
+}
+
+fn bind_address(what: &str, s: &str) -> anyhow::Result<Option<SocketAddr>> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .with_context(|| format!("{what} {s:?} is not host:port"))
+}
+
+/// Writes the OOM score adjustment of this process (failures are logged, as upstream).
+fn set_oom_score(value: Option<i32>) {
+    let Some(v) = value else { return };
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", v.to_string()) {
+        tracing::warn!(value = v, error = %e, "could not set oom_score_adj");
+    }
+}
+
+async fn wait_for_signal() -> Stop {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => Stop::Signal("SIGTERM"),
+        _ = tokio::signal::ctrl_c() => Stop::Signal("SIGINT"),
+    }
+}
+
+/// Watches the own Node: eligibility into `health`, and a stop request when its IPs (or, in NodeCIDR
+/// mode, its podCIDRs) change from what the daemon started with.
+fn watch_node(
+    mut rx: tokio_watch::Receiver<Option<Arc<NodeInfo>>>,
+    initial: Option<NodeInfo>,
+    node_cidr_mode: bool,
+    health: Arc<ProxyHealth>,
+    stop: mpsc::UnboundedSender<Stop>,
+) {
+    let initial_ips = initial.as_ref().map(node::host_ips).unwrap_or_default();
+    let initial_cidrs = initial.map(|n| n.pod_cidrs).unwrap_or_default();
+    tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let cur = rx.borrow_and_update().clone();
+            let Some(info) = cur else {
+                tracing::warn!("the Node object is gone");
+                health.set_node_eligible(false);
+                continue;
+            };
+            health.set_node_eligible(info.eligible());
+            let ips = node::host_ips(&info);
+            if !ips.is_empty() && ips != initial_ips {
+                let _ = stop.send(Stop::NodeChanged(format!(
+                    "node IPs changed from {initial_ips:?} to {ips:?}"
+                )));
+            }
+            if node_cidr_mode && !initial_cidrs.is_empty() && info.pod_cidrs != initial_cidrs {
+                let _ = stop.send(Stop::NodeChanged(format!(
+                    "node podCIDRs changed from {initial_cidrs:?} to {:?}",
+                    info.pod_cidrs
+                )));
+            }
+        }
+    });
+}
+
+/// Runs the daemon until it is told to stop; `Ok` for a clean stop (signal), `Err` otherwise.
+pub async fn run(options: Options) -> anyhow::Result<()> {
+    let options = Arc::new(options);
+    let c = &options.config;
+    set_oom_score(c.oom_score_adj);
+
+    let client = build_client(&ClientOptions {
+        kubeconfig: Some(c.client_connection.kubeconfig.clone().into()),
+        master: options.master.clone(),
+        content_type: Some(c.client_connection.content_type.clone()),
+        qps: c.client_connection.qps,
+        burst: c.client_connection.burst,
+    })
+    .await?;
+    let node_name = options.node_name.clone();
+    let events = events::Events::start(client.clone(), &node_name);
+    events.normal("Starting", "StartKubeProxy", None);
+
+    let mut initial = node::wait_for_node(&client, &node_name, node::NODE_WAIT).await;
+    if initial.is_none() {
+        tracing::warn!(node = %node_name, "the Node object was not found; continuing without it");
+    }
+    let node_cidr_mode = c.local_mode() == Some(LocalMode::NodeCidr);
+    if node_cidr_mode {
+        while initial.as_ref().is_none_or(|n| n.pod_cidrs.is_empty()) {
+            tracing::info!(node = %node_name, "waiting for the Node's podCIDRs (detectLocalMode NodeCIDR)");
+            initial = node::wait_for_node(&client, &node_name, Duration::from_secs(5)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let node_ips = node::node_ips(initial.as_ref(), &c.bind_address);
+
+    // Kernel side, all synchronous.
+    let backend = backends::iptables_backend()?;
+    let mut iptables = IptablesCli::with_backend(backend);
+    tracing::info!(backend = %backend, "using iptables backend");
+    let v6 = backends::ipv6_supported(&mut iptables);
+    let families = node::families(&node_ips, v6);
+    let random_fully = iptables.supports_random_fully();
+    tracing::info!(node = %node_name, ?node_ips, ?families, "starting IPVS proxier");
+    let mut kernel = backends::real_backends(iptables)?;
+    backends::prepare(&options, &mut kernel)?;
+    let proxier = Arc::new(Mutex::new(Proxier::with_planner(kernel)));
+
+    // Servers.
+    let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
+    for &f in &families {
+        metrics.init_family(f);
+    }
+    let health = Arc::new(ProxyHealth::with_system_clock(
+        c.sync_period() * 2,
+        metrics.clone(),
+    ));
+    health.set_node_eligible(initial.as_ref().is_none_or(|n| n.eligible()));
+    let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
+    let stopped = |mut rx: tokio_watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let mut servers = Vec::new();
+    if let Some(addr) = bind_address("healthzBindAddress", &c.healthz_bind_address)? {
+        servers.push(
+            start_healthz_server(
+                addr,
+                health.clone(),
+                c.bind_address_hard_fail,
+                stopped(server_stop_rx.clone()),
+            )
+            .await?,
+        );
+    }
+    if let Some(addr) = bind_address("metricsBindAddress", &c.metrics_bind_address)? {
+        let state = MetricsServerState {
+            metrics: metrics.clone(),
+            proxy_mode: "ipvs".to_string(),
+            configz: serde_json::to_value(c).unwrap_or_default(),
+        };
+        servers.push(
+            start_metrics_server(
+                addr,
+                state,
+                c.bind_address_hard_fail,
+                stopped(server_stop_rx.clone()),
+            )
+            .await?,
+        );
+    }
+    let settings =
+        sync::SyncSettings::new(&options, node_ips.clone(), families.clone(), random_fully);
+    let health_ips: Vec<IpAddr> = health_check_ips(&settings, &proxier);
+    let service_health = Arc::new(ServiceHealthServer::new(health_ips, health.clone()));
+
+    // Watchers and runner.
+    let (runner_handle, runner) = bounded_frequency_runner(RunnerConfig::token_bucket(
+        c.min_sync_period(),
+        c.sync_period(),
+    ));
+    let trackers = Trackers::new(&node_name);
+    let notifier = {
+        let runner = runner_handle.clone();
+        let health = health.clone();
+        let metrics = metrics.clone();
+        let families = families.clone();
+        Notifier::new(move || {
+            let now = SystemTime::now();
+            for &f in &families {
+                health.queued_update(f);
+                metrics.set_last_queued(f, now);
+            }
+            runner.run();
+        })
+    }
+    .on_invalid({
+        let metrics = metrics.clone();
+        let events = events.clone();
+        move |e| {
+            let kind = e.kind.to_string();
+            metrics.inc_invalid_object(&kind);
+            events.warning(&format!("Invalid{kind}"), "Sync", Some(e.to_string()));
+        }
+    });
+    let (stores, synced) = watch::start(client.clone(), &node_name, trackers.clone(), notifier);
+
+    let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<Stop>();
+    watch_node(
+        stores.node.clone(),
+        initial,
+        node_cidr_mode,
+        health.clone(),
+        stop_tx.clone(),
+    );
+    if let Some(path) = options.config_path.clone() {
+        watch_config::spawn(path, stop_tx.clone());
+    }
+    {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            let _ = stop_tx.send(wait_for_signal().await);
+        });
+    }
+    spawn_graceful_check(proxier.clone(), graceful_interval());
+
+    for &f in &families {
+        health.updated(f);
+    }
+    let sync_loop = Arc::new(tokio::sync::Mutex::new(sync::SyncLoop::new(
+        settings,
+        options.clone(),
+        trackers,
+        synced,
+        stores.node.clone(),
+        proxier,
+        metrics,
+        health,
+        service_health.clone(),
+        runner_handle,
+        events,
+    )));
+    let (loop_stop_tx, loop_stop_rx) = tokio_watch::channel(false);
+    let loop_task = tokio::spawn(runner.run(
+        move || {
+            let sync_loop = sync_loop.clone();
+            async move { sync_loop.lock().await.sync().await }
+        },
+        stopped(loop_stop_rx),
+    ));
+
+    let stop = stop_rx
+        .recv()
+        .await
+        .unwrap_or(Stop::Signal("channel closed"));
+    // Stop syncing (a sync in progress finishes), then the watchers and servers; kernel state stays.
+    let _ = loop_stop_tx.send(true);
+    let _ = loop_task.await;
+    stores.abort();
+    service_health.shutdown().await;
+    let _ = server_stop_tx.send(true);
+    for s in servers {
+        let _ = tokio::time::timeout(Duration::from_secs(2), s.task).await;
+    }
+    match stop {
+        Stop::Signal(sig) => {
+            tracing::info!(
+                signal = sig,
+                "stopping; IPVS and iptables rules are left in place"
+            );
+            Ok(())
+        }
+        Stop::NodeChanged(why) => Err(anyhow!("{why}; exiting so that kube-proxy restarts")),
+        Stop::ConfigChanged(why) => Err(anyhow!("{why}; exiting so that kube-proxy restarts")),
+    }
+}
+
+/// Addresses the per-service health-check listeners bind: every address when nodePortAddresses selects
+/// all, else the node addresses it selects now.
+fn health_check_ips(settings: &sync::SyncSettings, proxier: &Arc<Mutex<Proxier>>) -> Vec<IpAddr> {
+    let all = settings
+        .node_port_addresses
+        .iter()
+        .any(|s| s.parse::<ipnet::IpNet>().is_ok_and(|n| n.prefix_len() == 0));
+    if all {
+        return Vec::new();
+    }
+    let local = match proxier.lock() {
+        Ok(mut p) => p.backends_mut().links.local_addresses().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let mut by_iface: std::collections::BTreeMap<String, Vec<IpAddr>> = Default::default();
+    for (iface, ip) in local {
+        by_iface.entry(iface).or_default().push(ip);
+    }
+    let mut ips = Vec::new();
+    for &f in &settings.families {
+        ips.extend(crate::proxier::plan::node_port_ips(
+            &by_iface,
+            &[],
+            &settings.node_port_addresses,
+            &settings.node_ips,
+            f,
+        ));
+    }
+    ips
+}
+
+/// Deletes drained real servers every `interval` (on a blocking thread; the kernel backends are
+/// synchronous).
+fn spawn_graceful_check(proxier: Arc<Mutex<Proxier>>, interval: Duration) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let p = proxier.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                p.lock().map(|mut p| p.check_graceful()).unwrap_or_default()
+            })
+            .await;
+            match r {
+                Ok(c) if c.deleted > 0 || c.failures > 0 => tracing::info!(
+                    deleted = c.deleted,
+                    pending = c.pending,
+                    failures = c.failures,
+                    "graceful termination check"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "graceful termination check panicked"),
+            }
+        }
+    });
+}
+
+/// Families label for logs.
+pub fn family_labels(families: &[IpFamily]) -> Vec<&'static str> {
+    families.iter().map(|f| f.label()).collect()
+}

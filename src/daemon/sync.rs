@@ -1,0 +1,583 @@
+//! One run of the sync loop: take the tracker changes, compute the node facts and plan configuration per
+//! family, call `sync_proxy_rules` on a blocking thread, then publish the outcome (metrics, health,
+//! service health checks, events) and schedule a retry on failure.
+
+use super::events::Events;
+use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
+use crate::cluster::watch::{NodeInfo, Synced, Trackers};
+use crate::config::Options;
+use crate::metrics::{Metrics, TrafficPolicy};
+use crate::proxier::plan::{NodeFacts, PlanConfig, node_port_ips};
+use crate::proxier::{ConntrackHints, FailureKind, FamilySnapshot, Proxier, SyncInput, SyncReport};
+use crate::runner::RunnerHandle;
+use crate::server::{ProxyHealth, ServiceHealthServer};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
+
+/// Delay before retrying a sync that had failures.
+pub const RETRY_DELAY: Duration = Duration::from_secs(5);
+
+/// Configuration-derived settings of every sync (fixed for the life of the process).
+#[derive(Debug, Clone)]
+pub struct SyncSettings {
+    pub node_name: String,
+    /// Node IPs, primary first.
+    pub node_ips: Vec<IpAddr>,
+    pub families: Vec<IpFamily>,
+    /// `nodePortAddresses` in the planner helper's form (CIDRs, or `["primary"]`).
+    pub node_port_addresses: Vec<String>,
+    /// `PlanConfig` per family, without the local detector (it depends on the Node's podCIDRs).
+    pub plan: BTreeMap<IpFamily, PlanConfig>,
+    /// Full sync (kernel dump, drift repair) at least this often.
+    pub sync_period: Duration,
+}
+
+impl SyncSettings {
+    /// Settings from the options, the node IPs, the families and iptables' `--random-fully` support.
+    pub fn new(
+        options: &Options,
+        node_ips: Vec<IpAddr>,
+        families: Vec<IpFamily>,
+        random_fully: bool,
+    ) -> SyncSettings {
+        let c = &options.config;
+        let npa = c.node_port_addresses();
+        let mut node_port_addresses: Vec<String> =
+            npa.cidrs.iter().map(|n| n.to_string()).collect();
+        if npa.primary {
+            if node_port_addresses.is_empty() {
+                node_port_addresses.push("primary".to_string());
+            } else {
+                node_port_addresses.extend(
+                    node_ips
+                        .iter()
+                        .map(|ip| ipnet::IpNet::from(*ip).to_string()),
+                );
+            }
+        }
+        let exclude = c.exclude_cidrs();
+        let plan = families
+            .iter()
+            .map(|&family| {
+                (
+                    family,
+                    PlanConfig {
+                        family,
+                        scheduler: c.scheduler().to_string(),
+                        masquerade_all: c.iptables.masquerade_all,
+                        masquerade_bit: c.masquerade_bit(),
+                        local_detector: Default::default(),
+                        exclude_cidrs: exclude
+                            .iter()
+                            .copied()
+                            .filter(|n| IpFamily::of_net(n) == family)
+                            .collect(),
+                        random_fully,
+                    },
+                )
+            })
+            .collect();
+        SyncSettings {
+            node_name: options.node_name.clone(),
+            node_ips,
+            families,
+            node_port_addresses,
+            plan,
+            sync_period: c.sync_period(),
+        }
+    }
+}
+
+/// The sync loop's state; one per process, driven by the bounded-frequency runner.
+pub struct SyncLoop {
+    pub settings: SyncSettings,
+    pub options: Arc<Options>,
+    pub trackers: Arc<Trackers>,
+    pub synced: Synced,
+    pub node: watch::Receiver<Option<Arc<NodeInfo>>>,
+    pub proxier: Arc<Mutex<Proxier>>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<ProxyHealth>,
+    pub service_health: Arc<ServiceHealthServer>,
+    pub runner: RunnerHandle,
+    pub events: Events,
+    services: ServiceMap,
+    endpoints: EndpointsMap,
+    last_full: Option<Instant>,
+    service_total: u64,
+    endpoint_total: u64,
+    /// Conntrack hints of syncs that did not get to clean conntrack (kept for the next sync).
+    pending_hints: ConntrackHints,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the blocking part of a sync hands back.
+struct Outcome {
+    report: SyncReport,
+    /// service → (healthCheckNodePort, local endpoints), over all families.
+    health_checks: BTreeMap<ServiceName, (u16, usize)>,
+    /// Per family, the no-local-endpoints counts by policy.
+    no_local: BTreeMap<IpFamily, BTreeMap<&'static str, u64>>,
+}
+
+/// Backend label of the kernel-write-failures metric for a failure kind.
+pub fn failure_backend(kind: FailureKind) -> &'static str {
+    match kind {
+        FailureKind::IptablesRestore | FailureKind::IptablesJump => "iptables",
+        FailureKind::KernelDump => "dump",
+        FailureKind::Ipset | FailureKind::IpsetRejected => "ipset",
+        FailureKind::IpvsService | FailureKind::IpvsDestination => "ipvs",
+        FailureKind::Address => "link",
+        FailureKind::Conntrack => "conntrack",
+    }
+}
+
+/// Node facts and plan configuration of every family, from one dump of the local addresses.
+pub fn snapshots(
+    settings: &SyncSettings,
+    options: &Options,
+    node: Option<&NodeInfo>,
+    local: &[(String, IpAddr)],
+    services: &ServiceMap,
+    endpoints: &EndpointsMap,
+) -> Vec<FamilySnapshot> {
+    let dummy = crate::kernel::link::DUMMY_DEVICE;
+    let mut by_iface: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
+    let mut on_dummy = Vec::new();
+    for (iface, ip) in local {
+        if iface == dummy {
+            on_dummy.push(*ip);
+        } else {
+            by_iface.entry(iface.clone()).or_default().push(*ip);
+        }
+    }
+    let local_addresses: Vec<IpAddr> = by_iface.values().flatten().copied().collect();
+    let pod_cidrs = node.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
+    settings
+        .families
+        .iter()
+        .filter_map(|&family| {
+            let mut config = settings.plan.get(&family)?.clone();
+            config.local_detector = options.config.local_detector(family, &pod_cidrs);
+            let facts = NodeFacts {
+                node_name: settings.node_name.clone(),
+                zone: node.and_then(|n| n.zone.clone()),
+                node_ips: settings.node_ips.clone(),
+                node_port_ips: node_port_ips(
+                    &by_iface,
+                    &on_dummy,
+                    &settings.node_port_addresses,
+                    &settings.node_ips,
+                    family,
+                ),
+                local_addresses: local_addresses.clone(),
+            };
+            Some(FamilySnapshot {
+                services: services.clone(),
+                endpoints: endpoints.clone(),
+                node: facts,
+                config,
+            })
+        })
+        .collect()
+}
+
+impl SyncLoop {
+    /// A loop over empty maps.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        settings: SyncSettings,
+        options: Arc<Options>,
+        trackers: Arc<Trackers>,
+        synced: Synced,
+        node: watch::Receiver<Option<Arc<NodeInfo>>>,
+        proxier: Arc<Mutex<Proxier>>,
+        metrics: Arc<Metrics>,
+        health: Arc<ProxyHealth>,
+        service_health: Arc<ServiceHealthServer>,
+        runner: RunnerHandle,
+        events: Events,
+    ) -> SyncLoop {
+        SyncLoop {
+            settings,
+            options,
+            trackers,
+            synced,
+            node,
+            proxier,
+            metrics,
+            health,
+            service_health,
+            runner,
+            events,
+            services: ServiceMap::new(),
+            endpoints: EndpointsMap::new(),
+            last_full: None,
+            service_total: 0,
+            endpoint_total: 0,
+            pending_hints: ConntrackHints::default(),
+        }
+    }
+
+    /// One run of the loop (called by the runner).
+    pub async fn sync(&mut self) {
+        if !self.synced.proxy_ready() {
+            tracing::debug!("not syncing until Services and EndpointSlices have been listed");
+            return;
+        }
+        let start = Instant::now();
+        let (svc, svc_pending, svc_total) = {
+            let mut t = lock(&self.trackers.services);
+            let r = t.apply(&mut self.services);
+            (r, t.pending(), t.total())
+        };
+        let (eps, eps_pending, eps_total) = {
+            let mut t = lock(&self.trackers.endpoints);
+            let r = t.apply(&mut self.endpoints);
+            (r, t.pending(), t.total())
+        };
+        self.metrics.service_changes(
+            svc_total.saturating_sub(self.service_total),
+            i64::try_from(svc_pending).unwrap_or(i64::MAX),
+        );
+        self.metrics.endpoint_changes(
+            eps_total.saturating_sub(self.endpoint_total),
+            i64::try_from(eps_pending).unwrap_or(i64::MAX),
+        );
+        self.service_total = svc_total;
+        self.endpoint_total = eps_total;
+
+        let mut hints = ConntrackHints::from_updates(&svc, &eps);
+        hints.merge(std::mem::take(&mut self.pending_hints));
+        let kept_hints = hints.clone();
+        let full = self
+            .last_full
+            .is_none_or(|t| t.elapsed() >= self.settings.sync_period);
+        let node = self.node.borrow().clone();
+        let settings = self.settings.clone();
+        let options = self.options.clone();
+        let services = self.services.clone();
+        let endpoints = self.endpoints.clone();
+        let proxier = self.proxier.clone();
+        let outcome = tokio::task::spawn_blocking(move || -> Result<Outcome, String> {
+            let mut p = lock(&proxier);
+            let local = p
+                .backends_mut()
+                .links
+                .local_addresses()
+                .map_err(|e| format!("listing local addresses: {e}"))?;
+            let families = snapshots(
+                &settings,
+                &options,
+                node.as_deref(),
+                &local,
+                &services,
+                &endpoints,
+            );
+            let report = p.sync_proxy_rules(SyncInput {
+                families,
+                full,
+                conntrack: hints,
+            });
+            let mut health_checks: BTreeMap<ServiceName, (u16, usize)> = BTreeMap::new();
+            let mut no_local = BTreeMap::new();
+            for &family in &settings.families {
+                if let Some(d) = p.last_desired(family) {
+                    for hc in &d.health_checks {
+                        let e = health_checks
+                            .entry(hc.service.clone())
+                            .or_insert((hc.node_port, 0));
+                        e.1 += hc.local_endpoints;
+                    }
+                    no_local.insert(family, d.no_local_endpoints.clone());
+                }
+            }
+            Ok(Outcome {
+                report,
+                health_checks,
+                no_local,
+            })
+        })
+        .await;
+        let outcome = match outcome {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "sync failed");
+                self.pending_hints = kept_hints;
+                self.runner.retry_after(RETRY_DELAY);
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "sync thread panicked");
+                self.pending_hints = kept_hints;
+                self.runner.retry_after(RETRY_DELAY);
+                return;
+            }
+        };
+        if outcome.report.failures_of(FailureKind::Conntrack) > 0 {
+            self.pending_hints = kept_hints;
+        }
+        self.publish(outcome, full, &eps.trigger_times, start).await;
+    }
+
+    async fn publish(
+        &mut self,
+        o: Outcome,
+        full: bool,
+        trigger_times: &BTreeMap<ServiceName, Vec<SystemTime>>,
+        start: Instant,
+    ) {
+        let r = &o.report;
+        let families = self.settings.families.clone();
+        let primary = families.first().copied().unwrap_or(IpFamily::V4);
+        for &f in &families {
+            self.metrics.observe_sync(f, r.duration, r.full);
+            let nl = o.no_local.get(&f);
+            for (policy, key) in [
+                (TrafficPolicy::Internal, "internal"),
+                (TrafficPolicy::External, "external"),
+            ] {
+                let n = nl.and_then(|m| m.get(key)).copied().unwrap_or(0);
+                self.metrics.set_no_local_endpoints(f, policy, n);
+            }
+        }
+        // The report sums families; conntrack and restore failures are attributed to the primary family.
+        if let Some(d) = r
+            .step_durations
+            .get(&crate::proxier::report::SyncStep::Conntrack)
+        {
+            self.metrics
+                .observe_conntrack_reconcile(primary, *d, r.conntrack_deleted as u64);
+        }
+        for _ in 0..r.failures_of(FailureKind::IptablesRestore) {
+            self.metrics.inc_iptables_restore_failure(primary, false);
+        }
+        let mut by_backend: BTreeMap<&str, u64> = BTreeMap::new();
+        for (kind, n) in &r.failures {
+            *by_backend.entry(failure_backend(*kind)).or_default() += *n as u64;
+        }
+        for (backend, n) in by_backend {
+            self.metrics.inc_kernel_write_failures(backend, n);
+        }
+
+        if r.retry_needed {
+            tracing::warn!(
+                failures = ?r.failures,
+                withheld = r.ipvs_withheld,
+                duration = ?r.duration,
+                "sync had failures, retrying in {RETRY_DELAY:?}"
+            );
+            self.runner.retry_after(RETRY_DELAY);
+        } else {
+            let now = SystemTime::now();
+            for &f in &families {
+                self.health.updated(f);
+                self.metrics.set_last_sync(f, now);
+            }
+            if full {
+                self.last_full = Some(start);
+            }
+            self.observe_programming(trigger_times, now);
+            tracing::info!(
+                full = r.full,
+                duration = ?r.duration,
+                writes = r.writes(),
+                services = self.services.len(),
+                "synced proxy rules"
+            );
+        }
+        tracing::debug!(report = ?r, "sync report");
+
+        let ports: BTreeMap<ServiceName, u16> = o
+            .health_checks
+            .iter()
+            .map(|(s, (port, _))| (s.clone(), *port))
+            .collect();
+        let counts: BTreeMap<ServiceName, usize> = o
+            .health_checks
+            .iter()
+            .map(|(s, (_, n))| (s.clone(), *n))
+            .collect();
+        for failure in self.service_health.sync_services(&ports).await {
+            // The health server already logged the failure; this only raises the Event (retried each sync).
+            let note = failure.message(&self.settings.node_name);
+            tracing::debug!("{note}");
+            self.events
+                .warning("FailedToStartServiceHealthcheck", "Listen", Some(note));
+        }
+        self.service_health.sync_endpoints(&counts);
+    }
+
+    /// Network programming latency: from each applied EndpointSlice trigger time to now, per family of
+    /// the service's cluster IPs.
+    fn observe_programming(
+        &self,
+        trigger_times: &BTreeMap<ServiceName, Vec<SystemTime>>,
+        now: SystemTime,
+    ) {
+        for (svc, times) in trigger_times {
+            let families: BTreeSet<IpFamily> = self
+                .services
+                .range(..)
+                .filter(|(name, _)| name.namespace == svc.namespace && name.name == svc.name)
+                .flat_map(|(_, p)| p.cluster_ips.iter().map(IpFamily::of))
+                .filter(|f| self.settings.families.contains(f))
+                .collect();
+            for t in times {
+                if let Ok(latency) = now.duration_since(*t) {
+                    for &f in &families {
+                        self.metrics.observe_network_programming(f, latency);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Invocation, parse_args};
+    use crate::proxier::plan::LocalDetector;
+
+    fn options(args: &[&str]) -> Options {
+        let mut argv = vec!["kube-proxy", "--hostname-override=n1"];
+        argv.extend_from_slice(args);
+        match parse_args(argv).unwrap() {
+            Invocation::Run(o) => *o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn local() -> Vec<(String, IpAddr)> {
+        vec![
+            ("lo".into(), ip("127.0.0.1")),
+            ("eth0".into(), ip("10.0.0.10")),
+            ("eth0".into(), ip("fd00::10")),
+            ("eth1".into(), ip("192.168.5.1")),
+            ("kube-ipvs0".into(), ip("10.96.0.1")),
+        ]
+    }
+
+    #[test]
+    fn settings_follow_the_configuration() {
+        let o = options(&[
+            "--ipvs-scheduler=wrr",
+            "--masquerade-all",
+            "--iptables-masquerade-bit=10",
+            "--ipvs-exclude-cidrs=10.200.0.0/16,fd99::/64",
+            "--nodeport-addresses=10.0.0.0/24",
+        ]);
+        let s = SyncSettings::new(
+            &o,
+            vec![ip("10.0.0.10")],
+            vec![IpFamily::V4, IpFamily::V6],
+            true,
+        );
+        let v4 = &s.plan[&IpFamily::V4];
+        assert_eq!(v4.scheduler, "wrr");
+        assert!(v4.masquerade_all && v4.random_fully);
+        assert_eq!(v4.masquerade_bit, 10);
+        assert_eq!(v4.exclude_cidrs, vec!["10.200.0.0/16".parse().unwrap()]);
+        assert_eq!(
+            s.plan[&IpFamily::V6].exclude_cidrs,
+            vec!["fd99::/64".parse().unwrap()]
+        );
+        assert_eq!(s.node_port_addresses, vec!["10.0.0.0/24".to_string()]);
+
+        let p = SyncSettings::new(
+            &options(&["--nodeport-addresses=primary"]),
+            vec![ip("10.0.0.10")],
+            vec![IpFamily::V4],
+            false,
+        );
+        assert_eq!(p.node_port_addresses, vec!["primary".to_string()]);
+        assert_eq!(p.plan[&IpFamily::V4].scheduler, "rr");
+    }
+
+    #[test]
+    fn snapshots_split_local_addresses_and_pick_node_port_ips() {
+        let o = options(&["--cluster-cidr=10.244.0.0/16,fd10::/56"]);
+        let s = SyncSettings::new(
+            &o,
+            vec![ip("10.0.0.10"), ip("fd00::10")],
+            vec![IpFamily::V4, IpFamily::V6],
+            true,
+        );
+        let snaps = snapshots(
+            &s,
+            &o,
+            None,
+            &local(),
+            &ServiceMap::new(),
+            &EndpointsMap::new(),
+        );
+        assert_eq!(snaps.len(), 2);
+        let v4 = &snaps[0];
+        assert_eq!(v4.config.family, IpFamily::V4);
+        assert_eq!(
+            v4.config.local_detector,
+            LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()])
+        );
+        // All local addresses of the family except loopback and kube-ipvs0 (nodePortAddresses unset).
+        assert_eq!(
+            v4.node.node_port_ips,
+            vec![ip("10.0.0.10"), ip("192.168.5.1")]
+        );
+        assert!(!v4.node.local_addresses.contains(&ip("10.96.0.1")));
+        assert!(v4.node.local_addresses.contains(&ip("10.0.0.10")));
+        assert_eq!(snaps[1].node.node_port_ips, vec![ip("fd00::10")]);
+        assert_eq!(
+            snaps[1].config.local_detector,
+            LocalDetector::Cidrs(vec!["fd10::/56".parse().unwrap()])
+        );
+    }
+
+    #[test]
+    fn node_cidr_mode_uses_the_node_pod_cidrs() {
+        let o = options(&["--detect-local-mode=NodeCIDR"]);
+        let s = SyncSettings::new(&o, vec![ip("10.0.0.10")], vec![IpFamily::V4], true);
+        let node = NodeInfo {
+            pod_cidrs: vec!["10.244.3.0/24".parse().unwrap()],
+            zone: Some("z1".into()),
+            ..Default::default()
+        };
+        let snaps = snapshots(
+            &s,
+            &o,
+            Some(&node),
+            &local(),
+            &ServiceMap::new(),
+            &EndpointsMap::new(),
+        );
+        assert_eq!(
+            snaps[0].config.local_detector,
+            LocalDetector::Cidrs(vec!["10.244.3.0/24".parse().unwrap()])
+        );
+        assert_eq!(snaps[0].node.zone.as_deref(), Some("z1"));
+        assert_eq!(snaps[0].node.node_name, "n1");
+    }
+
+    #[test]
+    fn every_failure_kind_maps_to_a_backend_label() {
+        for (kind, label) in [
+            (FailureKind::IptablesRestore, "iptables"),
+            (FailureKind::Ipset, "ipset"),
+            (FailureKind::IpvsDestination, "ipvs"),
+            (FailureKind::Address, "link"),
+            (FailureKind::Conntrack, "conntrack"),
+        ] {
+            assert_eq!(failure_backend(kind), label);
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The real link backend: rtnetlink over a blocking `netlink_sys` socket (NETLINK_ROUTE).
+//!
+//! Requests are built with netlink-packet-route's message types; answers are decoded by a small tolerant
+//! reader that only takes what we need (ifindex, name, address), so a link attribute the crate does not
+//! know can never fail a dump. No async runtime is involved: the backend is safe to call from any thread,
+//! including one that runs inside a tokio runtime (it blocks that thread for the duration of the call).
+
+use super::Links;
+use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
+use crate::kernel::{KernelError, KernelResult};
+use netlink_packet_core::{
+    NLM_F_CREATE, NLM_F_EXCL, NetlinkDeserializable, NetlinkHeader, NlasIterator,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::protocols::NETLINK_ROUTE;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_NEWADDR: u16 = 20;
+const IFLA_IFNAME: u16 = 3;
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const IFINFOMSG_LEN: usize = 16;
+const IFADDRMSG_LEN: usize = 8;
+
+/// Links and addresses through rtnetlink.
+#[derive(Debug)]
+pub struct RtnetlinkLinks {
+    sock: NlSocket,
+}
+
+/// A decoded rtnetlink answer: only the fields the backend uses.
+#[derive(Debug)]
+enum Answer {
+    Link { index: u32, name: String },
+    Addr { index: u32, addr: IpAddr },
+    Other,
+}
+
+impl NetlinkDeserializable for Answer {
+    type Error = std::convert::Infallible;
+
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Self, Self::Error> {
+        Ok(match header.message_type {
+            RTM_NEWLINK => parse_link(payload).unwrap_or(Answer::Other),
+            RTM_NEWADDR => parse_addr(payload).unwrap_or(Answer::Other),
+            _ => Answer::Other,
+        })
+    }
+}
+
+fn parse_link(p: &[u8]) -> Option<Answer> {
+    let index = u32::from_ne_bytes(p.get(4..8)?.try_into().ok()?);
+    for nla in NlasIterator::new(p.get(IFINFOMSG_LEN..)?) {
+        let nla = nla.ok()?;
+        if nla.kind() == IFLA_IFNAME {
+            let v = nla.value();
+            let end = v.iter().position(|b| *b == 0).unwrap_or(v.len());
+            return Some(Answer::Link {
+                index,
+                name: String::from_utf8_lossy(&v[..end]).into_owned(),
+            });
+        }
+    }
+    None
+}
+
+fn parse_addr(p: &[u8]) -> Option<Answer> {
+    let family = *p.first()?;
+    let index = u32::from_ne_bytes(p.get(4..8)?.try_into().ok()?);
+    let (mut local, mut address) = (None, None);
+    for nla in NlasIterator::new(p.get(IFADDRMSG_LEN..)?) {
+        let Ok(nla) = nla else { break };
+        let v = nla.value();
+        let ip = match (i32::from(family), v.len()) {
+            (libc::AF_INET, 4) => IpAddr::V4(Ipv4Addr::new(v[0], v[1], v[2], v[3])),
+            (libc::AF_INET6, 16) => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?)),
+            _ => continue,
+        };
+        match nla.kind() {
+            IFA_LOCAL => local = Some(ip),
+            IFA_ADDRESS => address = Some(ip),
+            _ => {}
+        }
+    }
+    // IFA_LOCAL is the interface's own address (IFA_ADDRESS is the peer on point-to-point links).
+    local.or(address).map(|addr| Answer::Addr { index, addr })
+}
+
+fn kernel_error(what: &str, e: NlError) -> KernelError {
+    match e {
+        NlError::Errno { errno, message } => {
+            let detail = message
+                .map(|m| format!("{what}: {m}"))
+                .unwrap_or_else(|| what.to_string());
+            match errno {
+                libc::EEXIST => KernelError::Exists(detail),
+                libc::ENODEV | libc::ENOENT => KernelError::NotFound(detail),
+                libc::EOPNOTSUPP => KernelError::Unsupported(detail),
+                _ => KernelError::Errno {
+                    op: what.to_string(),
+                    errno,
+                    message: std::io::Error::from_raw_os_error(errno).to_string(),
+                },
+            }
+        }
+        NlError::Io(m) => KernelError::Io(std::io::Error::other(format!("{what}: {m}"))),
+        NlError::Decode(m) => KernelError::Invalid(format!("{what}: {m}")),
+    }
+}
+
+fn link_by_name(name: &str) -> LinkMessage {
+    let mut m = LinkMessage::default();
+    m.attributes.push(LinkAttribute::IfName(name.to_string()));
+    m
+}
+
+fn address_message(index: u32, ip: IpAddr) -> AddressMessage {
+    let mut m = AddressMessage::default();
+    m.header.index = index;
+    match ip {
+        IpAddr::V4(_) => {
+            m.header.family = AddressFamily::Inet;
+            m.header.prefix_len = 32;
+            m.attributes.push(AddressAttribute::Local(ip));
+            m.attributes.push(AddressAttribute::Address(ip));
+        }
+        IpAddr::V6(_) => {
+            m.header.family = AddressFamily::Inet6;
+            m.header.prefix_len = 128;
+            m.attributes.push(AddressAttribute::Address(ip));
+        }
+    }
+    m
+}
+
+impl RtnetlinkLinks {
+    /// Opens the rtnetlink socket.
+    pub fn new() -> KernelResult<Self> {
+        let sock = NlSocket::new(NETLINK_ROUTE).map_err(|e| kernel_error("open rtnetlink", e))?;
+        Ok(RtnetlinkLinks { sock })
+    }
+
+    /// Index of link `name`; NotFound if missing.
+    pub fn link_index(&mut self, name: &str) -> KernelResult<u32> {
+        let answers: Vec<Answer> = self
+            .sock
+            .request(RouteNetlinkMessage::GetLink(link_by_name(name)))
+            .map_err(|e| kernel_error(&format!("get link {name}"), e))?;
+        answers
+            .iter()
+            .find_map(|a| match a {
+                Answer::Link { index, .. } => Some(*index),
+                _ => None,
+            })
+            .ok_or_else(|| KernelError::NotFound(format!("link {name}")))
+    }
+
+    fn dump_addresses(&mut self) -> KernelResult<Vec<(u32, IpAddr)>> {
+        let answers: Vec<Answer> = self
+            .sock
+            .dump(RouteNetlinkMessage::GetAddress(AddressMessage::default()))
+            .map_err(|e| kernel_error("dump addresses", e))?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|a| match a {
+                Answer::Addr { index, addr } => Some((index, addr)),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+impl Links for RtnetlinkLinks {
+    fn ensure_dummy(&mut self, name: &str) -> KernelResult<bool> {
+        let mut m = link_by_name(name);
+        m.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
+                InfoKind::Dummy,
+            )]));
+        match self.sock.request_flags::<_, NoPayload>(
+            RouteNetlinkMessage::NewLink(m),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ) {
+            Ok(_) => Ok(true),
+            Err(e) if e.errno() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(kernel_error(&format!("create dummy link {name}"), e)),
+        }
+    }
+
+    fn addresses(&mut self, name: &str) -> KernelResult<Vec<IpAddr>> {
+        let index = self.link_index(name)?;
+        Ok(self
+            .dump_addresses()?
+            .into_iter()
+            .filter(|(i, _)| *i == index)
+            .map(|(_, a)| a)
+            .collect())
+    }
+
+    fn add_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
+        let index = self.link_index(name)?;
+        match self.sock.request_flags::<_, NoPayload>(
+            RouteNetlinkMessage::NewAddress(address_message(index, ip)),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ) {
+            Ok(_) => Ok(true),
+            Err(e) if e.errno() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(kernel_error(&format!("add address {ip} to {name}"), e)),
+        }
+    }
+
+    fn del_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
+        let index = self.link_index(name)?;
+        match self
+            .sock
+            .request::<_, NoPayload>(RouteNetlinkMessage::DelAddress(address_message(index, ip)))
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.errno() == Some(libc::EADDRNOTAVAIL) => Ok(false),
+            Err(e) => Err(kernel_error(&format!("delete address {ip} from {name}"), e)),
+        }
+    }
+
+    fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>> {
+        let links: Vec<Answer> = self
+            .sock
+            .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))
+            .map_err(|e| kernel_error("dump links", e))?;
+        let names: HashMap<u32, String> = links
+            .into_iter()
+            .filter_map(|a| match a {
+                Answer::Link { index, name } => Some((index, name)),
+                _ => None,
+            })
+            .collect();
+        Ok(self
+            .dump_addresses()?
+            .into_iter()
+            .map(|(i, a)| {
+                let name = names.get(&i).cloned().unwrap_or_else(|| format!("if{i}"));
+                (name, a)
+            })
+            .collect())
+    }
+
+    fn delete_link(&mut self, name: &str) -> KernelResult<bool> {
+        match self
+            .sock
+            .request::<_, NoPayload>(RouteNetlinkMessage::DelLink(link_by_name(name)))
+        {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.errno(), Some(libc::ENODEV) | Some(libc::ENOENT)) => Ok(false),
+            Err(e) => Err(kernel_error(&format!("delete link {name}"), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_core::Emitable;
+
+    #[test]
+    fn decodes_link_and_address_answers_tolerantly() {
+        let mut link = LinkMessage::default();
+        link.header.index = 7;
+        link.attributes
+            .push(LinkAttribute::IfName("kube-ipvs0".into()));
+        let mut buf = vec![0u8; link.buffer_len()];
+        link.emit(&mut buf);
+        match parse_link(&buf) {
+            Some(Answer::Link { index, name }) => {
+                assert_eq!((index, name.as_str()), (7, "kube-ipvs0"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let addr = address_message(7, "10.96.0.1".parse().unwrap());
+        let mut buf = vec![0u8; addr.buffer_len()];
+        addr.emit(&mut buf);
+        match parse_addr(&buf) {
+            Some(Answer::Addr { index, addr }) => {
+                assert_eq!((index, addr), (7, "10.96.0.1".parse().unwrap()))
+            }
+            other => panic!("{other:?}"),
+        }
+        let addr6 = address_message(3, "fd00::1".parse().unwrap());
+        let mut buf = vec![0u8; addr6.buffer_len()];
+        addr6.emit(&mut buf);
+        assert!(matches!(
+            parse_addr(&buf),
+            Some(Answer::Addr { index: 3, .. })
+        ));
+        // truncated answers decode to nothing instead of panicking
+        for cut in 0..buf.len() {
+            let _ = parse_addr(&buf[..cut]);
+            let _ = parse_link(&buf[..cut]);
+        }
+    }
+}

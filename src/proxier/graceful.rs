@@ -1,0 +1,167 @@
+//! Graceful termination of IPVS real servers.
+//!
+//! A TCP real server that leaves the plan while it still has connections is set to weight 0 (no new
+//! connections) and queued; [`GracefulTermination::check`] deletes it once its active and inactive connection
+//! counters are both zero. UDP and SCTP real servers, and TCP ones without connections, are deleted at once.
+//! An endpoint that comes back while queued is taken out of the queue (the reconciler restores its weight).
+
+use crate::cluster::model::Protocol;
+use crate::kernel::ipvs::{Ipvs, IpvsDestination, IpvsServiceKey};
+use crate::kernel::{KernelError, KernelResult};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Instant;
+
+/// How often production calls [`GracefulTermination::check`].
+pub const CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What should happen to a real server that left the plan (see [`GracefulTermination::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Delete it now.
+    Delete,
+    /// Set its weight to 0 and queue it.
+    Drain,
+    /// Already weight 0: queue it without a write.
+    Queue,
+}
+
+/// Result of one periodic check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GracefulCheck {
+    /// Real servers deleted because their connections drained.
+    pub deleted: usize,
+    /// Real servers still queued.
+    pub pending: usize,
+    /// Kernel operations that failed (retried on the next check).
+    pub failures: usize,
+}
+
+/// The queue of draining real servers.
+#[derive(Debug, Default)]
+pub struct GracefulTermination {
+    queue: BTreeMap<IpvsServiceKey, BTreeMap<(IpAddr, u16), Instant>>,
+}
+
+fn delete_dest(
+    ipvs: &mut dyn Ipvs,
+    vs: &IpvsServiceKey,
+    addr: IpAddr,
+    port: u16,
+) -> KernelResult<()> {
+    match ipvs.delete_destination(vs, addr, port) {
+        Ok(()) | Err(KernelError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+impl GracefulTermination {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of queued real servers.
+    pub fn len(&self) -> usize {
+        self.queue.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Whether this real server is draining.
+    pub fn contains(&self, vs: &IpvsServiceKey, addr: IpAddr, port: u16) -> bool {
+        self.queue
+            .get(vs)
+            .is_some_and(|m| m.contains_key(&(addr, port)))
+    }
+
+    /// Decides what to do with a real server `dst` (as dumped, with its counters) that is no longer planned.
+    pub fn decide(vs: &IpvsServiceKey, dst: &IpvsDestination) -> Removal {
+        if vs.protocol != Protocol::Tcp || dst.active_conns + dst.inactive_conns == 0 {
+            Removal::Delete
+        } else if dst.weight == 0 {
+            Removal::Queue
+        } else {
+            Removal::Drain
+        }
+    }
+
+    /// Queues a draining real server (after its weight was set to 0).
+    pub fn enqueue(&mut self, vs: &IpvsServiceKey, addr: IpAddr, port: u16) {
+        self.queue
+            .entry(*vs)
+            .or_default()
+            .entry((addr, port))
+            .or_insert_with(Instant::now);
+    }
+
+    /// Takes a real server out of the queue (its endpoint came back); true if it was queued.
+    pub fn dequeue(&mut self, vs: &IpvsServiceKey, addr: IpAddr, port: u16) -> bool {
+        let Some(m) = self.queue.get_mut(vs) else {
+            return false;
+        };
+        let found = m.remove(&(addr, port)).is_some();
+        if m.is_empty() {
+            self.queue.remove(vs);
+        }
+        found
+    }
+
+    /// Forgets every queued real server of a virtual server that was deleted.
+    pub fn forget_service(&mut self, vs: &IpvsServiceKey) {
+        self.queue.remove(vs);
+    }
+
+    /// Deletes queued real servers whose connections drained (one destination dump per virtual server).
+    pub fn check(&mut self, ipvs: &mut dyn Ipvs) -> GracefulCheck {
+        let mut out = GracefulCheck::default();
+        let services: Vec<IpvsServiceKey> = self.queue.keys().copied().collect();
+        for vs in services {
+            let dests = match ipvs.destinations(&vs) {
+                Ok(d) => d,
+                Err(KernelError::NotFound(_)) => {
+                    self.queue.remove(&vs);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(service = %vs, error = %e, "graceful termination: dump failed");
+                    out.failures += 1;
+                    continue;
+                }
+            };
+            let Some(queued) = self.queue.get_mut(&vs) else {
+                continue;
+            };
+            queued.retain(|&(addr, port), _| {
+                let Some(d) = dests.iter().find(|d| d.addr == addr && d.port == port) else {
+                    return false;
+                };
+                if d.weight != 0 {
+                    return false;
+                }
+                if d.active_conns + d.inactive_conns > 0 {
+                    return true;
+                }
+                match delete_dest(ipvs, &vs, addr, port) {
+                    Ok(()) => {
+                        out.deleted += 1;
+                        false
+                    }
+                    Err(e) => {
+                        tracing::warn!(service = %vs, %addr, port, error = %e, "graceful delete failed");
+                        out.failures += 1;
+                        true
+                    }
+                }
+            });
+            if queued.is_empty() {
+                self.queue.remove(&vs);
+            }
+        }
+        out.pending = self.len();
+        out
+    }
+}

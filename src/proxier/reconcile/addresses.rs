@@ -1,0 +1,83 @@
+//! Service addresses bound to kube-ipvs0 (only that link is ever touched).
+
+use super::{Backends, FamilyInput, Reconciler, Snapshot};
+use crate::cluster::model::IpFamily;
+use crate::kernel::link::DUMMY_DEVICE;
+use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
+use std::net::IpAddr;
+use std::time::Instant;
+
+impl Reconciler {
+    /// Creates kube-ipvs0 if missing.
+    pub(super) fn ensure_dummy(&mut self, k: &mut Backends, report: &mut SyncReport) {
+        match k.links.ensure_dummy(DUMMY_DEVICE) {
+            Ok(created) => {
+                if created {
+                    tracing::info!("created {DUMMY_DEVICE}");
+                }
+                self.dummy_ok = true;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create {DUMMY_DEVICE}");
+                report.fail(FailureKind::Address);
+                self.dummy_ok = false;
+            }
+        }
+    }
+
+    pub(super) fn sync_addresses(
+        &mut self,
+        k: &mut Backends,
+        families: &[FamilyInput<'_>],
+        snap: &Snapshot,
+        report: &mut SyncReport,
+    ) {
+        let start = Instant::now();
+        if !self.dummy_ok {
+            self.ensure_dummy(k, report);
+            if !self.dummy_ok {
+                return;
+            }
+        }
+        for f in families {
+            let family = f.desired.family;
+            let applied = self.applied.entry(family).or_default();
+            if let Some(a) = &snap.addresses {
+                // Full sync: the kernel is the truth.
+                applied.addresses = a
+                    .iter()
+                    .copied()
+                    .filter(|ip| IpFamily::of(ip) == family)
+                    .collect();
+            }
+            let want = &f.desired.bound_addresses;
+            let to_add: Vec<IpAddr> = want.difference(&applied.addresses).copied().collect();
+            let to_del: Vec<IpAddr> = applied.addresses.difference(want).copied().collect();
+            for ip in to_add {
+                match k.links.add_address(DUMMY_DEVICE, ip) {
+                    Ok(_) => {
+                        report.addresses.added += 1;
+                        applied.addresses.insert(ip);
+                    }
+                    Err(e) => {
+                        tracing::warn!(%ip, error = %e, "binding address failed");
+                        report.fail(FailureKind::Address);
+                    }
+                }
+            }
+            for ip in to_del {
+                match k.links.del_address(DUMMY_DEVICE, ip) {
+                    Ok(_) => {
+                        report.addresses.deleted += 1;
+                        applied.addresses.remove(&ip);
+                    }
+                    Err(e) => {
+                        tracing::warn!(%ip, error = %e, "unbinding address failed");
+                        report.fail(FailureKind::Address);
+                    }
+                }
+            }
+        }
+        report.add_step(SyncStep::Addresses, start.elapsed());
+    }
+}

@@ -1,0 +1,118 @@
+//! ipsets: create missing sets, then one `IpSets::apply` with every member change of every family.
+
+use super::{FamilyInput, Reconciler, Snapshot};
+use crate::kernel::ipset::IpSetOp;
+use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+impl Reconciler {
+    pub(super) fn sync_ipsets(
+        &mut self,
+        k: &mut super::Backends,
+        families: &[FamilyInput<'_>],
+        snap: &Snapshot,
+        report: &mut SyncReport,
+    ) {
+        let start = Instant::now();
+        let empty = BTreeSet::new();
+        let mut ops = Vec::new();
+        // Per family, the member lists we expect once `ops` are applied.
+        let mut expected: Vec<(
+            crate::cluster::model::IpFamily,
+            BTreeMap<String, BTreeSet<String>>,
+        )> = Vec::new();
+        for f in families {
+            let applied = self.applied.entry(f.desired.family).or_default();
+            let current = snap.ipsets.as_ref().unwrap_or(&applied.ipsets);
+            let mut next = BTreeMap::new();
+            for (name, set) in &f.desired.ipsets {
+                let members = match current.get(name) {
+                    Some(m) => m,
+                    None => {
+                        if let Err(e) = k.ipsets.create(&set.spec) {
+                            tracing::warn!(set = %name, error = %e, "ipset create failed");
+                            report.fail(FailureKind::Ipset);
+                            continue;
+                        }
+                        report.ipsets_created += 1;
+                        &empty
+                    }
+                };
+                // Deletions first: should a planned entry ever differ in text from the kernel's form of the
+                // same member, the member ends up present (deleted, then re-added), never missing.
+                for e in members.difference(&set.entries) {
+                    ops.push(IpSetOp::Del {
+                        set: name.clone(),
+                        entry: e.clone(),
+                    });
+                }
+                for e in set.entries.difference(members) {
+                    ops.push(IpSetOp::Add {
+                        set: name.clone(),
+                        entry: e.clone(),
+                    });
+                }
+                if applied.ipsets.get(name) != Some(&set.entries) {
+                    next.insert(name.clone(), set.entries.clone());
+                }
+            }
+            expected.push((f.desired.family, next));
+        }
+        let ok = if ops.is_empty() {
+            true
+        } else {
+            match k.ipsets.apply(&ops) {
+                Ok(r) => {
+                    for op in &ops {
+                        match op {
+                            IpSetOp::Add { .. } => report.ipset_entries.added += 1,
+                            IpSetOp::Del { .. } => report.ipset_entries.deleted += 1,
+                        }
+                    }
+                    report.ipset_entries.added -= r
+                        .rejected
+                        .iter()
+                        .filter(|(op, _)| matches!(op, IpSetOp::Add { .. }))
+                        .count();
+                    report.ipset_entries.deleted -= r
+                        .rejected
+                        .iter()
+                        .filter(|(op, _)| matches!(op, IpSetOp::Del { .. }))
+                        .count();
+                    for (op, why) in &r.rejected {
+                        tracing::warn!(?op, reason = %why, "ipset entry rejected");
+                    }
+                    // Invalid entries stay invalid: counted, not retried before the next full sync.
+                    *report
+                        .failures
+                        .entry(FailureKind::IpsetRejected)
+                        .or_default() += r.rejected.len();
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, ops = ops.len(), "ipset apply failed");
+                    report.fail(FailureKind::Ipset);
+                    false
+                }
+            }
+        };
+        for (family, sets) in expected {
+            let applied = self.applied.entry(family).or_default();
+            if ok {
+                // `sets` holds only the sets whose members changed; drop sets no longer planned.
+                let planned: BTreeSet<&String> = families
+                    .iter()
+                    .filter(|f| f.desired.family == family)
+                    .flat_map(|f| f.desired.ipsets.keys())
+                    .collect();
+                applied.ipsets.retain(|name, _| planned.contains(name));
+                applied.ipsets.extend(sets);
+            } else {
+                // Unknown kernel contents: forget them, so the next (full) sync compares with a dump.
+                applied.ipsets.clear();
+            }
+        }
+        report.add_step(SyncStep::Ipsets, start.elapsed());
+    }
+}

@@ -1,0 +1,123 @@
+//! What one sync did: timings, object counts and failures, for the daemon to turn into metrics and logs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Kind of kernel write that failed during a sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureKind {
+    /// `iptables-restore` of the payload (the `sync_proxy_rules_iptables_restore_failures_total` metric).
+    IptablesRestore,
+    /// Creating a chain or inserting a built-in-chain jump.
+    IptablesJump,
+    /// Reading iptables / ipset / IPVS / address state.
+    KernelDump,
+    /// Creating a set or applying set members.
+    Ipset,
+    /// Set entries the ipset tool rejected as invalid.
+    IpsetRejected,
+    /// Adding/updating/deleting a virtual server.
+    IpvsService,
+    /// Adding/updating/deleting a real server.
+    IpvsDestination,
+    /// Creating kube-ipvs0 or binding/unbinding an address.
+    Address,
+    /// Dumping or deleting conntrack flows.
+    Conntrack,
+}
+
+/// Added / updated / deleted counts for one kind of kernel object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    pub added: usize,
+    pub updated: usize,
+    pub deleted: usize,
+}
+
+impl ObjectCounts {
+    /// Total number of writes.
+    pub fn total(&self) -> usize {
+        self.added + self.updated + self.deleted
+    }
+}
+
+/// Step of a sync, for per-step durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SyncStep {
+    Plan,
+    Ipsets,
+    Iptables,
+    Ipvs,
+    Addresses,
+    Conntrack,
+}
+
+/// Result of one `sync_proxy_rules` (all families).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SyncReport {
+    /// Whether the kernel was dumped and drift repaired.
+    pub full: bool,
+    /// Wall time of the whole sync.
+    pub duration: Duration,
+    /// Wall time per step (summed over families).
+    pub step_durations: BTreeMap<SyncStep, Duration>,
+    pub ipvs_services: ObjectCounts,
+    pub ipvs_destinations: ObjectCounts,
+    /// Set members added/deleted.
+    pub ipset_entries: ObjectCounts,
+    /// Sets created.
+    pub ipsets_created: usize,
+    pub addresses: ObjectCounts,
+    /// Payload restores performed (0 when the payload was unchanged on an event-driven sync).
+    pub iptables_restores: usize,
+    /// Jump rules inserted into built-in chains.
+    pub jumps_inserted: usize,
+    /// Real servers set to weight 0 and queued for graceful deletion.
+    pub graceful_queued: usize,
+    /// Queued real servers restored because their endpoint came back.
+    pub graceful_restored: usize,
+    /// Conntrack flows deleted.
+    pub conntrack_deleted: usize,
+    /// Failed kernel operations by kind.
+    pub failures: BTreeMap<FailureKind, usize>,
+    /// Service ports without local endpoints by traffic policy (`internal` / `external`), all families.
+    pub no_local_endpoints: BTreeMap<&'static str, u64>,
+    /// Some step failed: the caller should schedule another (full) sync soon.
+    pub retry_needed: bool,
+    /// Families whose IPVS services were not programmed because their rules never restored (cold start).
+    pub ipvs_withheld: usize,
+}
+
+impl SyncReport {
+    /// Counts one failure of `kind` and asks for a retry.
+    pub fn fail(&mut self, kind: FailureKind) {
+        *self.failures.entry(kind).or_default() += 1;
+        self.retry_needed = true;
+    }
+
+    /// Failures of one kind.
+    pub fn failures_of(&self, kind: FailureKind) -> usize {
+        self.failures.get(&kind).copied().unwrap_or(0)
+    }
+
+    /// Total failed operations.
+    pub fn failure_count(&self) -> usize {
+        self.failures.values().sum()
+    }
+
+    /// Total kernel writes (objects added/updated/deleted, restores, jumps, flows deleted).
+    pub fn writes(&self) -> usize {
+        self.ipvs_services.total()
+            + self.ipvs_destinations.total()
+            + self.ipset_entries.total()
+            + self.ipsets_created
+            + self.addresses.total()
+            + self.iptables_restores
+            + self.jumps_inserted
+            + self.conntrack_deleted
+    }
+
+    pub(crate) fn add_step(&mut self, step: SyncStep, d: Duration) {
+        *self.step_durations.entry(step).or_default() += d;
+    }
+}
