@@ -11,7 +11,7 @@ use super::{
     rules_payload, set_names,
 };
 use crate::cluster::model::{
-    EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePortName,
+    EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePortName, ports_of,
 };
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::proxier::desired::{
@@ -300,16 +300,6 @@ struct Planned {
     state: DesiredState,
 }
 
-/// The lowest possible port name of `name`: where its ports start in a map sorted by port name.
-fn first_port(name: &ServiceName) -> ServicePortName {
-    ServicePortName {
-        namespace: name.namespace.clone(),
-        name: name.name.clone(),
-        port_name: String::new(),
-        protocol: Protocol::Tcp,
-    }
-}
-
 fn same_service(p: &ServicePortName, s: &ServiceName) -> bool {
     p.namespace == s.namespace && p.name == s.name
 }
@@ -398,10 +388,7 @@ impl Planned {
     ) -> Fresh {
         let ctx = &self.ctx;
         let mut c = Contribution::default();
-        for (port, svc) in services
-            .range(first_port(name)..)
-            .take_while(|(k, _)| same_service(k, name))
-        {
+        for (port, svc) in ports_of(services, name) {
             let eps = endpoints.get(port).map(|e| e.as_slice()).unwrap_or(&[]);
             ctx.service_port(&mut c, svc, eps);
         }
