@@ -247,3 +247,154 @@ fn one_endpoint_change_at_10k_services_figures() {
         periodic.as_secs_f64() * 1e3,
     );
 }
+
+/// Small deterministic generator (xorshift64), so failures replay.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A random variant of service `i`: shared ExternalIPs, NodePorts, LB with source ranges, ETP Local,
+/// UDP, and 0-4 endpoints (some on this node).
+fn random_service(rng: &mut Rng, i: u32) -> (ServicePort, Vec<Endpoint>) {
+    let name = port_name(i);
+    let protocol = if rng.below(4) == 0 {
+        Protocol::Udp
+    } else {
+        Protocol::Tcp
+    };
+    let name = ServicePortName { protocol, ..name };
+    let ext = ["203.0.113.1", "203.0.113.2"];
+    let external_ips = match rng.below(4) {
+        0 => vec![ext[rng.below(2) as usize].parse().unwrap()],
+        _ => vec![],
+    };
+    let lb = rng.below(5) == 0;
+    let sp = ServicePort {
+        name: name.clone(),
+        cluster_ips: vec![v4(u32::from(Ipv4Addr::new(10, 96, 0, 0)) + i + 1)],
+        port: 80,
+        protocol,
+        node_port: (rng.below(3) == 0).then(|| 30000 + rng.below(4) as u16),
+        external_ips,
+        load_balancer_ingress: if lb {
+            vec![kube_proxy_rs::cluster::model::LoadBalancerIngress {
+                ip: "198.51.100.1".parse().unwrap(),
+                ip_mode_proxy: false,
+            }]
+        } else {
+            vec![]
+        },
+        load_balancer_source_ranges: if lb && rng.below(2) == 0 {
+            vec!["10.0.0.0/8".parse().unwrap()]
+        } else {
+            vec![]
+        },
+        session_affinity_timeout: (rng.below(5) == 0).then_some(10800),
+        external_policy_local: rng.below(3) == 0,
+        internal_policy_local: false,
+        health_check_node_port: None,
+    };
+    let n = rng.below(5) as u32;
+    let eps = endpoints(i + 100 * rng.below(3) as u32, n);
+    (sp, eps)
+}
+
+/// Asserts the fake kernel holds exactly what the complete plan of `sm`/`em` wants.
+fn assert_kernel_matches_plan(kit: &Kit, sm: &ServiceMap, em: &EndpointsMap, step: usize) {
+    let want = plan(sm, em, &node(), &config());
+    assert_eq!(
+        kit.services(),
+        want.virtual_servers.keys().copied().collect(),
+        "step {step}: virtual servers"
+    );
+    for (k, vs) in &want.virtual_servers {
+        let got: BTreeSet<(IpAddr, u16, u32)> = kit
+            .dests(k)
+            .unwrap()
+            .values()
+            .map(|d| (d.addr, d.port, d.weight))
+            .collect();
+        let wanted: BTreeSet<(IpAddr, u16, u32)> = vs
+            .destinations
+            .values()
+            .map(|d| (d.addr, d.port, d.weight))
+            .collect();
+        assert_eq!(got, wanted, "step {step}: real servers of {k}");
+    }
+    for (name, set) in &want.ipsets {
+        assert_eq!(
+            kit.ipsets.members(name),
+            set.entries,
+            "step {step}: set {name}"
+        );
+    }
+    let addrs: BTreeSet<IpAddr> = kit.addrs("kube-ipvs0").into_iter().collect();
+    assert_eq!(addrs, want.bound_addresses, "step {step}: kube-ipvs0");
+    let restored = kit.restored();
+    assert_eq!(
+        restored.last().map(|(_, p)| p.as_str()),
+        Some(want.iptables_payload.as_str()),
+        "step {step}: iptables payload"
+    );
+}
+
+#[test]
+fn random_event_driven_syncs_keep_the_kernel_equal_to_the_full_plan() {
+    let kit = Kit::new();
+    let mut p = Proxier::with_planner(kit.backends());
+    let mut rng = Rng(0x5eed_1234_abcd);
+    let mut sm = ServiceMap::new();
+    let mut em = EndpointsMap::new();
+    for i in 0..30 {
+        let (sp, eps) = random_service(&mut rng, i);
+        em.insert(sp.name.clone(), Arc::new(eps));
+        sm.insert(sp.name.clone(), Arc::new(sp));
+    }
+    let r = p.sync_proxy_rules(input(
+        &Arc::new(sm.clone()),
+        &Arc::new(em.clone()),
+        true,
+        None,
+    ));
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_kernel_matches_plan(&kit, &sm, &em, 0);
+    for step in 1..150 {
+        let mut changed = BTreeSet::new();
+        for _ in 0..1 + rng.below(2) {
+            let i = rng.below(30) as u32;
+            let svc = port_name(i).service();
+            let ports: Vec<ServicePortName> = sm
+                .keys()
+                .filter(|k| k.namespace == svc.namespace && k.name == svc.name)
+                .cloned()
+                .collect();
+            for k in &ports {
+                sm.remove(k);
+                em.remove(k);
+            }
+            // Replaced (new spec and endpoints) or, one time in five, deleted.
+            if rng.below(5) != 0 {
+                let (sp, eps) = random_service(&mut rng, i);
+                em.insert(sp.name.clone(), Arc::new(eps));
+                sm.insert(sp.name.clone(), Arc::new(sp));
+            }
+            changed.insert(svc);
+        }
+        let r = p.sync_proxy_rules(input(
+            &Arc::new(sm.clone()),
+            &Arc::new(em.clone()),
+            false,
+            Some(changed),
+        ));
+        assert_eq!(r.failure_count(), 0, "step {step}: {r:?}");
+        assert!(!r.full, "step {step}");
+        assert_kernel_matches_plan(&kit, &sm, &em, step);
+    }
+}
