@@ -530,6 +530,11 @@ fn clusterip_body() {
             set(&["pod-a", "pod-b", "pod-c"])
         );
 
+        // The guest kernel has IPv6, so the IPv6 proxier runs too (as upstream's dual-stack proxier does),
+        // sharing the IPVS handle and kube-ipvs0.
+        assert!(sh("ip6tables-save -t nat").contains(":KUBE-SERVICES"));
+        assert!(sh("ipset list -n").contains("KUBE-6-CLUSTER-IP"));
+
         // 2. HTTP endpoints.
         let (code, body) = http_get(HEALTHZ, "/healthz");
         assert_eq!(code, 200, "{body}");

@@ -2,19 +2,19 @@
 //! (/work/shared/reference/small-scenario): same IPVS table, ipsets, iptables/ip6tables rules and kube-ipvs0
 //! addresses; a second sync changes nothing; foreign objects survive; `--cleanup` leaves nothing of ours.
 mod common;
-#[allow(dead_code)]
 mod planner_support;
 
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
-use kube_proxy_rs::kernel::conntrack::fake::FakeConntrack;
+use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
+use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
 use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
 use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
 use kube_proxy_rs::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
-use kube_proxy_rs::kernel::link::{DUMMY_DEVICE, Links};
-use kube_proxy_rs::kernel::{KernelError, KernelResult};
+use kube_proxy_rs::kernel::link::DUMMY_DEVICE;
+use kube_proxy_rs::kernel::link::rtnetlink::RtnetlinkLinks;
 use kube_proxy_rs::proxier::cleanup::{JUMPS, cleanup_leftovers};
 use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
 use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
@@ -37,76 +37,6 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// kube-ipvs0 through the `ip` tool (test-local until the rtnetlink link backend is on main).
-struct IpCmdLinks;
-
-fn ip_cmd(args: &str) -> Result<String, String> {
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("ip {args}"))
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn cmd_err(args: &str, stderr: String) -> KernelError {
-    KernelError::Command {
-        command: format!("ip {args}"),
-        status: "1".into(),
-        stderr,
-    }
-}
-
-impl Links for IpCmdLinks {
-    fn ensure_dummy(&mut self, name: &str) -> KernelResult<bool> {
-        if ip_cmd(&format!("link show {name}")).is_ok() {
-            return Ok(false);
-        }
-        let a = format!("link add {name} type dummy");
-        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
-        Ok(true)
-    }
-    fn addresses(&mut self, name: &str) -> KernelResult<Vec<IpAddr>> {
-        let a = format!("-o addr show dev {name}");
-        let out = ip_cmd(&a).map_err(|_| KernelError::NotFound(name.into()))?;
-        Ok(out
-            .lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                w.find(|t| *t == "inet" || *t == "inet6")?;
-                w.next()?.split('/').next()?.parse().ok()
-            })
-            .collect())
-    }
-    fn add_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
-        let plen = if ip.is_ipv4() { 32 } else { 128 };
-        let a = format!("addr add {ip}/{plen} dev {name}");
-        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
-        Ok(true)
-    }
-    fn del_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
-        let plen = if ip.is_ipv4() { 32 } else { 128 };
-        let a = format!("addr del {ip}/{plen} dev {name}");
-        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
-        Ok(true)
-    }
-    fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>> {
-        Ok(Vec::new())
-    }
-    fn delete_link(&mut self, name: &str) -> KernelResult<bool> {
-        if ip_cmd(&format!("link show {name}")).is_err() {
-            return Ok(false);
-        }
-        let a = format!("link del {name}");
-        ip_cmd(&a).map_err(|e| cmd_err(&a, e))?;
-        Ok(true)
-    }
-}
-
 fn backends(log: &Arc<Mutex<Log>>) -> Backends {
     let rec = |inner| Rec {
         inner,
@@ -126,10 +56,10 @@ fn backends(log: &Arc<Mutex<Log>>) -> Backends {
             log: log.clone(),
         }),
         links: Box::new(Rec {
-            inner: IpCmdLinks,
+            inner: RtnetlinkLinks::new().unwrap(),
             log: log.clone(),
         }),
-        conntrack: Box::new(rec(FakeConntrack::new())),
+        conntrack: Box::new(rec(NetlinkConntrack::new().unwrap())),
     }
 }
 
@@ -719,4 +649,104 @@ uml_test!(graceful_termination_with_real_connections, {
         8080
     ));
     drop(held);
+});
+
+fn udp_echo_pod(ns: &str, host_if: &str, host_ip: &str, pod_ip: &str) {
+    let dir = common::uml::guest_run_dir().unwrap();
+    let script = dir.join(format!("{ns}-echo.py"));
+    std::fs::write(
+        &script,
+        format!(
+            "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('{pod_ip}', 5353))\nwhile True:\n    d, a = s.recvfrom(2048)\n    s.sendto(d, a)\n"
+        ),
+    )
+    .unwrap();
+    sh(&format!(
+        "ip netns add {ns}
+         ip link add {host_if} type veth peer name eth0 netns {ns}
+         ip addr add {host_ip}/24 dev {host_if} && ip link set {host_if} up
+         ip netns exec {ns} ip addr add {pod_ip}/24 dev eth0
+         ip netns exec {ns} ip link set eth0 up
+         ip netns exec {ns} ip link set lo up
+         ip netns exec {ns} ip route add default via {host_ip}
+         (ip netns exec {ns} /usr/bin/python3 {} >/tmp/{ns}.log 2>&1 &)",
+        script.display()
+    ));
+}
+
+/// Sends one datagram through 10.96.0.53:53 from a new socket until it is answered; returns the socket.
+fn udp_exchange() -> std::net::UdpSocket {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    for _ in 0..50 {
+        s.send_to(b"ping", "10.96.0.53:53").unwrap();
+        if s.recv_from(&mut buf).is_ok() {
+            return s;
+        }
+    }
+    panic!("no UDP answer: {}", sh("ipvsadm -Ln; cat /tmp/*.log"));
+}
+
+uml_test!(stale_udp_conntrack_flows_are_deleted, {
+    // IPVS keeps conntrack entries (as prepare_node sets); a conntrack match makes the kernel track.
+    sh("sysctl -qw net.ipv4.vs.conntrack=1
+        iptables -A OUTPUT -m conntrack --ctstate NEW,ESTABLISHED -j ACCEPT");
+    udp_echo_pod("upod1", "uveth1", "10.244.1.1", "10.244.1.2");
+    udp_echo_pod("upod2", "uveth2", "10.244.2.1", "10.244.2.2");
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = Proxier::new(
+        backends(&log),
+        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
+    );
+    let c4 = config(IpFamily::V4);
+    let apply = |p: &mut Proxier, d: &DesiredState| {
+        let r = p.apply(
+            &[FamilyInput {
+                desired: d,
+                config: &c4,
+                node_port_ips: &[],
+            }],
+            false,
+            &ConntrackHints::default(),
+        );
+        assert_eq!(r.failure_count(), 0, "{r:#?}");
+        r
+    };
+    let both = [("10.244.1.2", 5353), ("10.244.2.2", 5353)];
+    apply(&mut p, &graceful_plan(&[], &both));
+    // Round robin: one flow to each pod.
+    let a = udp_exchange();
+    let b = udp_exchange();
+    let ports = [
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    ];
+    let mut ct = NetlinkConntrack::new().unwrap();
+    let ours = |ct: &mut NetlinkConntrack| -> Vec<ConntrackFlow> {
+        ct.udp_flows(IpFamily::V4)
+            .unwrap()
+            .into_iter()
+            .filter(|f| f.orig_dport == 53 && ports.contains(&f.orig_sport))
+            .collect()
+    };
+    let before = ours(&mut ct);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let replies: BTreeSet<IpAddr> = before.iter().map(|f| f.reply_src).collect();
+    assert_eq!(replies, [ip("10.244.1.2"), ip("10.244.2.2")].into());
+
+    // upod2 leaves: its real server goes at once (UDP) and so does its flow; upod1's flow stays.
+    let r = apply(&mut p, &graceful_plan(&[], &both[..1]));
+    assert_eq!(r.conntrack_deleted, 1, "{r:#?}");
+    let after = ours(&mut ct);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].reply_src, ip("10.244.1.2"));
+    // The service goes: its remaining flow goes too.
+    let mut gone = graceful_plan(&[], &[]);
+    gone.virtual_servers
+        .retain(|k, _| k.protocol == Protocol::Tcp);
+    let r = apply(&mut p, &gone);
+    assert_eq!(r.conntrack_deleted, 1, "{r:#?}");
+    assert!(ours(&mut ct).is_empty());
 });

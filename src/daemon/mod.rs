@@ -127,6 +127,8 @@ fn watch_node(
 /// Runs the daemon until it is told to stop; `Ok` for a clean stop (signal), `Err` otherwise.
 pub async fn run(options: Options) -> anyhow::Result<()> {
     let options = Arc::new(options);
+    // Read the config file before anything else: an edit from now on makes the daemon exit.
+    let config_snapshot = options.config_path.as_deref().map(watch_config::snapshot);
     let c = &options.config;
     set_oom_score(c.oom_score_adj);
 
@@ -254,8 +256,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         health.clone(),
         stop_tx.clone(),
     );
-    if let Some(path) = options.config_path.clone() {
-        watch_config::spawn(path, stop_tx.clone());
+    if let (Some(path), Some(initial)) = (options.config_path.clone(), config_snapshot) {
+        watch_config::spawn(path, initial, stop_tx.clone());
     }
     {
         let stop_tx = stop_tx.clone();

@@ -9,12 +9,16 @@ use tokio::sync::mpsc;
 /// How often the file is read.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Starts polling `path`; sends [`Stop::ConfigChanged`] once its content differs from the first read.
-/// A file that cannot be read (e.g. mid-replacement) is ignored until it can be read again. As upstream,
-/// the daemon then exits with an error and is restarted by its DaemonSet.
-pub fn spawn(path: PathBuf, stop: mpsc::UnboundedSender<Stop>) {
+/// The file's content now (read as early as possible, so later edits are seen as changes).
+pub fn snapshot(path: &std::path::Path) -> Option<Vec<u8>> {
+    std::fs::read(path).ok()
+}
+
+/// Starts polling `path`; sends [`Stop::ConfigChanged`] once its content differs from `initial` (a
+/// [`snapshot`] taken at start). A file that cannot be read (e.g. mid-replacement) is ignored until it
+/// can be read again. As upstream, the daemon then exits with an error and is restarted by its DaemonSet.
+pub fn spawn(path: PathBuf, initial: Option<Vec<u8>>, stop: mpsc::UnboundedSender<Stop>) {
     tokio::spawn(async move {
-        let initial = tokio::fs::read(&path).await.ok();
         loop {
             tokio::time::sleep(POLL_INTERVAL).await;
             let Ok(now) = tokio::fs::read(&path).await else {
