@@ -20,11 +20,12 @@ impl Reconciler {
         // Per family, the member lists we expect once `ops` are applied.
         // Event-driven syncs with a delta patch the applied members instead (set, adds, dels).
         type Patch = (String, Vec<String>, Vec<String>);
-        let mut expected: Vec<(
+        type Expected = (
             crate::cluster::model::IpFamily,
             BTreeMap<String, BTreeSet<String>>,
             Vec<Patch>,
-        )> = Vec::new();
+        );
+        let mut expected: Vec<Expected> = Vec::new();
         for f in families {
             let applied = self.applied.entry(f.desired.family).or_default();
             let scope = match snap.ipsets {
