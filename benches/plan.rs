@@ -1,11 +1,14 @@
 //! Planner benchmark: median `plan()` time and plan size for 1k, 10k and 50k services with 10 endpoints
-//! each (10% NodePort, 10% ClientIP affinity). Run with `cargo bench --bench plan`.
+//! each (10% NodePort, 10% ClientIP affinity), then the incremental planner: its first (full) update and
+//! the median / p99 time of an update for one endpoint change. Run with `cargo bench --bench plan`.
 
 use kube_proxy_rs::cluster::model::{
     Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName,
 };
 use kube_proxy_rs::proxier::desired::DesiredState;
+use kube_proxy_rs::proxier::plan::incremental::IncrementalPlanner;
 use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig, plan};
+use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -79,6 +82,47 @@ fn size(d: &DesiredState) -> (usize, usize, usize, usize) {
     (vs, rs, entries, d.iptables_payload.len())
 }
 
+/// Times the incremental planner: one full update, then `runs` updates each changing one endpoint of one
+/// service (a different one each time).
+fn incremental(
+    sm: &ServiceMap,
+    em: &mut EndpointsMap,
+    node: &NodeFacts,
+    cfg: &PlanConfig,
+    runs: usize,
+) {
+    let services = sm.len();
+    let mut planner = IncrementalPlanner::new();
+    let t = Instant::now();
+    planner.update(sm, em, node, cfg, None);
+    let first = t.elapsed();
+    let mut times: Vec<Duration> = Vec::with_capacity(runs);
+    let mut changes = 0;
+    let names: Vec<_> = em.keys().cloned().collect();
+    for r in 0..runs {
+        let name = names[(r * 7919) % names.len()].clone();
+        let mut eps = (*em[&name]).clone();
+        eps[1].ready = !eps[1].ready;
+        em.insert(name.clone(), Arc::new(eps));
+        let changed = BTreeSet::from([name.service()]);
+        let t = Instant::now();
+        let (_, delta) = planner.update(black_box(sm), black_box(em), node, cfg, Some(&changed));
+        times.push(t.elapsed());
+        changes += delta.len();
+    }
+    times.sort();
+    let pct = |p: usize| times[(times.len() * p / 100).min(times.len() - 1)].as_secs_f64() * 1e3;
+    println!(
+        "incremental {services:>6} services: first update {:>8.2} ms; one endpoint change: median {:.3} ms, \
+         p99 {:.3} ms, max {:.3} ms over {runs} runs ({:.1} changes per delta)",
+        first.as_secs_f64() * 1e3,
+        pct(50),
+        pct(99),
+        times[times.len() - 1].as_secs_f64() * 1e3,
+        changes as f64 / runs as f64,
+    );
+}
+
 fn main() {
     let node = NodeFacts {
         node_name: NODE.into(),
@@ -97,7 +141,7 @@ fn main() {
         random_fully: true,
     };
     for (services, runs) in [(1_000u32, 21usize), (10_000, 11), (50_000, 5)] {
-        let (sm, em) = build(services);
+        let (sm, mut em) = build(services);
         let mut times: Vec<Duration> = Vec::with_capacity(runs);
         let mut last = None;
         for _ in 0..runs {
@@ -117,5 +161,6 @@ fn main() {
             times[0].as_secs_f64() * 1e3,
             times[times.len() - 1].as_secs_f64() * 1e3,
         );
+        incremental(&sm, &mut em, &node, &cfg, 200);
     }
 }

@@ -245,8 +245,8 @@ fn scenario_input(full: bool) -> SyncInput {
             config.local_detector = LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]);
         }
         FamilySnapshot {
-            services: services.clone(),
-            endpoints: endpoints.clone(),
+            services: services.clone().into(),
+            endpoints: endpoints.clone().into(),
             node: node.clone(),
             config,
         }
@@ -255,6 +255,7 @@ fn scenario_input(full: bool) -> SyncInput {
         families: vec![family(IpFamily::V4), family(IpFamily::V6)],
         full,
         conntrack: ConntrackHints::default(),
+        changed: None,
     }
 }
 

@@ -209,3 +209,19 @@ pub type ServiceMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
 
 /// Endpoints of every service port (all slices merged, sorted, deduplicated).
 pub type EndpointsMap = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
+
+/// The entries of `service`'s ports in a map keyed by port name: one range scan, as a service's ports sort
+/// together (namespace and name first; the empty port name and TCP sort lowest).
+pub fn ports_of<'a, V>(
+    map: &'a BTreeMap<ServicePortName, V>,
+    service: &'a ServiceName,
+) -> impl Iterator<Item = (&'a ServicePortName, &'a V)> + 'a {
+    let start = ServicePortName {
+        namespace: service.namespace.clone(),
+        name: service.name.clone(),
+        port_name: String::new(),
+        protocol: Protocol::Tcp,
+    };
+    map.range(start..)
+        .take_while(move |(k, _)| k.namespace == service.namespace && k.name == service.name)
+}

@@ -3,7 +3,7 @@
 //! service health checks, events) and schedule a retry on failure.
 
 use super::events::Events;
-use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
+use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName, ports_of};
 use crate::cluster::watch::{NodeInfo, Synced, Trackers};
 use crate::config::Options;
 use crate::metrics::{Metrics, TrafficPolicy};
@@ -104,8 +104,10 @@ pub struct SyncLoop {
     pub service_health: Arc<ServiceHealthServer>,
     pub runner: RunnerHandle,
     pub events: Events,
-    services: ServiceMap,
-    endpoints: EndpointsMap,
+    services: Arc<ServiceMap>,
+    endpoints: Arc<EndpointsMap>,
+    /// Services changed since the last sync that reached the proxier (`None`: unknown, replan all).
+    pending_changed: Option<BTreeSet<ServiceName>>,
     last_full: Option<Instant>,
     service_total: u64,
     endpoint_total: u64,
@@ -144,8 +146,8 @@ pub fn snapshots(
     options: &Options,
     node: Option<&NodeInfo>,
     local: &[(String, IpAddr)],
-    services: &ServiceMap,
-    endpoints: &EndpointsMap,
+    services: &Arc<ServiceMap>,
+    endpoints: &Arc<EndpointsMap>,
 ) -> Vec<FamilySnapshot> {
     let dummy = crate::kernel::link::DUMMY_DEVICE;
     let mut by_iface: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
@@ -216,8 +218,9 @@ impl SyncLoop {
             service_health,
             runner,
             events,
-            services: ServiceMap::new(),
-            endpoints: EndpointsMap::new(),
+            services: Arc::default(),
+            endpoints: Arc::default(),
+            pending_changed: None,
             last_full: None,
             service_total: 0,
             endpoint_total: 0,
@@ -233,12 +236,13 @@ impl SyncLoop {
         }
         let (svc, svc_pending, svc_total) = {
             let mut t = lock(&self.trackers.services);
-            let r = t.apply(&mut self.services);
+            // The previous sync dropped its reference: no copy.
+            let r = t.apply(Arc::make_mut(&mut self.services));
             (r, t.pending(), t.total())
         };
         let (eps, eps_pending, eps_total) = {
             let mut t = lock(&self.trackers.endpoints);
-            let r = t.apply(&mut self.endpoints);
+            let r = t.apply(Arc::make_mut(&mut self.endpoints));
             (r, t.pending(), t.total())
         };
         self.metrics.service_changes(
@@ -255,6 +259,12 @@ impl SyncLoop {
         let mut hints = ConntrackHints::from_updates(&svc, &eps);
         hints.merge(std::mem::take(&mut self.pending_hints));
         let kept_hints = hints.clone();
+        let changed = self.pending_changed.take().map(|mut c| {
+            c.extend(svc.updated_services.iter().cloned());
+            c.extend(eps.updated_services.iter().cloned());
+            c
+        });
+        let kept_changed = changed.clone();
         let full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.settings.sync_period);
@@ -283,6 +293,7 @@ impl SyncLoop {
                 families,
                 full,
                 conntrack: hints,
+                changed,
             });
             let mut health_checks: BTreeMap<ServiceName, (u16, usize)> = BTreeMap::new();
             let mut no_local = BTreeMap::new();
@@ -305,16 +316,23 @@ impl SyncLoop {
         })
         .await;
         let outcome = match outcome {
-            Ok(Ok(o)) => o,
+            Ok(Ok(o)) => {
+                self.pending_changed = Some(BTreeSet::new());
+                o
+            }
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "sync failed");
                 self.pending_hints = kept_hints;
+                // The proxier never saw these changes: hand them to the next sync.
+                self.pending_changed = kept_changed;
                 self.runner.retry_after(RETRY_DELAY);
                 return;
             }
             Err(e) => {
                 tracing::error!(error = %e, "sync thread panicked");
                 self.pending_hints = kept_hints;
+                // Unknown how far the proxier got: the next sync replans everything.
+                self.pending_changed = None;
                 self.runner.retry_after(RETRY_DELAY);
                 return;
             }
@@ -422,10 +440,7 @@ impl SyncLoop {
         now: SystemTime,
     ) {
         for (svc, times) in trigger_times {
-            let families: BTreeSet<IpFamily> = self
-                .services
-                .range(..)
-                .filter(|(name, _)| name.namespace == svc.namespace && name.name == svc.name)
+            let families: BTreeSet<IpFamily> = ports_of(&self.services, svc)
                 .flat_map(|(_, p)| p.cluster_ips.iter().map(IpFamily::of))
                 .filter(|f| self.settings.families.contains(f))
                 .collect();
@@ -514,14 +529,7 @@ mod tests {
             vec![IpFamily::V4, IpFamily::V6],
             true,
         );
-        let snaps = snapshots(
-            &s,
-            &o,
-            None,
-            &local(),
-            &ServiceMap::new(),
-            &EndpointsMap::new(),
-        );
+        let snaps = snapshots(&s, &o, None, &local(), &Arc::default(), &Arc::default());
         assert_eq!(snaps.len(), 2);
         let v4 = &snaps[0];
         assert_eq!(v4.config.family, IpFamily::V4);
@@ -557,8 +565,8 @@ mod tests {
             &o,
             Some(&node),
             &local(),
-            &ServiceMap::new(),
-            &EndpointsMap::new(),
+            &Arc::default(),
+            &Arc::default(),
         );
         assert_eq!(
             snaps[0].config.local_detector,

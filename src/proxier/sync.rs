@@ -1,23 +1,25 @@
 //! The proxier: plans each family and applies the plans to the kernel through one [`Reconciler`].
 
-use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap};
+use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
 use crate::proxier::desired::DesiredState;
 use crate::proxier::graceful::GracefulCheck;
+use crate::proxier::plan::incremental::IncrementalPlanner;
 use crate::proxier::plan::{NodeFacts, PlanConfig};
 use crate::proxier::reconcile::{Backends, ConntrackHints, FamilyInput, Reconciler};
 use crate::proxier::report::{SyncReport, SyncStep};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The planner function (`proxier::plan::plan` in production).
 pub type PlanFn =
     Box<dyn Fn(&ServiceMap, &EndpointsMap, &NodeFacts, &PlanConfig) -> DesiredState + Send>;
 
-/// One family's cluster snapshot and configuration.
+/// One family's cluster snapshot and configuration (the maps are shared, not copied, per sync).
 #[derive(Debug, Clone)]
 pub struct FamilySnapshot {
-    pub services: ServiceMap,
-    pub endpoints: EndpointsMap,
+    pub services: Arc<ServiceMap>,
+    pub endpoints: Arc<EndpointsMap>,
     pub node: NodeFacts,
     pub config: PlanConfig,
 }
@@ -31,6 +33,9 @@ pub struct SyncInput {
     pub full: bool,
     /// UDP services / endpoints that went away, from the trackers.
     pub conntrack: ConntrackHints,
+    /// Services whose Service or EndpointSlices changed since the previous sync (the trackers'
+    /// `updated_services`); `None` when unknown: everything is replanned.
+    pub changed: Option<BTreeSet<ServiceName>>,
 }
 
 /// Owns the kernel backends and the reconciler state of one kube-proxy process.
@@ -38,6 +43,8 @@ pub struct Proxier {
     backends: Backends,
     reconciler: Reconciler,
     planner: PlanFn,
+    /// Per family incremental planners (`with_planner`): syncs then cost O(changed services).
+    incremental: Option<BTreeMap<IpFamily, IncrementalPlanner>>,
     force_full: bool,
     last_desired: BTreeMap<IpFamily, DesiredState>,
 }
@@ -49,19 +56,26 @@ impl Proxier {
             backends,
             reconciler: Reconciler::new(),
             planner,
+            incremental: None,
             force_full: true,
             last_desired: BTreeMap::new(),
         }
     }
 
-    /// A proxier using the real planner ([`crate::proxier::plan::plan`]).
+    /// A proxier using the real planner incrementally ([`IncrementalPlanner`]): an event-driven sync
+    /// replans only `SyncInput::changed` and applies only what changed; a full sync replans everything.
     pub fn with_planner(backends: Backends) -> Self {
-        Self::new(backends, Box::new(crate::proxier::plan::plan))
+        let mut p = Self::new(backends, Box::new(crate::proxier::plan::plan));
+        p.incremental = Some(BTreeMap::new());
+        p
     }
 
     /// Plans every family and applies the plans. A full sync happens when asked, on the first sync, and
     /// after any sync that had a failure.
     pub fn sync_proxy_rules(&mut self, input: SyncInput) -> SyncReport {
+        if self.incremental.is_some() {
+            return self.sync_incremental(input);
+        }
         let start = Instant::now();
         let plan_start = Instant::now();
         let desired: Vec<DesiredState> = input
@@ -83,6 +97,52 @@ impl Proxier {
         report.add_step(SyncStep::Plan, plan_time);
         for d in desired {
             self.last_desired.insert(d.family, d);
+        }
+        report.duration = start.elapsed();
+        report
+    }
+
+    /// `sync_proxy_rules` with the incremental planners: only changed services are replanned, and an
+    /// event-driven sync hands the reconciler the delta so it looks only at changed objects.
+    fn sync_incremental(&mut self, input: SyncInput) -> SyncReport {
+        let start = Instant::now();
+        let full = input.full || self.force_full;
+        let planners = self.incremental.get_or_insert_with(BTreeMap::new);
+        planners.retain(|family, _| input.families.iter().any(|f| f.config.family == *family));
+        let mut changes = BTreeMap::new();
+        for f in &input.families {
+            let planner = planners.entry(f.config.family).or_default();
+            // A full sync replans from scratch: the periodic safety net for the incremental state too.
+            let changed = if full { None } else { input.changed.as_ref() };
+            let (_, delta) = planner.update(&f.services, &f.endpoints, &f.node, &f.config, changed);
+            changes.insert(f.config.family, delta);
+        }
+        let plan_time = start.elapsed();
+        let inputs: Vec<FamilyInput<'_>> = input
+            .families
+            .iter()
+            .filter_map(|f| {
+                let desired = planners.get(&f.config.family)?.state()?;
+                Some(FamilyInput {
+                    desired,
+                    config: &f.config,
+                    node_port_ips: &f.node.node_port_ips,
+                })
+            })
+            .collect();
+        let mut report = SyncReport::default();
+        self.reconciler.apply_changes(
+            &mut self.backends,
+            &inputs,
+            changes,
+            full,
+            &input.conntrack,
+            &mut report,
+        );
+        self.force_full = report.retry_needed;
+        report.add_step(SyncStep::Plan, plan_time);
+        for f in &input.families {
+            self.last_desired.remove(&f.config.family);
         }
         report.duration = start.elapsed();
         report
@@ -126,7 +186,9 @@ impl Proxier {
 
     /// The plan last applied for a family (health-check listeners, debugging).
     pub fn last_desired(&self, family: IpFamily) -> Option<&DesiredState> {
-        self.last_desired.get(&family)
+        self.last_desired
+            .get(&family)
+            .or_else(|| self.incremental.as_ref()?.get(&family)?.state())
     }
 
     /// The reconciler (applied state, graceful queue).

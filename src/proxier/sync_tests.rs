@@ -850,6 +850,7 @@ fn sync_proxy_rules_plans_each_family() {
         families: vec![snap],
         full: false,
         conntrack: ConntrackHints::default(),
+        changed: None,
     };
     let r = p.sync_proxy_rules(input.clone());
     assert_eq!(r.ipvs_services.added, 4);

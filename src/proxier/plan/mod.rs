@@ -1,6 +1,7 @@
 //! The pure planner: cluster state and node facts in, desired kernel state out. No I/O, no clock, no
 //! globals: `plan` reproduces what upstream kube-proxy's IPVS `syncProxyRules` programs for one family.
 
+pub mod incremental;
 pub mod ipsets;
 pub mod iptables;
 pub mod ipvs;
@@ -67,7 +68,7 @@ pub struct NodeFacts {
 pub use node_ports::node_port_ips;
 
 /// Services that fell back to cluster endpoints for lack of a local one, by traffic policy.
-#[derive(Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct NoLocal {
     internal: BTreeSet<ServiceName>,
     external: BTreeSet<ServiceName>,
@@ -96,24 +97,37 @@ fn pick(
     destinations(&cat.cluster)
 }
 
-/// Accumulates the plan while walking the services.
-struct Builder<'a> {
+/// The node facts and configuration every service port is planned against, prepared once per plan.
+#[derive(Debug, Clone)]
+struct Context {
     family: IpFamily,
-    node: &'a NodeFacts,
-    scheduler: &'a str,
+    node_name: String,
+    zone: Option<String>,
+    scheduler: String,
+    /// The node's primary IP of this family (LB source-range checks).
     node_ip: Option<IpAddr>,
+    /// NodePort addresses of this family, sorted and deduplicated.
     node_port_ips: Vec<IpAddr>,
     local_addrs: HashSet<IpAddr>,
-    /// Members per set (duplicates allowed; sorted into sets at the end, cheaper than tree inserts).
+}
+
+/// What some service ports add to the plan. The full plan accumulates every service port into one;
+/// the incremental planner keeps one per service and aggregates them with reference counts.
+#[derive(Debug, Default, Clone)]
+struct Contribution {
+    /// Members per set (duplicates allowed; `IpvsIps` is derived from `bound` at the end).
     sets: [Vec<String>; 17],
+    /// Virtual servers; a later service port writing the same key wins, as upstream.
     virtual_servers: BTreeMap<crate::kernel::ipvs::IpvsServiceKey, DesiredVirtualServer>,
     bound: BTreeSet<IpAddr>,
     no_local: NoLocal,
+    /// LB ip/proto/port whose source ranges exclude the node, in service-port order.
     lb_no_node_access: Vec<(IpAddr, Protocol, u16)>,
+    /// Health-check node port and ready local endpoint IPs per ETP=Local service.
     health: BTreeMap<ServiceName, (u16, BTreeSet<IpAddr>)>,
 }
 
-impl Builder<'_> {
+impl Contribution {
     fn set(&mut self, kind: SetKind, e: String) {
         self.sets[kind.index()].push(e);
     }
@@ -127,18 +141,50 @@ impl Builder<'_> {
             },
         );
     }
+}
 
-    fn service_port(&mut self, svc: &ServicePort, eps: &[Endpoint]) {
+impl Context {
+    fn new(node: &NodeFacts, cfg: &PlanConfig) -> Self {
+        let family = cfg.family;
+        let mut node_port_ips: Vec<IpAddr> = node
+            .node_port_ips
+            .iter()
+            .copied()
+            .filter(|ip| IpFamily::of(ip) == family)
+            .collect();
+        node_port_ips.sort();
+        node_port_ips.dedup();
+        Context {
+            family,
+            node_name: node.node_name.clone(),
+            zone: node.zone.clone(),
+            scheduler: if cfg.scheduler.is_empty() {
+                DEFAULT_SCHEDULER.to_string()
+            } else {
+                cfg.scheduler.clone()
+            },
+            node_ip: node
+                .node_ips
+                .iter()
+                .copied()
+                .find(|ip| IpFamily::of(ip) == family),
+            node_port_ips,
+            local_addrs: node.local_addresses.iter().copied().collect(),
+        }
+    }
+
+    /// Adds what one service port programs to `acc`. The only place that decides per service port.
+    fn service_port(&self, acc: &mut Contribution, svc: &ServicePort, eps: &[Endpoint]) {
         let family = self.family;
         let Some(cluster_ip) = svc.cluster_ip(family) else {
             return;
         };
         let proto = svc.protocol;
         let port = svc.port;
-        let node_name = self.node.node_name.as_str();
+        let node_name = self.node_name.as_str();
 
         if let Some(hc) = svc.health_check_node_port {
-            let e = self
+            let e = acc
                 .health
                 .entry(svc.name.service())
                 .or_insert_with(|| (hc, BTreeSet::new()));
@@ -153,24 +199,24 @@ impl Builder<'_> {
         // Hairpin: every local endpoint, whatever its condition.
         for ep in eps {
             if IpFamily::of(&ep.ip) == family && ep.is_local(node_name) {
-                self.set(
+                acc.set(
                     SetKind::LoopBack,
                     entry(|s| ip_port_ip(s, ep.ip, proto, ep.port, ep.ip)),
                 );
             }
         }
 
-        let cat = categorize(eps, svc, family, node_name, self.node.zone.as_deref());
-        let tmpl = VsTemplate::new(svc, self.scheduler, family);
+        let cat = categorize(eps, svc, family, node_name, self.zone.as_deref());
+        let tmpl = VsTemplate::new(svc, &self.scheduler, family);
         let etp_local = svc.external_policy_local();
 
-        self.set(
+        acc.set(
             SetKind::ClusterIp,
             entry(|s| ip_port(s, cluster_ip, proto, port)),
         );
-        let d = pick(&cat, svc, svc.internal_policy_local, &mut self.no_local);
-        self.add_vs(tmpl.at(cluster_ip, port), d);
-        self.bound.insert(cluster_ip);
+        let d = pick(&cat, svc, svc.internal_policy_local, &mut acc.no_local);
+        acc.add_vs(tmpl.at(cluster_ip, port), d);
+        acc.bound.insert(cluster_ip);
 
         for ext in svc.external_ips_of(family) {
             let kind = if etp_local {
@@ -178,18 +224,18 @@ impl Builder<'_> {
             } else {
                 SetKind::ExternalIp
             };
-            self.set(kind, entry(|s| ip_port(s, ext, proto, port)));
-            let d = pick(&cat, svc, etp_local, &mut self.no_local);
-            self.add_vs(tmpl.at(ext, port), d);
+            acc.set(kind, entry(|s| ip_port(s, ext, proto, port)));
+            let d = pick(&cat, svc, etp_local, &mut acc.no_local);
+            acc.add_vs(tmpl.at(ext, port), d);
             if !self.local_addrs.contains(&ext) {
-                self.bound.insert(ext);
+                acc.bound.insert(ext);
             }
         }
 
         for lb in svc.load_balancer_ips_of(family) {
             let e = entry(|s| ip_port(s, lb, proto, port));
             if etp_local {
-                self.set(SetKind::LoadBalancerLocal, e.clone());
+                acc.set(SetKind::LoadBalancerLocal, e.clone());
             }
             let ranges: Vec<IpNet> = svc
                 .load_balancer_source_ranges
@@ -198,10 +244,10 @@ impl Builder<'_> {
                 .filter(|r| IpFamily::of_net(r) == family)
                 .collect();
             if !ranges.is_empty() {
-                self.set(SetKind::LoadBalancerFw, e.clone());
+                acc.set(SetKind::LoadBalancerFw, e.clone());
                 let mut allow_from_node = false;
                 for r in &ranges {
-                    self.set(
+                    acc.set(
                         SetKind::LoadBalancerSourceCidr,
                         entry(|s| ip_port_net(s, lb, proto, port, *r)),
                     );
@@ -210,19 +256,19 @@ impl Builder<'_> {
                     }
                 }
                 if allow_from_node {
-                    self.set(
+                    acc.set(
                         SetKind::LoadBalancerSourceIp,
                         entry(|s| ip_port_ip(s, lb, proto, port, lb)),
                     );
                 } else {
-                    self.lb_no_node_access.push((lb, proto, port));
+                    acc.lb_no_node_access.push((lb, proto, port));
                 }
             }
-            self.set(SetKind::LoadBalancer, e);
-            let d = pick(&cat, svc, etp_local, &mut self.no_local);
-            self.add_vs(tmpl.at(lb, port), d);
+            acc.set(SetKind::LoadBalancer, e);
+            let d = pick(&cat, svc, etp_local, &mut acc.no_local);
+            acc.add_vs(tmpl.at(lb, port), d);
             if !self.local_addrs.contains(&lb) {
-                self.bound.insert(lb);
+                acc.bound.insert(lb);
             }
         }
 
@@ -246,23 +292,64 @@ impl Builder<'_> {
             };
             if etp_local {
                 for e in &entries {
-                    self.set(local, e.clone());
+                    acc.set(local, e.clone());
                 }
             }
             for e in entries {
-                self.set(all, e);
+                acc.set(all, e);
             }
-            for i in 0..self.node_port_ips.len() {
-                let ip = self.node_port_ips[i];
-                let d = pick(&cat, svc, etp_local, &mut self.no_local);
-                self.add_vs(tmpl.at(ip, node_port), d);
+            for ip in &self.node_port_ips {
+                let d = pick(&cat, svc, etp_local, &mut acc.no_local);
+                acc.add_vs(tmpl.at(*ip, node_port), d);
             }
         }
 
         if let Some(hc) = svc.health_check_node_port {
-            self.set(SetKind::HealthCheckNodePort, hc.to_string());
+            acc.set(SetKind::HealthCheckNodePort, hc.to_string());
         }
     }
+}
+
+/// Kernel names of this family's sets, indexed by [`SetKind::index`].
+fn set_names(family: IpFamily) -> [String; 17] {
+    SetKind::ALL.map(|k| k.name(family))
+}
+
+/// The iptables payload: it depends only on the configuration, which sets have members and the LB
+/// addresses the node may not reach.
+fn rules_payload(
+    cfg: &PlanConfig,
+    set_names: &[String; 17],
+    set_non_empty: [bool; 17],
+    lb_no_node_access: &[(IpAddr, Protocol, u16)],
+) -> String {
+    iptables::payload(&iptables::RulesInput {
+        family: cfg.family,
+        set_names,
+        set_non_empty,
+        masquerade_all: cfg.masquerade_all,
+        local_detector: &cfg.local_detector,
+        mark: 1u32.checked_shl(cfg.masquerade_bit).unwrap_or(1 << 14),
+        random_fully: cfg.random_fully,
+        lb_no_node_access,
+    })
+}
+
+/// Health-check listener of one service from its accumulated node port and local endpoint IPs.
+fn health_check(service: ServiceName, hc: &(u16, BTreeSet<IpAddr>)) -> HealthCheckService {
+    HealthCheckService {
+        service,
+        node_port: hc.0,
+        local_endpoints: hc.1.len(),
+    }
+}
+
+/// The no-local-endpoints metric values.
+fn no_local_counts(internal: usize, external: usize) -> BTreeMap<&'static str, u64> {
+    let mut m = BTreeMap::new();
+    m.insert("internal", internal as u64);
+    m.insert("external", external as u64);
+    m
 }
 
 /// Computes everything upstream's IPVS proxier programs for `cfg.family` from the service and endpoint
@@ -274,39 +361,8 @@ pub fn plan(
     cfg: &PlanConfig,
 ) -> DesiredState {
     let family = cfg.family;
-    let scheduler = if cfg.scheduler.is_empty() {
-        DEFAULT_SCHEDULER
-    } else {
-        cfg.scheduler.as_str()
-    };
-    let mut b = Builder {
-        family,
-        node,
-        scheduler,
-        node_ip: node
-            .node_ips
-            .iter()
-            .copied()
-            .find(|ip| IpFamily::of(ip) == family),
-        node_port_ips: {
-            let mut v: Vec<IpAddr> = node
-                .node_port_ips
-                .iter()
-                .copied()
-                .filter(|ip| IpFamily::of(ip) == family)
-                .collect();
-            v.sort();
-            v.dedup();
-            v
-        },
-        local_addrs: node.local_addresses.iter().copied().collect(),
-        sets: Default::default(),
-        virtual_servers: BTreeMap::new(),
-        bound: BTreeSet::new(),
-        no_local: NoLocal::default(),
-        lb_no_node_access: Vec::new(),
-        health: BTreeMap::new(),
-    };
+    let ctx = Context::new(node, cfg);
+    let mut b = Contribution::default();
 
     // Both maps are sorted by service port name: walk them together instead of looking each one up.
     let mut eps_iter = endpoints.iter().peekable();
@@ -316,25 +372,16 @@ pub fn plan(
             Some((_, e)) => e.as_slice(),
             None => &[],
         };
-        b.service_port(svc, eps);
+        ctx.service_port(&mut b, svc, eps);
     }
 
     for ip in &b.bound {
         b.sets[SetKind::IpvsIps.index()].push(ip.to_string());
     }
 
-    let set_names: [String; 17] = SetKind::ALL.map(|k| k.name(family));
+    let set_names = set_names(family);
     let set_non_empty: [bool; 17] = std::array::from_fn(|i| !b.sets[i].is_empty());
-    let iptables_payload = iptables::payload(&iptables::RulesInput {
-        family,
-        set_names: &set_names,
-        set_non_empty,
-        masquerade_all: cfg.masquerade_all,
-        local_detector: &cfg.local_detector,
-        mark: 1u32.checked_shl(cfg.masquerade_bit).unwrap_or(1 << 14),
-        random_fully: cfg.random_fully,
-        lb_no_node_access: &b.lb_no_node_access,
-    });
+    let iptables_payload = rules_payload(cfg, &set_names, set_non_empty, &b.lb_no_node_access);
 
     let mut ipsets = BTreeMap::new();
     for (kind, entries) in SetKind::ALL.into_iter().zip(b.sets) {
@@ -345,17 +392,9 @@ pub fn plan(
 
     let health_checks = b
         .health
-        .into_iter()
-        .map(|(service, (node_port, ips))| HealthCheckService {
-            service,
-            node_port,
-            local_endpoints: ips.len(),
-        })
+        .iter()
+        .map(|(service, hc)| health_check(service.clone(), hc))
         .collect();
-
-    let mut no_local_endpoints = BTreeMap::new();
-    no_local_endpoints.insert("internal", b.no_local.internal.len() as u64);
-    no_local_endpoints.insert("external", b.no_local.external.len() as u64);
 
     DesiredState {
         family,
@@ -365,6 +404,6 @@ pub fn plan(
         jumps: iptables::jumps(),
         bound_addresses: b.bound,
         health_checks,
-        no_local_endpoints,
+        no_local_endpoints: no_local_counts(b.no_local.internal.len(), b.no_local.external.len()),
     }
 }

@@ -51,8 +51,29 @@ impl Reconciler {
                     .collect();
             }
             let want = &f.desired.bound_addresses;
-            let to_add: Vec<IpAddr> = want.difference(&applied.addresses).copied().collect();
-            let to_del: Vec<IpAddr> = applied.addresses.difference(want).copied().collect();
+            let scope = match &snap.addresses {
+                Some(_) => None,
+                None => self.changes.get(&family).filter(|c| !c.full),
+            };
+            let (to_add, to_del): (Vec<IpAddr>, Vec<IpAddr>) = match scope {
+                // Event-driven with a delta: only the addresses it names.
+                Some(c) => (
+                    c.addresses_added
+                        .iter()
+                        .filter(|ip| want.contains(ip) && !applied.addresses.contains(ip))
+                        .copied()
+                        .collect(),
+                    c.addresses_removed
+                        .iter()
+                        .filter(|ip| !want.contains(ip) && applied.addresses.contains(ip))
+                        .copied()
+                        .collect(),
+                ),
+                None => (
+                    want.difference(&applied.addresses).copied().collect(),
+                    applied.addresses.difference(want).copied().collect(),
+                ),
+            };
             for ip in to_add {
                 match k.links.add_address(DUMMY_DEVICE, ip) {
                     Ok(_) => {

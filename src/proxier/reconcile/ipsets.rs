@@ -18,10 +18,14 @@ impl Reconciler {
         let empty = BTreeSet::new();
         let mut ops = Vec::new();
         // Per family, the member lists we expect once `ops` are applied.
-        let mut expected: Vec<(
+        // Event-driven syncs with a delta patch the applied members instead (set, adds, dels).
+        type Patch = (String, Vec<String>, Vec<String>);
+        type Expected = (
             crate::cluster::model::IpFamily,
             BTreeMap<String, BTreeSet<String>>,
-        )> = Vec::new();
+            Vec<Patch>,
+        );
+        let mut expected: Vec<Expected> = Vec::new();
         // Missing sets of every family are created together (one process with the real backend); should
         // that fail, each set is tried on its own below so one bad set cannot block the others.
         let missing: Vec<_> = families
@@ -41,8 +45,13 @@ impl Reconciler {
         let created_together = !missing.is_empty() && k.ipsets.create_all(&missing).is_ok();
         for f in families {
             let applied = self.applied.entry(f.desired.family).or_default();
+            let scope = match snap.ipsets {
+                Some(_) => None,
+                None => self.changes.get(&f.desired.family).filter(|c| !c.full),
+            };
             let current = snap.ipsets.as_ref().unwrap_or(&applied.ipsets);
             let mut next = BTreeMap::new();
+            let mut patches = Vec::new();
             for (name, set) in &f.desired.ipsets {
                 let members = match current.get(name) {
                     Some(m) => m,
@@ -61,6 +70,41 @@ impl Reconciler {
                         &empty
                     }
                 };
+                // A set just created gets all its members below, whatever the delta says.
+                if let Some(c) = scope.filter(|_| current.contains_key(name)) {
+                    let dels: Vec<String> = c
+                        .set_dels
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .filter(|e| members.contains(*e))
+                        .cloned()
+                        .collect();
+                    let adds: Vec<String> = c
+                        .set_adds
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .filter(|e| !members.contains(*e))
+                        .cloned()
+                        .collect();
+                    for e in &dels {
+                        ops.push(IpSetOp::Del {
+                            set: name.clone(),
+                            entry: e.clone(),
+                        });
+                    }
+                    for e in &adds {
+                        ops.push(IpSetOp::Add {
+                            set: name.clone(),
+                            entry: e.clone(),
+                        });
+                    }
+                    if !adds.is_empty() || !dels.is_empty() {
+                        patches.push((name.clone(), adds, dels));
+                    }
+                    continue;
+                }
                 // Deletions first: should a planned entry ever differ in text from the kernel's form of the
                 // same member, the member ends up present (deleted, then re-added), never missing.
                 for e in members.difference(&set.entries) {
@@ -79,7 +123,7 @@ impl Reconciler {
                     next.insert(name.clone(), set.entries.clone());
                 }
             }
-            expected.push((f.desired.family, next));
+            expected.push((f.desired.family, next, patches));
         }
         let ok = if ops.is_empty() {
             true
@@ -119,7 +163,7 @@ impl Reconciler {
                 }
             }
         };
-        for (family, sets) in expected {
+        for (family, sets, patches) in expected {
             let applied = self.applied.entry(family).or_default();
             if ok {
                 // `sets` holds only the sets whose members changed; drop sets no longer planned.
@@ -130,6 +174,13 @@ impl Reconciler {
                     .collect();
                 applied.ipsets.retain(|name, _| planned.contains(name));
                 applied.ipsets.extend(sets);
+                for (name, adds, dels) in patches {
+                    let members = applied.ipsets.entry(name).or_default();
+                    for e in &dels {
+                        members.remove(e);
+                    }
+                    members.extend(adds);
+                }
             } else {
                 // Unknown kernel contents: forget them, so the next (full) sync compares with a dump.
                 applied.ipsets.clear();

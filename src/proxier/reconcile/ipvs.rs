@@ -116,6 +116,28 @@ impl Reconciler {
                     .collect()
             });
         let full = kernel.is_some();
+        // Event-driven with a delta: only the virtual servers it names (added/changed, removed).
+        let scope: Option<(Vec<IpvsServiceKey>, Vec<IpvsServiceKey>)> = if full {
+            None
+        } else {
+            self.scope(family).map(|c| {
+                (
+                    c.vs_added
+                        .keys()
+                        .chain(c.vs_changed.keys())
+                        .copied()
+                        .collect(),
+                    c.vs_removed.iter().copied().collect(),
+                )
+            })
+        };
+        let wanted: Vec<(&IpvsServiceKey, &DesiredVirtualServer)> = match &scope {
+            Some((upserts, _)) => upserts
+                .iter()
+                .filter_map(|k| f.desired.virtual_servers.get_key_value(k))
+                .collect(),
+            None => f.desired.virtual_servers.iter().collect(),
+        };
         // `applied.virtual_servers` is updated in place: unchanged virtual servers cost no copy.
         let mut failed_deletes: BTreeSet<IpvsServiceKey> = BTreeSet::new();
 
@@ -129,7 +151,7 @@ impl Reconciler {
             bool,
             Option<usize>,
         )> = Vec::new();
-        for (key, dvs) in &f.desired.virtual_servers {
+        for (key, dvs) in wanted {
             let current = match &kernel {
                 Some(kmap) => kmap.get(key).copied(),
                 None => applied.virtual_servers.get(key).map(|p| &p.service),
@@ -299,6 +321,14 @@ impl Reconciler {
                     .copied()
                     .collect()
             }
+            None if scope.is_some() => scope
+                .iter()
+                .flat_map(|(_, removed)| removed)
+                .filter(|key| applied.virtual_servers.contains_key(key))
+                .filter(|key| !f.desired.virtual_servers.contains_key(key))
+                .filter(|key| !excluded(&key.addr, &f.config.exclude_cidrs))
+                .copied()
+                .collect(),
             None => applied
                 .virtual_servers
                 .keys()
@@ -330,9 +360,20 @@ impl Reconciler {
         }
 
         // Keep what is planned (as applied) and what we failed to delete (so it is retried).
-        applied.virtual_servers.retain(|key, _| {
-            f.desired.virtual_servers.contains_key(key) || failed_deletes.contains(key)
-        });
+        match &scope {
+            // Only removed virtual servers can have left the plan.
+            Some((_, removed)) => {
+                for key in removed {
+                    if !f.desired.virtual_servers.contains_key(key) && !failed_deletes.contains(key)
+                    {
+                        applied.virtual_servers.remove(key);
+                    }
+                }
+            }
+            None => applied.virtual_servers.retain(|key, _| {
+                f.desired.virtual_servers.contains_key(key) || failed_deletes.contains(key)
+            }),
+        }
         applied.node_port_ips = f.node_port_ips.iter().copied().collect();
         self.applied.insert(family, applied);
     }

@@ -25,6 +25,7 @@ use crate::kernel::link::Links;
 use crate::proxier::desired::{DesiredState, DesiredVirtualServer};
 use crate::proxier::graceful::{GracefulCheck, GracefulTermination};
 use crate::proxier::plan::PlanConfig;
+use crate::proxier::plan::incremental::DesiredDelta;
 use crate::proxier::report::SyncReport;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -113,6 +114,9 @@ pub struct Reconciler {
     applied: BTreeMap<IpFamily, Applied>,
     graceful: GracefulTermination,
     dummy_ok: bool,
+    /// During [`Reconciler::apply_changes`]: per family, what changed since the desired state applied
+    /// last; the event-driven steps then look only at these objects.
+    changes: BTreeMap<IpFamily, DesiredDelta>,
 }
 
 impl Reconciler {
@@ -134,6 +138,30 @@ impl Reconciler {
     /// Deletes drained real servers (production calls this every [`crate::proxier::graceful::CHECK_INTERVAL`]).
     pub fn check_graceful(&mut self, k: &mut Backends) -> GracefulCheck {
         self.graceful.check(k.ipvs.as_mut())
+    }
+
+    /// Like [`Reconciler::apply`], but an event-driven sync only looks at what `changes` lists for a
+    /// family (the difference between the desired state applied last and `families`' one), so its cost
+    /// is O(changes). Families without an entry, and full syncs, compare everything.
+    pub fn apply_changes(
+        &mut self,
+        k: &mut Backends,
+        families: &[FamilyInput<'_>],
+        changes: BTreeMap<IpFamily, DesiredDelta>,
+        full: bool,
+        hints: &ConntrackHints,
+        report: &mut SyncReport,
+    ) {
+        if !full {
+            self.changes = changes;
+        }
+        self.apply(k, families, full, hints, report);
+        self.changes.clear();
+    }
+
+    /// The changes an event-driven step may rely on for `family` (never during full syncs).
+    fn scope(&self, family: IpFamily) -> Option<&DesiredDelta> {
+        self.changes.get(&family).filter(|d| !d.full)
     }
 
     /// Applies every family's desired state. `full` dumps the kernel and repairs drift.

@@ -1,0 +1,749 @@
+//! Incremental planning: replan only the services that changed and report what changed in the desired
+//! state. Every service's contribution comes from the same per-service-port code as the full [`plan`];
+//! contributions are kept per service and aggregated with reference counts, because two services may
+//! contribute the same set entry, address or virtual server (shared ExternalIPs, NodePort bitmap ports).
+//!
+//! [`plan`]: super::plan
+
+use super::ipsets::SetKind;
+use super::{
+    Context, Contribution, NodeFacts, PlanConfig, health_check, iptables, no_local_counts,
+    rules_payload, set_names,
+};
+use crate::cluster::model::{
+    EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePortName, ports_of,
+};
+use crate::kernel::ipvs::IpvsServiceKey;
+use crate::proxier::desired::{
+    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+/// What changed in the desired state between two plans. Applying it to the previous state with
+/// [`DesiredDelta::apply`] gives the new state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredDelta {
+    /// Everything was replanned (first update, or node facts / configuration changed): consumers should
+    /// reconcile everything rather than trust the delta alone. After the first update the other fields
+    /// are left empty; after later full replans they hold the difference from the previous state.
+    pub full: bool,
+    /// Virtual servers that appeared, with their real servers.
+    pub vs_added: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    /// Virtual servers whose attributes or real servers changed (new value).
+    pub vs_changed: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    /// Virtual servers that went away.
+    pub vs_removed: BTreeSet<IpvsServiceKey>,
+    /// Entries to add, by set name.
+    pub set_adds: BTreeMap<String, BTreeSet<String>>,
+    /// Entries to delete, by set name.
+    pub set_dels: BTreeMap<String, BTreeSet<String>>,
+    /// Addresses to bind to kube-ipvs0.
+    pub addresses_added: BTreeSet<IpAddr>,
+    /// Addresses to unbind from kube-ipvs0.
+    pub addresses_removed: BTreeSet<IpAddr>,
+    /// The new iptables payload, when it changed.
+    pub iptables_payload: Option<String>,
+    /// The new jump rules, when they changed.
+    pub jumps: Option<Vec<JumpRule>>,
+    /// The new health-check listeners, when they changed.
+    pub health_checks: Option<Vec<HealthCheckService>>,
+    /// The new no-local-endpoints counts, when they changed.
+    pub no_local_endpoints: Option<BTreeMap<&'static str, u64>>,
+}
+
+impl DesiredDelta {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.vs_added.is_empty()
+            && self.vs_changed.is_empty()
+            && self.vs_removed.is_empty()
+            && self.set_adds.values().all(BTreeSet::is_empty)
+            && self.set_dels.values().all(BTreeSet::is_empty)
+            && self.addresses_added.is_empty()
+            && self.addresses_removed.is_empty()
+            && self.iptables_payload.is_none()
+            && self.jumps.is_none()
+            && self.health_checks.is_none()
+            && self.no_local_endpoints.is_none()
+    }
+
+    /// Number of virtual server, set entry and address changes (for logs and metrics).
+    pub fn len(&self) -> usize {
+        self.vs_added.len()
+            + self.vs_changed.len()
+            + self.vs_removed.len()
+            + self.set_adds.values().map(BTreeSet::len).sum::<usize>()
+            + self.set_dels.values().map(BTreeSet::len).sum::<usize>()
+            + self.addresses_added.len()
+            + self.addresses_removed.len()
+    }
+
+    /// Every difference from `old` to `new` (`None`, or another family: from an empty state). O(state).
+    pub fn between(old: Option<&DesiredState>, new: &DesiredState) -> DesiredDelta {
+        let empty;
+        let old = match old {
+            Some(o) if o.family == new.family => o,
+            _ => {
+                empty = empty_state(new.family);
+                &empty
+            }
+        };
+        let mut d = DesiredDelta::default();
+        for (k, v) in &new.virtual_servers {
+            match old.virtual_servers.get(k) {
+                None => {
+                    d.vs_added.insert(*k, v.clone());
+                }
+                Some(o) if o != v => {
+                    d.vs_changed.insert(*k, v.clone());
+                }
+                Some(_) => {}
+            }
+        }
+        for k in old.virtual_servers.keys() {
+            if !new.virtual_servers.contains_key(k) {
+                d.vs_removed.insert(*k);
+            }
+        }
+        for (name, set) in &new.ipsets {
+            let before = old.ipsets.get(name).map(|s| &s.entries);
+            let adds: BTreeSet<String> = set
+                .entries
+                .iter()
+                .filter(|e| !before.is_some_and(|b| b.contains(*e)))
+                .cloned()
+                .collect();
+            let dels: BTreeSet<String> = before
+                .map(|b| b.difference(&set.entries).cloned().collect())
+                .unwrap_or_default();
+            if !adds.is_empty() {
+                d.set_adds.insert(name.clone(), adds);
+            }
+            if !dels.is_empty() {
+                d.set_dels.insert(name.clone(), dels);
+            }
+        }
+        d.addresses_added = new
+            .bound_addresses
+            .difference(&old.bound_addresses)
+            .copied()
+            .collect();
+        d.addresses_removed = old
+            .bound_addresses
+            .difference(&new.bound_addresses)
+            .copied()
+            .collect();
+        if old.iptables_payload != new.iptables_payload {
+            d.iptables_payload = Some(new.iptables_payload.clone());
+        }
+        if old.jumps != new.jumps {
+            d.jumps = Some(new.jumps.clone());
+        }
+        if old.health_checks != new.health_checks {
+            d.health_checks = Some(new.health_checks.clone());
+        }
+        if old.no_local_endpoints != new.no_local_endpoints {
+            d.no_local_endpoints = Some(new.no_local_endpoints.clone());
+        }
+        d
+    }
+
+    /// Applies this delta to `state` (the state it was computed from).
+    pub fn apply(&self, state: &mut DesiredState) {
+        for k in &self.vs_removed {
+            state.virtual_servers.remove(k);
+        }
+        for (k, v) in self.vs_added.iter().chain(&self.vs_changed) {
+            state.virtual_servers.insert(*k, v.clone());
+        }
+        for (name, dels) in &self.set_dels {
+            if let Some(s) = state.ipsets.get_mut(name) {
+                for e in dels {
+                    s.entries.remove(e);
+                }
+            }
+        }
+        for (name, adds) in &self.set_adds {
+            if let Some(s) = state.ipsets.get_mut(name) {
+                s.entries.extend(adds.iter().cloned());
+            }
+        }
+        for a in &self.addresses_removed {
+            state.bound_addresses.remove(a);
+        }
+        state
+            .bound_addresses
+            .extend(self.addresses_added.iter().copied());
+        if let Some(p) = &self.iptables_payload {
+            state.iptables_payload.clone_from(p);
+        }
+        if let Some(j) = &self.jumps {
+            state.jumps.clone_from(j);
+        }
+        if let Some(h) = &self.health_checks {
+            state.health_checks.clone_from(h);
+        }
+        if let Some(n) = &self.no_local_endpoints {
+            state.no_local_endpoints.clone_from(n);
+        }
+    }
+}
+
+/// A state with every set of `family` created but empty, nothing else (no payload, no jumps).
+pub fn empty_state(family: IpFamily) -> DesiredState {
+    DesiredState {
+        family,
+        virtual_servers: BTreeMap::new(),
+        ipsets: SetKind::ALL
+            .iter()
+            .map(|k| {
+                let spec = k.spec(family);
+                (
+                    spec.name.clone(),
+                    DesiredIpSet {
+                        spec,
+                        entries: BTreeSet::new(),
+                    },
+                )
+            })
+            .collect(),
+        iptables_payload: String::new(),
+        jumps: Vec::new(),
+        bound_addresses: BTreeSet::new(),
+        health_checks: Vec::new(),
+        no_local_endpoints: no_local_counts(0, 0),
+    }
+}
+
+/// What one service contributes, kept between updates (virtual server values live in the state).
+#[derive(Debug, Default)]
+struct Stored {
+    vs_keys: Vec<IpvsServiceKey>,
+    /// Set entries, sorted and deduplicated (`IpvsIps` excluded: derived from the bound addresses).
+    entries: Vec<(SetKind, String)>,
+    /// Addresses to bind, sorted.
+    bound: Vec<IpAddr>,
+    no_local_internal: bool,
+    no_local_external: bool,
+}
+
+/// One service's freshly computed contribution, split for aggregation.
+struct Fresh {
+    stored: Stored,
+    virtual_servers: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    lb_no_node_access: Vec<(IpAddr, Protocol, u16)>,
+    health: Option<HealthCheckService>,
+}
+
+impl Fresh {
+    fn from(name: &ServiceName, mut c: Contribution) -> Fresh {
+        let mut entries: Vec<(SetKind, String)> = Vec::new();
+        for (kind, list) in SetKind::ALL.into_iter().zip(c.sets) {
+            entries.extend(list.into_iter().map(|e| (kind, e)));
+        }
+        entries.sort_unstable();
+        entries.dedup();
+        let health = c
+            .health
+            .remove(name)
+            .map(|hc| health_check(name.clone(), &hc));
+        Fresh {
+            stored: Stored {
+                vs_keys: c.virtual_servers.keys().copied().collect(),
+                entries,
+                bound: c.bound.into_iter().collect(),
+                no_local_internal: c.no_local.internal.contains(name),
+                no_local_external: c.no_local.external.contains(name),
+            },
+            virtual_servers: c.virtual_servers,
+            lb_no_node_access: c.lb_no_node_access,
+            health,
+        }
+    }
+}
+
+/// Keys, entries and addresses touched by one update, resolved against the reference counts at the end.
+#[derive(Default)]
+struct Touched {
+    vs: BTreeSet<IpvsServiceKey>,
+    entries: Vec<(SetKind, String)>,
+    bound: Vec<IpAddr>,
+    lb_rules: bool,
+    health: bool,
+    no_local: bool,
+}
+
+/// Keeps each service's contribution to the plan so that an update costs O(changed services).
+#[derive(Debug, Default)]
+pub struct IncrementalPlanner {
+    inner: Option<Planned>,
+}
+
+/// The aggregated contributions for one set of node facts and configuration, and the resulting state.
+#[derive(Debug)]
+struct Planned {
+    node: NodeFacts,
+    cfg: PlanConfig,
+    ctx: Context,
+    set_names: [String; 17],
+    services: HashMap<ServiceName, Stored>,
+    /// Services contributing each virtual server, sorted: the greatest name wins, as in the full plan.
+    vs_owners: HashMap<IpvsServiceKey, Vec<ServiceName>>,
+    set_refs: [HashMap<String, u32>; 17],
+    bound_refs: HashMap<IpAddr, u32>,
+    lb_rules: BTreeMap<ServiceName, Vec<(IpAddr, Protocol, u16)>>,
+    no_local_internal: usize,
+    no_local_external: usize,
+    health: BTreeMap<ServiceName, HealthCheckService>,
+    non_empty: [bool; 17],
+    state: DesiredState,
+}
+
+fn same_service(p: &ServicePortName, s: &ServiceName) -> bool {
+    p.namespace == s.namespace && p.name == s.name
+}
+
+impl IncrementalPlanner {
+    /// A planner with no state: the first update plans everything.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The current desired state, if any update ran.
+    pub fn state(&self) -> Option<&DesiredState> {
+        self.inner.as_ref().map(|p| &p.state)
+    }
+
+    /// Forgets everything: the next update plans from scratch.
+    pub fn reset(&mut self) {
+        self.inner = None;
+    }
+
+    /// Brings the desired state up to date and returns it with what changed. Only the services in
+    /// `changed` are replanned; `None`, the first call, or node facts / configuration different from the
+    /// previous call replan everything (the delta is then flagged `full`; see [`DesiredDelta::full`]).
+    pub fn update(
+        &mut self,
+        services: &ServiceMap,
+        endpoints: &EndpointsMap,
+        node: &NodeFacts,
+        cfg: &PlanConfig,
+        changed: Option<&BTreeSet<ServiceName>>,
+    ) -> (&DesiredState, DesiredDelta) {
+        let (planned, delta) = match (self.inner.take(), changed) {
+            (Some(mut p), Some(changed)) if p.node == *node && p.cfg == *cfg => {
+                let mut fresh = HashMap::with_capacity(changed.len());
+                for name in changed {
+                    fresh.insert(name.clone(), p.compute(services, endpoints, name));
+                }
+                let d = p.absorb(services, endpoints, fresh, false);
+                (p, d)
+            }
+            (old, _) => {
+                let mut p = Planned::new(node, cfg);
+                let mut fresh = HashMap::new();
+                p.compute_all(services, endpoints, &mut fresh);
+                p.absorb(services, endpoints, fresh, true);
+                // Diffing against nothing would copy the whole state: the first delta only says `full`.
+                let mut d = match &old {
+                    Some(o) => DesiredDelta::between(Some(&o.state), &p.state),
+                    None => DesiredDelta::default(),
+                };
+                d.full = true;
+                (p, d)
+            }
+        };
+        let p = self.inner.insert(planned);
+        (&p.state, delta)
+    }
+}
+
+impl Planned {
+    fn new(node: &NodeFacts, cfg: &PlanConfig) -> Self {
+        Planned {
+            node: node.clone(),
+            cfg: cfg.clone(),
+            ctx: Context::new(node, cfg),
+            set_names: set_names(cfg.family),
+            services: HashMap::new(),
+            vs_owners: HashMap::new(),
+            set_refs: Default::default(),
+            bound_refs: HashMap::new(),
+            lb_rules: BTreeMap::new(),
+            no_local_internal: 0,
+            no_local_external: 0,
+            health: BTreeMap::new(),
+            non_empty: [false; 17],
+            state: empty_state(cfg.family),
+        }
+    }
+
+    /// Plans every port of `name` with the shared per-service-port code.
+    fn compute(
+        &self,
+        services: &ServiceMap,
+        endpoints: &EndpointsMap,
+        name: &ServiceName,
+    ) -> Fresh {
+        let ctx = &self.ctx;
+        let mut c = Contribution::default();
+        for (port, svc) in ports_of(services, name) {
+            let eps = endpoints.get(port).map(|e| e.as_slice()).unwrap_or(&[]);
+            ctx.service_port(&mut c, svc, eps);
+        }
+        Fresh::from(name, c)
+    }
+
+    /// Plans every service, walking both maps once.
+    fn compute_all(
+        &self,
+        services: &ServiceMap,
+        endpoints: &EndpointsMap,
+        out: &mut HashMap<ServiceName, Fresh>,
+    ) {
+        let ctx = &self.ctx;
+        let mut eps_iter = endpoints.iter().peekable();
+        let mut current: Option<(ServiceName, Contribution)> = None;
+        for (port, svc) in services {
+            if !current.as_ref().is_some_and(|(n, _)| same_service(port, n)) {
+                if let Some((n, c)) = current.take() {
+                    let f = Fresh::from(&n, c);
+                    out.insert(n, f);
+                }
+                current = Some((port.service(), Contribution::default()));
+            }
+            while eps_iter.next_if(|(k, _)| *k < port).is_some() {}
+            let eps = match eps_iter.next_if(|(k, _)| *k == port) {
+                Some((_, e)) => e.as_slice(),
+                None => &[],
+            };
+            if let Some((_, c)) = current.as_mut() {
+                ctx.service_port(c, svc, eps);
+            }
+        }
+        if let Some((n, c)) = current.take() {
+            let f = Fresh::from(&n, c);
+            out.insert(n, f);
+        }
+    }
+
+    /// Replaces the stored contributions of the services in `fresh` and updates the state in place.
+    fn absorb(
+        &mut self,
+        services: &ServiceMap,
+        endpoints: &EndpointsMap,
+        mut fresh: HashMap<ServiceName, Fresh>,
+        full: bool,
+    ) -> DesiredDelta {
+        let mut t = Touched::default();
+        for (name, f) in fresh.iter_mut() {
+            let new = std::mem::take(&mut f.stored);
+            let lb = std::mem::take(&mut f.lb_no_node_access);
+            let health = f.health.take();
+            self.replace(name, new, lb, health, &mut t);
+        }
+
+        // A full replan starts from an empty state and records nothing: its caller diffs the states.
+        let mut d = DesiredDelta::default();
+        let record = !full;
+        self.resolve_vs(services, endpoints, &mut fresh, t.vs, record, &mut d);
+        self.resolve_sets(t.entries, t.bound, record, &mut d);
+        self.resolve_rest(t.lb_rules, t.health, t.no_local, full, &mut d);
+        d
+    }
+
+    /// Swaps one service's stored contribution for `new`, adjusting reference counts.
+    fn replace(
+        &mut self,
+        name: &ServiceName,
+        new: Stored,
+        lb: Vec<(IpAddr, Protocol, u16)>,
+        health: Option<HealthCheckService>,
+        t: &mut Touched,
+    ) {
+        let old = self.services.remove(name).unwrap_or_default();
+
+        for k in &old.vs_keys {
+            if let Some(owners) = self.vs_owners.get_mut(k) {
+                if let Ok(i) = owners.binary_search(name) {
+                    owners.remove(i);
+                }
+                if owners.is_empty() {
+                    self.vs_owners.remove(k);
+                }
+            }
+            t.vs.insert(*k);
+        }
+        for k in &new.vs_keys {
+            let owners = self.vs_owners.entry(*k).or_default();
+            if let Err(i) = owners.binary_search(name) {
+                owners.insert(i, name.clone());
+            }
+            t.vs.insert(*k);
+        }
+
+        // Entries in both old and new keep their counts; only the differences are counted and touched.
+        let (gone, came) = sorted_difference(old.entries, &new.entries);
+        for (kind, e) in gone {
+            let refs = &mut self.set_refs[kind.index()];
+            if let Some(n) = refs.get_mut(&e) {
+                *n -= 1;
+                if *n == 0 {
+                    refs.remove(&e);
+                }
+            }
+            t.entries.push((kind, e));
+        }
+        for (kind, e) in came {
+            *self.set_refs[kind.index()].entry(e.clone()).or_insert(0) += 1;
+            t.entries.push((kind, e));
+        }
+        let (gone, came) = sorted_difference(old.bound, &new.bound);
+        for a in gone {
+            if let Some(n) = self.bound_refs.get_mut(&a) {
+                *n -= 1;
+                if *n == 0 {
+                    self.bound_refs.remove(&a);
+                }
+            }
+            t.bound.push(a);
+        }
+        for a in came {
+            *self.bound_refs.entry(a).or_insert(0) += 1;
+            t.bound.push(a);
+        }
+
+        if old.no_local_internal != new.no_local_internal
+            || old.no_local_external != new.no_local_external
+        {
+            t.no_local = true;
+            self.no_local_internal = self.no_local_internal + usize::from(new.no_local_internal)
+                - usize::from(old.no_local_internal);
+            self.no_local_external = self.no_local_external + usize::from(new.no_local_external)
+                - usize::from(old.no_local_external);
+        }
+
+        let old_lb = self.lb_rules.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        if old_lb != lb.as_slice() {
+            t.lb_rules = true;
+            if lb.is_empty() {
+                self.lb_rules.remove(name);
+            } else {
+                self.lb_rules.insert(name.clone(), lb);
+            }
+        }
+
+        if self.health.get(name) != health.as_ref() {
+            t.health = true;
+            match health {
+                Some(h) => self.health.insert(name.clone(), h),
+                None => self.health.remove(name),
+            };
+        }
+
+        let empty = new.vs_keys.is_empty()
+            && new.entries.is_empty()
+            && new.bound.is_empty()
+            && !new.no_local_internal
+            && !new.no_local_external;
+        if !empty {
+            self.services.insert(name.clone(), new);
+        }
+    }
+
+    /// Sets each touched virtual server to its winning contribution (or removes it).
+    fn resolve_vs(
+        &mut self,
+        services: &ServiceMap,
+        endpoints: &EndpointsMap,
+        fresh: &mut HashMap<ServiceName, Fresh>,
+        touched: BTreeSet<IpvsServiceKey>,
+        record: bool,
+        d: &mut DesiredDelta,
+    ) {
+        for k in &touched {
+            let winner = self.vs_owners.get(k).and_then(|o| o.last()).cloned();
+            let Some(winner) = winner else {
+                if self.state.virtual_servers.remove(k).is_some() && record {
+                    d.vs_removed.insert(*k);
+                }
+                continue;
+            };
+            if !fresh.contains_key(&winner) {
+                // An unchanged service now wins this key: its contribution is recomputed (same inputs).
+                let f = self.compute(services, endpoints, &winner);
+                fresh.insert(winner.clone(), f);
+            }
+            let Some(v) = fresh
+                .get_mut(&winner)
+                .and_then(|f| f.virtual_servers.remove(k))
+            else {
+                continue;
+            };
+            match self.state.virtual_servers.get_mut(k) {
+                None => {
+                    if record {
+                        d.vs_added.insert(*k, v.clone());
+                    }
+                    self.state.virtual_servers.insert(*k, v);
+                }
+                Some(cur) if *cur != v => {
+                    if record {
+                        d.vs_changed.insert(*k, v.clone());
+                    }
+                    *cur = v;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Adds or deletes each touched set entry and address according to its reference count.
+    fn resolve_sets(
+        &mut self,
+        entries: Vec<(SetKind, String)>,
+        bound: Vec<IpAddr>,
+        record: bool,
+        d: &mut DesiredDelta,
+    ) {
+        if !record {
+            self.fill_sets(entries);
+            return;
+        }
+        for (kind, e) in entries {
+            let want = self.set_refs[kind.index()].contains_key(&e);
+            toggle(&mut self.state, &self.set_names[kind.index()], e, want, d);
+        }
+        for a in &bound {
+            let want = self.bound_refs.contains_key(a);
+            let had = self.state.bound_addresses.contains(a);
+            if want == had {
+                continue;
+            }
+            if want {
+                self.state.bound_addresses.insert(*a);
+                d.addresses_added.insert(*a);
+            } else {
+                self.state.bound_addresses.remove(a);
+                d.addresses_removed.insert(*a);
+            }
+            let name = &self.set_names[SetKind::IpvsIps.index()];
+            toggle(&mut self.state, name, a.to_string(), want, d);
+        }
+    }
+
+    /// Fills the (empty) sets and addresses of a full replan in bulk: every touched entry is wanted.
+    fn fill_sets(&mut self, mut entries: Vec<(SetKind, String)>) {
+        entries.sort_unstable();
+        entries.dedup();
+        let mut per_kind: [Vec<String>; 17] = Default::default();
+        for (kind, e) in entries {
+            per_kind[kind.index()].push(e);
+        }
+        self.state.bound_addresses = self.bound_refs.keys().copied().collect();
+        per_kind[SetKind::IpvsIps.index()] = self
+            .state
+            .bound_addresses
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        for (i, list) in per_kind.into_iter().enumerate() {
+            if let Some(set) = self.state.ipsets.get_mut(&self.set_names[i]) {
+                // Sorted input: the set is built in linear time.
+                set.entries = list.into_iter().collect();
+            }
+        }
+    }
+
+    /// Payload (only when set emptiness or LB out-filter rules changed), health checks, no-local counts.
+    fn resolve_rest(
+        &mut self,
+        lb_rules: bool,
+        health: bool,
+        no_local: bool,
+        force_payload: bool,
+        d: &mut DesiredDelta,
+    ) {
+        let state = &mut self.state;
+        let names = &self.set_names;
+        let cfg = &self.cfg;
+        let non_empty: [bool; 17] = std::array::from_fn(|i| {
+            state
+                .ipsets
+                .get(&names[i])
+                .is_some_and(|s| !s.entries.is_empty())
+        });
+        if force_payload || lb_rules || non_empty != self.non_empty {
+            self.non_empty = non_empty;
+            let lb: Vec<(IpAddr, Protocol, u16)> =
+                self.lb_rules.values().flatten().copied().collect();
+            let payload = rules_payload(cfg, names, non_empty, &lb);
+            if payload != state.iptables_payload {
+                d.iptables_payload = Some(payload.clone());
+                state.iptables_payload = payload;
+            }
+        }
+        if force_payload {
+            let jumps = iptables::jumps();
+            if jumps != state.jumps {
+                d.jumps = Some(jumps.clone());
+                state.jumps = jumps;
+            }
+        }
+        if health {
+            let hc: Vec<HealthCheckService> = self.health.values().cloned().collect();
+            if hc != state.health_checks {
+                d.health_checks = Some(hc.clone());
+                state.health_checks = hc;
+            }
+        }
+        if no_local {
+            let n = no_local_counts(self.no_local_internal, self.no_local_external);
+            if n != state.no_local_endpoints {
+                d.no_local_endpoints = Some(n.clone());
+                state.no_local_endpoints = n;
+            }
+        }
+    }
+}
+
+/// Puts `e` into (or takes it out of) set `name` of `state`, recording the change in `d`.
+fn toggle(state: &mut DesiredState, name: &str, e: String, want: bool, d: &mut DesiredDelta) {
+    let Some(set) = state.ipsets.get_mut(name) else {
+        return;
+    };
+    if want && !set.entries.contains(&e) {
+        d.set_adds
+            .entry(name.to_string())
+            .or_default()
+            .insert(e.clone());
+        set.entries.insert(e);
+    } else if !want && set.entries.remove(&e) {
+        d.set_dels.entry(name.to_string()).or_default().insert(e);
+    }
+}
+
+/// Items of sorted, deduplicated `old` missing from `new`, and items of `new` missing from `old`.
+fn sorted_difference<T: Ord + Clone>(old: Vec<T>, new: &[T]) -> (Vec<T>, Vec<T>) {
+    let mut gone = Vec::new();
+    let mut came = Vec::new();
+    let mut j = 0;
+    for o in old {
+        while j < new.len() && new[j] < o {
+            came.push(new[j].clone());
+            j += 1;
+        }
+        if j < new.len() && new[j] == o {
+            j += 1;
+        } else {
+            gone.push(o);
+        }
+    }
+    came.extend(new[j..].iter().cloned());
+    (gone, came)
+}
+
+#[cfg(test)]
+#[path = "incremental_tests.rs"]
+mod tests;

@@ -1,0 +1,417 @@
+//! Equivalence of the incremental planner with the full plan over pseudo-random change sequences.
+
+use super::*;
+use crate::cluster::model::{Endpoint, LoadBalancerIngress, ServicePort};
+use crate::proxier::plan::{LocalDetector, plan};
+use std::sync::Arc;
+
+/// Small deterministic generator (xorshift64*), so failures replay from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize].clone()
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+const NODE: &str = "node-0";
+
+fn node_facts(variant: u64) -> NodeFacts {
+    let mut node_port_ips = vec![ip("192.168.0.10"), ip("fd00::10")];
+    if variant % 2 == 1 {
+        node_port_ips.push(ip("192.168.1.10"));
+    }
+    NodeFacts {
+        node_name: NODE.into(),
+        zone: Some("zone-a".into()),
+        node_ips: vec![ip("192.168.0.10"), ip("fd00::10")],
+        node_port_ips,
+        // One shared external IP is already local: it must not be bound.
+        local_addresses: vec![ip("192.168.0.10"), ip("fd00::10"), ip("203.0.113.1")],
+    }
+}
+
+fn config(family: IpFamily) -> PlanConfig {
+    PlanConfig {
+        family,
+        scheduler: String::new(),
+        masquerade_all: false,
+        masquerade_bit: 14,
+        local_detector: LocalDetector::Cidrs(vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd10::/64".parse().unwrap(),
+        ]),
+        exclude_cidrs: vec![],
+        random_fully: true,
+    }
+}
+
+/// A random service with 1-2 ports drawing from small pools, so services collide on external IPs,
+/// LB IPs, node ports and even virtual servers.
+fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort> {
+    let ext_pool = [
+        ip("203.0.113.1"),
+        ip("203.0.113.2"),
+        ip("2001:db8::1"),
+        ip("203.0.113.3"),
+    ];
+    let lb_pool = [ip("198.51.100.1"), ip("198.51.100.2"), ip("2001:db8:1::1")];
+    let ranges: [ipnet::IpNet; 3] = [
+        "192.168.0.0/16".parse().unwrap(),
+        "10.0.0.0/8".parse().unwrap(),
+        "2001:db8::/32".parse().unwrap(),
+    ];
+    let family_mode = rng.below(3); // v4, v6, dual
+    let mut cluster_ips = Vec::new();
+    // Occasionally two services share a ClusterIP (an invalid cluster, but the plan must still agree).
+    let cid = if rng.chance(5) { 1 } else { id + 2 };
+    if family_mode != 1 {
+        cluster_ips.push(ip(&format!("10.96.{}.{}", cid / 250, cid % 250 + 1)));
+    }
+    if family_mode != 0 {
+        cluster_ips.push(ip(&format!("fd00:96::{:x}", cid + 1)));
+    }
+    let etp_local = rng.chance(30);
+    let itp_local = rng.chance(15);
+    let affinity = rng.chance(20).then_some(10800);
+    let has_np = rng.chance(50);
+    let hc = (etp_local && has_np && rng.chance(70)).then(|| 30000 + rng.below(3) as u16);
+    let ports = 1 + rng.below(2);
+    let mut out = Vec::new();
+    for p in 0..ports {
+        let protocol = rng.pick(&[Protocol::Tcp, Protocol::Tcp, Protocol::Udp, Protocol::Sctp]);
+        let port_name = if ports == 1 {
+            String::new()
+        } else {
+            format!("p{p}")
+        };
+        let mut external_ips = Vec::new();
+        if rng.chance(30) {
+            external_ips.push(rng.pick(&ext_pool));
+            if rng.chance(30) {
+                external_ips.push(rng.pick(&ext_pool));
+            }
+        }
+        let mut load_balancer_ingress = Vec::new();
+        let mut source_ranges = Vec::new();
+        if rng.chance(25) {
+            load_balancer_ingress.push(LoadBalancerIngress {
+                ip: rng.pick(&lb_pool),
+                ip_mode_proxy: rng.chance(10),
+            });
+            if rng.chance(50) {
+                source_ranges.push(rng.pick(&ranges));
+                if rng.chance(30) {
+                    source_ranges.push(rng.pick(&ranges));
+                }
+            }
+        }
+        out.push(ServicePort {
+            name: ServicePortName {
+                namespace: name.namespace.clone(),
+                name: name.name.clone(),
+                port_name,
+                protocol,
+            },
+            cluster_ips: cluster_ips.clone(),
+            port: rng.pick(&[80, 443, 53]),
+            protocol,
+            node_port: has_np.then(|| 30080 + rng.below(4) as u16),
+            external_ips,
+            load_balancer_ingress,
+            load_balancer_source_ranges: source_ranges,
+            session_affinity_timeout: affinity,
+            external_policy_local: etp_local,
+            internal_policy_local: itp_local,
+            health_check_node_port: hc,
+        });
+    }
+    out
+}
+
+fn random_endpoints(rng: &mut Rng) -> Vec<Endpoint> {
+    let n = rng.below(5);
+    let mut eps: Vec<Endpoint> = (0..n)
+        .map(|_| {
+            let k = rng.below(12);
+            let ip = if rng.chance(30) {
+                ip(&format!("fd10::{:x}", k + 1))
+            } else {
+                ip(&format!("10.244.0.{}", k + 1))
+            };
+            let ready = rng.chance(75);
+            Endpoint {
+                ip,
+                port: rng.pick(&[8080, 8443]),
+                ready,
+                serving: ready || rng.chance(50),
+                terminating: !ready && rng.chance(50),
+                node_name: match rng.below(3) {
+                    0 => Some(NODE.into()),
+                    1 => Some("node-1".into()),
+                    _ => None,
+                },
+                zone: rng.chance(50).then(|| "zone-a".into()),
+                hints_for_nodes: None,
+                hints_for_zones: rng.chance(10).then(|| vec!["zone-a".into()]),
+            }
+        })
+        .collect();
+    eps.sort();
+    eps.dedup();
+    eps
+}
+
+fn remove_service(sm: &mut ServiceMap, em: &mut EndpointsMap, name: &ServiceName) {
+    sm.retain(|k, _| !same_service(k, name));
+    em.retain(|k, _| !same_service(k, name));
+}
+
+/// Runs `steps` random changes, checking after each that both families' incremental states equal the
+/// full plan and that the returned delta is exactly the difference from the previous state.
+fn run(seed: u64, steps: usize) {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let names: Vec<ServiceName> = (0..24)
+        .map(|i| ServiceName {
+            namespace: format!("ns-{}", i % 3),
+            name: format!("svc-{i}"),
+        })
+        .collect();
+    let mut sm = ServiceMap::new();
+    let mut em = EndpointsMap::new();
+    let mut planners = [
+        (IncrementalPlanner::new(), config(IpFamily::V4)),
+        (IncrementalPlanner::new(), config(IpFamily::V6)),
+    ];
+    let mut prev: [Option<DesiredState>; 2] = [None, None];
+    let mut node_variant = 0;
+    for step in 0..steps {
+        let mut changed = BTreeSet::new();
+        for _ in 0..1 + rng.below(3) {
+            let i = rng.below(names.len() as u64);
+            let name = &names[i as usize];
+            changed.insert(name.clone());
+            match rng.below(10) {
+                // New or updated service (ports replaced), with fresh endpoints.
+                0..=3 => {
+                    remove_service(&mut sm, &mut em, name);
+                    for sp in random_service(&mut rng, name, i) {
+                        if rng.chance(85) {
+                            em.insert(sp.name.clone(), Arc::new(random_endpoints(&mut rng)));
+                        }
+                        sm.insert(sp.name.clone(), Arc::new(sp));
+                    }
+                }
+                // Service deleted.
+                4 => remove_service(&mut sm, &mut em, name),
+                // Endpoints of one port changed or removed.
+                _ => {
+                    let ports: Vec<ServicePortName> = sm
+                        .keys()
+                        .filter(|k| same_service(k, name))
+                        .cloned()
+                        .collect();
+                    if ports.is_empty() {
+                        continue;
+                    }
+                    let p = rng.pick(&ports);
+                    if rng.chance(15) {
+                        em.remove(&p);
+                    } else {
+                        em.insert(p, Arc::new(random_endpoints(&mut rng)));
+                    }
+                }
+            }
+        }
+        if rng.chance(3) {
+            node_variant += 1;
+        }
+        let node = node_facts(node_variant);
+        // Sometimes the caller asks for everything.
+        let everything = rng.chance(3);
+        for (f, (planner, cfg)) in planners.iter_mut().enumerate() {
+            let (state, delta) =
+                planner.update(&sm, &em, &node, cfg, (!everything).then_some(&changed));
+            let full = plan(&sm, &em, &node, cfg);
+            assert_eq!(
+                *state, full,
+                "seed {seed} step {step} family {f:?}: incremental state differs from plan()"
+            );
+            let mut expected = match &prev[f] {
+                Some(p) => DesiredDelta::between(Some(p), state),
+                None => DesiredDelta::default(),
+            };
+            expected.full = delta.full;
+            assert_eq!(
+                delta, expected,
+                "seed {seed} step {step} family {f}: delta is not the exact difference"
+            );
+            let applied = match &prev[f] {
+                Some(p) => {
+                    let mut a = p.clone();
+                    delta.apply(&mut a);
+                    a
+                }
+                // The first delta is empty: `between` gives what it would be from an empty state.
+                None => {
+                    assert!(delta.full && delta.is_empty());
+                    let mut e = empty_state(cfg.family);
+                    DesiredDelta::between(None, state).apply(&mut e);
+                    e
+                }
+            };
+            assert_eq!(
+                applied, full,
+                "seed {seed} step {step} family {f}: previous state + delta != new state"
+            );
+            prev[f] = Some(full);
+        }
+    }
+}
+
+#[test]
+fn incremental_equals_full_plan_over_random_changes() {
+    for seed in 1..=6 {
+        run(seed, 200);
+    }
+}
+
+#[test]
+fn shared_external_ip_stays_bound_until_last_user_goes() {
+    let cfg = config(IpFamily::V4);
+    let node = node_facts(0);
+    let mut sm = ServiceMap::new();
+    let em = EndpointsMap::new();
+    let mk = |name: &str, cip: &str| {
+        let spn = ServicePortName {
+            namespace: "default".into(),
+            name: name.into(),
+            port_name: String::new(),
+            protocol: Protocol::Tcp,
+        };
+        let sp = ServicePort {
+            name: spn.clone(),
+            cluster_ips: vec![ip(cip)],
+            port: 80,
+            protocol: Protocol::Tcp,
+            node_port: Some(30080),
+            external_ips: vec![ip("203.0.113.9")],
+            load_balancer_ingress: vec![],
+            load_balancer_source_ranges: vec![],
+            session_affinity_timeout: None,
+            external_policy_local: false,
+            internal_policy_local: false,
+            health_check_node_port: None,
+        };
+        (spn, Arc::new(sp))
+    };
+    let (a, sa) = mk("a", "10.96.0.1");
+    let (b, sb) = mk("b", "10.96.0.2");
+    sm.insert(a.clone(), sa);
+    sm.insert(b.clone(), sb);
+    let mut p = IncrementalPlanner::new();
+    let (state, d) = p.update(&sm, &em, &node, &cfg, None);
+    assert!(d.full);
+    assert!(state.bound_addresses.contains(&ip("203.0.113.9")));
+
+    sm.remove(&a);
+    let changed = BTreeSet::from([a.service()]);
+    let (state, d) = p.update(&sm, &em, &node, &cfg, Some(&changed));
+    assert!(!d.full);
+    // The shared ExternalIP, its set entry and the node-port bitmap entry are still used by b.
+    assert!(state.bound_addresses.contains(&ip("203.0.113.9")));
+    assert_eq!(
+        d.addresses_removed,
+        BTreeSet::from([ip("10.96.0.1")]),
+        "only a's ClusterIP goes"
+    );
+    assert!(!d.set_dels.contains_key("KUBE-NODE-PORT-TCP"));
+    assert!(!d.set_dels.contains_key("KUBE-EXTERNAL-IP"));
+    // The shared ExternalIP virtual server now belongs to b alone: unchanged, not removed.
+    assert_eq!(d.vs_removed.len(), 1);
+    assert!(d.iptables_payload.is_none());
+
+    sm.remove(&b);
+    let changed = BTreeSet::from([b.service()]);
+    let (state, d) = p.update(&sm, &em, &node, &cfg, Some(&changed));
+    assert!(state.bound_addresses.is_empty());
+    assert!(d.addresses_removed.contains(&ip("203.0.113.9")));
+    assert_eq!(
+        d.set_dels.get("KUBE-NODE-PORT-TCP"),
+        Some(&BTreeSet::from(["30080".to_string()]))
+    );
+    // Sets became empty: the payload loses their rules.
+    assert!(d.iptables_payload.is_some());
+}
+
+#[test]
+fn endpoint_change_touches_only_that_service() {
+    let cfg = config(IpFamily::V4);
+    let node = node_facts(0);
+    let mut sm = ServiceMap::new();
+    let mut em = EndpointsMap::new();
+    let mut rng = Rng(7);
+    let names: Vec<ServiceName> = (0..50)
+        .map(|i| ServiceName {
+            namespace: "default".into(),
+            name: format!("s{i}"),
+        })
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        for mut sp in random_service(&mut rng, n, i as u64) {
+            sp.cluster_ips = vec![ip(&format!("10.96.1.{}", i + 1))];
+            sp.external_ips.clear();
+            sp.load_balancer_ingress.clear();
+            em.insert(sp.name.clone(), Arc::new(random_endpoints(&mut rng)));
+            sm.insert(sp.name.clone(), Arc::new(sp));
+        }
+    }
+    let mut p = IncrementalPlanner::new();
+    p.update(&sm, &em, &node, &cfg, None);
+    let port = sm.keys().find(|k| k.name == "s10").unwrap().clone();
+    let ep = Endpoint {
+        ip: ip("10.244.9.9"),
+        port: 9999,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node_name: Some("node-1".into()),
+        zone: None,
+        hints_for_nodes: None,
+        hints_for_zones: None,
+    };
+    em.insert(port.clone(), Arc::new(vec![ep]));
+    let changed = BTreeSet::from([port.service()]);
+    let (_, d) = p.update(&sm, &em, &node, &cfg, Some(&changed));
+    assert!(!d.vs_changed.is_empty());
+    let cip = sm[&port].cluster_ips[0];
+    assert!(
+        d.vs_changed
+            .keys()
+            .chain(d.vs_added.keys())
+            .all(|k| k.addr == cip || sm[&port].node_port == Some(k.port)),
+        "{d:?}"
+    );
+    assert!(d.vs_removed.is_empty() && d.vs_added.is_empty());
+    // Nothing else changes: replanning nothing gives an empty delta.
+    let (_, d) = p.update(&sm, &em, &node, &cfg, Some(&BTreeSet::new()));
+    assert!(d.is_empty());
+}
