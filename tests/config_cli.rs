@@ -207,15 +207,18 @@ fn json_logging_format() {
 }
 
 #[test]
-fn runs_the_app_stub_with_verbosity_from_v() {
+fn starts_the_daemon_with_verbosity_from_v() {
+    // No kubeconfig and no in-cluster environment: the daemon starts, logs at the chosen verbosity, then
+    // fails to build its API client and exits 1 with the reason, before touching the kernel.
     let out = kube_proxy(&["--hostname-override=n", "--proxy-mode=ipvs"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("node=n"), "{stderr}");
+    assert!(stderr.contains("in-cluster config"), "{stderr}");
     assert!(!stderr.contains("effective configuration"), "{stderr}");
     // --v=4 enables debug logs, which include the effective configuration.
     let out = kube_proxy(&["--hostname-override=n", "--proxy-mode=ipvs", "--v=4"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("effective configuration"), "{stderr}");
 }
