@@ -544,9 +544,13 @@ async fn load_yaml_and_endpointslice_selector() {
     let api = TestApiServer::start("127.0.0.1:0").unwrap();
     let loaded = api.load_yaml(SMALL_SCENARIO).unwrap();
     assert_eq!(loaded.len(), 3);
-    // The shared reference file, when present on this machine, loads as well.
-    let reference = "/work/shared/reference/small-scenario/objects.yaml";
-    if let Ok(text) = std::fs::read_to_string(reference) {
+    // The reference scenario's objects (committed copy of the shared reference) load as well.
+    let reference = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/planner_data/small-scenario/objects.yaml"
+    );
+    {
+        let text = std::fs::read_to_string(reference).expect("committed reference objects.yaml");
         let objs = api.load_yaml(&text).unwrap();
         assert_eq!(
             objs.iter()

@@ -26,7 +26,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-const REF: &str = "/work/shared/reference/small-scenario";
+/// The committed copy of ../shared/reference/small-scenario (identical files).
+const REF: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/planner_data/small-scenario"
+);
 const NODE: &str = "10.0.0.10";
 
 fn reference(file: &str) -> String {
