@@ -43,24 +43,11 @@ fn nf_family(f: IpFamily) -> NetfilterProtoFamily {
 }
 
 fn kernel_error(what: &str, e: NlError) -> KernelError {
-    match e {
-        NlError::Errno { errno, message } => {
-            let detail = message
-                .map(|m| format!("{what}: {m}"))
-                .unwrap_or_else(|| what.to_string());
-            match errno {
-                libc::ENOENT => KernelError::NotFound(detail),
-                libc::EOPNOTSUPP | libc::EPROTONOSUPPORT => KernelError::Unsupported(detail),
-                _ => KernelError::Errno {
-                    op: what.to_string(),
-                    errno,
-                    message: std::io::Error::from_raw_os_error(errno).to_string(),
-                },
-            }
-        }
-        NlError::Io(m) => KernelError::Io(std::io::Error::other(format!("{what}: {m}"))),
-        NlError::Decode(m) => KernelError::Invalid(format!("{what}: {m}")),
-    }
+    e.into_kernel(what, |errno, detail| match errno {
+        libc::ENOENT => Some(KernelError::NotFound(detail)),
+        libc::EOPNOTSUPP | libc::EPROTONOSUPPORT => Some(KernelError::Unsupported(detail)),
+        _ => None,
+    })
 }
 
 /// (src, dst, proto, sport, dport) of one tuple nest.

@@ -32,32 +32,19 @@ enum Kind {
 }
 
 fn kernel_error(kind: Kind, what: &str, sched: Option<&str>, e: NlError) -> KernelError {
-    match e {
-        NlError::Errno { errno, message } => {
-            let detail = message
-                .map(|m| format!("{what}: {m}"))
-                .unwrap_or_else(|| what.to_string());
-            match errno {
-                libc::EEXIST => KernelError::Exists(detail),
-                // NEW/SET_SERVICE answer ENOENT only when the scheduler (or PE) module is missing.
-                libc::ENOENT if kind == Kind::ServiceWrite => KernelError::Unsupported(format!(
-                    "{detail}: scheduler {:?} not found",
-                    sched.unwrap_or("")
-                )),
-                libc::ENOENT | libc::ESRCH => KernelError::NotFound(detail),
-                libc::EOPNOTSUPP | libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT => {
-                    KernelError::Unsupported(detail)
-                }
-                _ => KernelError::Errno {
-                    op: what.to_string(),
-                    errno,
-                    message: std::io::Error::from_raw_os_error(errno).to_string(),
-                },
-            }
+    e.into_kernel(what, |errno, detail| match errno {
+        libc::EEXIST => Some(KernelError::Exists(detail)),
+        // NEW/SET_SERVICE answer ENOENT only when the scheduler (or PE) module is missing.
+        libc::ENOENT if kind == Kind::ServiceWrite => Some(KernelError::Unsupported(format!(
+            "{detail}: scheduler {:?} not found",
+            sched.unwrap_or("")
+        ))),
+        libc::ENOENT | libc::ESRCH => Some(KernelError::NotFound(detail)),
+        libc::EOPNOTSUPP | libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT => {
+            Some(KernelError::Unsupported(detail))
         }
-        NlError::Io(m) => KernelError::Io(std::io::Error::other(format!("{what}: {m}"))),
-        NlError::Decode(m) => KernelError::Invalid(format!("{what}: {m}")),
-    }
+        _ => None,
+    })
 }
 
 impl NetlinkIpvs {

@@ -36,6 +36,32 @@ pub enum NlError {
 }
 
 impl NlError {
+    /// Converts to a [`KernelError`] for operation `what`: `classify` maps an errno and the detail text
+    /// (the kernel's extended-ACK message, if any) to a typed error; `None` gives the generic `Errno`.
+    pub fn into_kernel(
+        self,
+        what: &str,
+        classify: impl FnOnce(i32, String) -> Option<crate::kernel::KernelError>,
+    ) -> crate::kernel::KernelError {
+        use crate::kernel::KernelError;
+        match self {
+            NlError::Errno { errno, message } => {
+                let detail = message
+                    .map(|m| format!("{what}: {m}"))
+                    .unwrap_or_else(|| what.to_string());
+                classify(errno, detail).unwrap_or_else(|| KernelError::Errno {
+                    op: what.to_string(),
+                    errno,
+                    message: std::io::Error::from_raw_os_error(errno).to_string(),
+                })
+            }
+            NlError::Io(m) => KernelError::Io(std::io::Error::other(format!("{what}: {m}"))),
+            NlError::Decode(m) => KernelError::Invalid(format!("{what}: {m}")),
+        }
+    }
+}
+
+impl NlError {
     /// The errno, if the kernel returned one.
     pub fn errno(&self) -> Option<i32> {
         match self {

@@ -91,25 +91,12 @@ fn parse_addr(p: &[u8]) -> Option<Answer> {
 }
 
 fn kernel_error(what: &str, e: NlError) -> KernelError {
-    match e {
-        NlError::Errno { errno, message } => {
-            let detail = message
-                .map(|m| format!("{what}: {m}"))
-                .unwrap_or_else(|| what.to_string());
-            match errno {
-                libc::EEXIST => KernelError::Exists(detail),
-                libc::ENODEV | libc::ENOENT => KernelError::NotFound(detail),
-                libc::EOPNOTSUPP => KernelError::Unsupported(detail),
-                _ => KernelError::Errno {
-                    op: what.to_string(),
-                    errno,
-                    message: std::io::Error::from_raw_os_error(errno).to_string(),
-                },
-            }
-        }
-        NlError::Io(m) => KernelError::Io(std::io::Error::other(format!("{what}: {m}"))),
-        NlError::Decode(m) => KernelError::Invalid(format!("{what}: {m}")),
-    }
+    e.into_kernel(what, |errno, detail| match errno {
+        libc::EEXIST => Some(KernelError::Exists(detail)),
+        libc::ENODEV | libc::ENOENT => Some(KernelError::NotFound(detail)),
+        libc::EOPNOTSUPP => Some(KernelError::Unsupported(detail)),
+        _ => None,
+    })
 }
 
 fn link_by_name(name: &str) -> LinkMessage {
