@@ -1,0 +1,250 @@
+//! Where the daemon's memory goes at scale, measured with a counting global allocator (no kernel needed).
+//!
+//! `cargo bench --bench memory -- [N...]` (default 10000) builds N Services × 10 endpoints exactly as the
+//! scale bench does (`tests/common/scale.rs`), passes them through the same steps the daemon runs — watch
+//! event cache, change trackers, service/endpoint maps, incremental planner, reconciler over the in-memory
+//! backends — and prints, per step, the bytes that stay allocated and the peak while the step ran. The
+//! in-memory backends' own share (their copy of the "kernel") is printed separately and is not part of
+//! the daemon's footprint.
+#[path = "../tests/common/scale.rs"]
+mod scale;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher;
+use kube_proxy_rs::cluster::model::{EndpointsMap, IpFamily, ServiceMap};
+use kube_proxy_rs::cluster::watch::{EventCache, Trackers, slim_slice};
+use kube_proxy_rs::kernel::conntrack::fake::FakeConntrack;
+use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
+use kube_proxy_rs::kernel::iptables::fake::FakeIptables;
+use kube_proxy_rs::kernel::ipvs::fake::FakeIpvs;
+use kube_proxy_rs::kernel::link::fake::FakeLinks;
+use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
+use kube_proxy_rs::proxier::reconcile::Backends;
+use kube_proxy_rs::proxier::{FamilySnapshot, Proxier, SyncInput};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Counts live bytes and their peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed)
+                    + (new_size - layout.size());
+                PEAK.fetch_max(now, Ordering::Relaxed);
+            } else {
+                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+const M: usize = 10;
+
+fn mib(b: usize) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// Runs `f`, printing the bytes it left allocated and the peak above the starting point.
+fn step<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    let out = f();
+    let after = LIVE.load(Ordering::Relaxed);
+    let peak = PEAK.load(Ordering::Relaxed);
+    println!(
+        "  {name:<52} retained {:>8.1} MiB   peak +{:>7.1} MiB   (live total {:>7.1} MiB)",
+        mib(after.saturating_sub(before)),
+        mib(peak.saturating_sub(before)),
+        mib(after)
+    );
+    out
+}
+
+fn main() {
+    let mut sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.replace('_', "").parse().ok())
+        .collect();
+    if sizes.is_empty() {
+        sizes = vec![10_000];
+    }
+    for n in sizes {
+        run(n);
+    }
+}
+
+fn run(n: usize) {
+    println!("\nN = {n} services × {M} endpoints (scale-bench objects), live heap bytes per step:");
+    let base = LIVE.load(Ordering::Relaxed);
+    let trackers = Trackers::new(scale::NODE);
+    let mut svc_cache = EventCache::<Service>::default();
+    let mut eps_cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
+    step("watch: Service event cache + service tracker", || {
+        svc_cache.handle(watcher::Event::Init, |_, _| {});
+        for i in 0..n {
+            let svc: Service = serde_json::from_value(scale::service(i)).expect("service");
+            svc_cache.handle(watcher::Event::InitApply(svc), |prev, cur| {
+                let mut t = trackers.services.lock().expect("lock");
+                t.update(prev, cur);
+            });
+        }
+        svc_cache.handle(watcher::Event::InitDone, |_, _| {});
+    });
+    step(
+        "watch: EndpointSlice event cache + endpoints tracker",
+        || {
+            eps_cache.handle(watcher::Event::Init, |_, _| {});
+            for i in 0..n {
+                let s: EndpointSlice =
+                    serde_json::from_value(scale::slice(i, M, &[], None)).expect("slice");
+                eps_cache.handle(watcher::Event::InitApply(s), |prev, cur| {
+                    let mut t = trackers.endpoints.lock().expect("lock");
+                    match (prev, cur) {
+                        (_, Some(cur)) => t.update(cur, false),
+                        (Some(prev), None) => t.update(prev, true),
+                        (None, None) => return,
+                    };
+                });
+            }
+            eps_cache.handle(watcher::Event::InitDone, |_, _| {});
+        },
+    );
+    let mut sm = ServiceMap::new();
+    let mut em = EndpointsMap::new();
+    step("trackers → ServiceMap + EndpointsMap", || {
+        trackers.services.lock().expect("lock").apply(&mut sm);
+        trackers.endpoints.lock().expect("lock").apply(&mut em);
+    });
+    let sm = Arc::new(sm);
+    let em = Arc::new(em);
+
+    let (ipvs, ipsets, iptables, links) = (
+        FakeIpvs::new(),
+        FakeIpSets::new(),
+        FakeIptables::new(),
+        FakeLinks::new(),
+    );
+    iptables.link_ipsets(&ipsets);
+    links.add_link("node0", "dummy", true, &[node_ip()]);
+    let backends = Backends {
+        ipvs: Box::new(ipvs.clone()),
+        ipsets: Box::new(ipsets.clone()),
+        iptables: Box::new(iptables.clone()),
+        links: Box::new(links.clone()),
+        conntrack: Box::new(FakeConntrack::new()),
+    };
+    let mut proxier = Proxier::with_planner(backends);
+    let input = SyncInput {
+        families: vec![FamilySnapshot {
+            services: sm.clone(),
+            endpoints: em.clone(),
+            node: node(),
+            config: config(),
+        }],
+        full: true,
+        ..Default::default()
+    };
+    let before_sync = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before_sync, Ordering::Relaxed);
+    let report = proxier.sync_proxy_rules(input.clone());
+    assert_eq!(report.failure_count(), 0, "{report:?}");
+    let first_peak = PEAK.load(Ordering::Relaxed) - before_sync;
+    let after_first = LIVE.load(Ordering::Relaxed);
+    PEAK.store(after_first, Ordering::Relaxed);
+    let r = proxier.sync_proxy_rules(SyncInput {
+        full: true,
+        ..input
+    });
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    let periodic_peak = PEAK.load(Ordering::Relaxed) - after_first;
+    let after_sync = LIVE.load(Ordering::Relaxed);
+    drop(proxier);
+    let after_drop = LIVE.load(Ordering::Relaxed);
+    drop((ipvs, ipsets, iptables, links));
+    let fake_kernel = after_drop - LIVE.load(Ordering::Relaxed);
+    let proxier_bytes = after_sync - after_drop;
+    println!(
+        "  {:<52} retained {:>8.1} MiB   peak +{:>7.1} MiB (incl. fake kernel)",
+        "first (full) sync: planner + reconciler state",
+        mib(proxier_bytes),
+        mib(first_peak),
+    );
+    println!(
+        "  {:<52} {:>17} peak +{:>7.1} MiB",
+        "periodic full sync (no-op)",
+        "",
+        mib(periodic_peak),
+    );
+    println!(
+        "  {:<52} {:>8.1} MiB",
+        "in-memory fake kernel (excluded)",
+        mib(fake_kernel)
+    );
+    let total = after_sync.saturating_sub(base + fake_kernel);
+    println!(
+        "  {:<52} {:>8.1} MiB (event caches hold {} + {} objects)",
+        "daemon-side total after the syncs",
+        mib(total),
+        svc_cache.len(),
+        eps_cache.len()
+    );
+    drop((sm, em, svc_cache, eps_cache, trackers));
+}
+
+fn node_ip() -> IpAddr {
+    scale::NODE_IP.parse().expect("node ip")
+}
+
+fn node() -> NodeFacts {
+    NodeFacts {
+        node_name: scale::NODE.into(),
+        zone: None,
+        node_ips: vec![node_ip()],
+        node_port_ips: vec![node_ip()],
+        local_addresses: vec![node_ip()],
+    }
+}
+
+fn config() -> PlanConfig {
+    PlanConfig {
+        family: IpFamily::V4,
+        scheduler: String::new(),
+        masquerade_all: false,
+        masquerade_bit: 14,
+        local_detector: LocalDetector::Cidrs(vec![
+            scale::CLUSTER_CIDR.parse().expect("cluster cidr"),
+        ]),
+        exclude_cidrs: vec![],
+        random_fully: true,
+    }
+}
