@@ -9,7 +9,7 @@
 //! state, flushes it and times loading the same state with `ipset restore`, `ipvsadm -R` and
 //! `iptables-restore` (the floor). At N = 10 000 (or the first N given) it also times 100 one-endpoint
 //! changes (API apply → real server in IPVS) and the no-op periodic full sync (after a restart with
-//! syncPeriod 2s). Figures are printed and written to `scale-results.txt` in the run directory; wrong kernel
+//! syncPeriod 2s). `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs). Figures are printed and written to `scale-results.txt` in the run directory; wrong kernel
 //! state or a dead daemon fails the bench.
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -46,6 +46,7 @@ struct Params {
     sizes: Vec<usize>,
     change_n: usize,
     daemon: PathBuf,
+    skip_floor: bool,
 }
 
 fn params_path(name: &str) -> PathBuf {
@@ -84,6 +85,7 @@ fn main() {
         sizes,
         change_n,
         daemon: daemon.clone(),
+        skip_floor: std::env::var_os("KPRS_BENCH_SKIP_FLOOR").is_some(),
     };
     std::fs::write(
         params_path(&name),
@@ -376,6 +378,7 @@ struct Run {
     kubeconfig: PathBuf,
     daemon: PathBuf,
     loaded: usize,
+    skip_floor: bool,
 }
 
 impl Run {
@@ -421,6 +424,7 @@ fn guest(name: &str) -> Result<()> {
         kubeconfig,
         daemon: params.daemon.clone(),
         loaded: 0,
+        skip_floor: params.skip_floor,
     };
     let mem = scale::run_ok("grep -E 'MemTotal' /proc/meminfo")?;
     run.log(&format!(
@@ -596,7 +600,12 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
         d.stop()?;
     }
     verify(run, &format!("N={n} after the daemon stopped"), &exp)?;
-    floor(run, &mut row, &exp)?;
+    if run.skip_floor {
+        run.log(&format!("N={n}: floor skipped (KPRS_BENCH_SKIP_FLOOR)"));
+        flush_kernel()?;
+    } else {
+        floor(run, &mut row, &exp)?;
+    }
     Ok((row, change))
 }
 

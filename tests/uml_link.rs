@@ -71,6 +71,20 @@ uml_test!(link_dummy_addresses_and_local_dump, {
         .parse::<usize>()
         .unwrap();
     assert_eq!(set.len(), total_ip, "{set:?}");
+    // Without kube-ipvs0 (the event-driven sync's read): the same minus kube-ipvs0's addresses, also
+    // when the kernel filters per link.
+    let except: BTreeSet<(String, IpAddr)> = l
+        .local_addresses_except(DUMMY_DEVICE)
+        .unwrap()
+        .into_iter()
+        .collect();
+    let want: BTreeSet<(String, IpAddr)> = set
+        .iter()
+        .filter(|(n, _)| n != DUMMY_DEVICE)
+        .cloned()
+        .collect();
+    assert_eq!(except, want);
+    assert!(except.contains(&("kprs-eth".to_string(), ip("192.168.50.2"))));
 
     // Removal.
     assert!(l.del_address(DUMMY_DEVICE, v4).unwrap());

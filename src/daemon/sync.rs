@@ -140,6 +140,27 @@ pub fn failure_backend(kind: FailureKind) -> &'static str {
     }
 }
 
+/// The node's addresses by link. A full sync reads them all from the kernel. An event-driven sync reads
+/// every link but kube-ipvs0 and takes kube-ipvs0's from the last plan (the addresses this proxier keeps
+/// there), so its cost does not grow with the number of services.
+fn local_addresses(
+    p: &mut Proxier,
+    families: &[IpFamily],
+    full: bool,
+) -> crate::kernel::KernelResult<Vec<(String, IpAddr)>> {
+    let dummy = crate::kernel::link::DUMMY_DEVICE;
+    if full {
+        return p.backends_mut().links.local_addresses();
+    }
+    let mut local = p.backends_mut().links.local_addresses_except(dummy)?;
+    for &family in families {
+        if let Some(d) = p.last_desired(family) {
+            local.extend(d.bound_addresses.iter().map(|a| (dummy.to_string(), *a)));
+        }
+    }
+    Ok(local)
+}
+
 /// Node facts and plan configuration of every family, from one dump of the local addresses.
 pub fn snapshots(
     settings: &SyncSettings,
@@ -276,10 +297,7 @@ impl SyncLoop {
         let proxier = self.proxier.clone();
         let outcome = tokio::task::spawn_blocking(move || -> Result<Outcome, String> {
             let mut p = lock(&proxier);
-            let local = p
-                .backends_mut()
-                .links
-                .local_addresses()
+            let local = local_addresses(&mut p, &settings.families, full)
                 .map_err(|e| format!("listing local addresses: {e}"))?;
             let families = snapshots(
                 &settings,

@@ -258,7 +258,17 @@ fn first_sync_programs_everything_rules_before_ipvs() {
     // k/k #133773: sets and SNAT rules exist before any VIP is served.
     assert!(pos(&w, "ipset.apply") < pos(&w, "iptables.restore"));
     assert!(pos(&w, "iptables.restore") < pos(&w, "ipvs.add_service"));
-    assert!(pos(&w, "iptables.insert_rule") < pos(&w, "ipvs.add_service"));
+    // The jumps travel in the same restore as the payload: no -C / -I process per jump.
+    assert!(
+        !w.iter().any(|l| l.starts_with("iptables.insert_rule")),
+        "{w:#?}"
+    );
+    assert_eq!(
+        w.iter()
+            .filter(|l| l.starts_with("iptables.restore"))
+            .count(),
+        1
+    );
     assert!(pos(&w, "ipvs.add_service") < pos(&w, "link.add_address"));
     assert_eq!(w.iter().filter(|l| l.starts_with("ipset.apply")).count(), 1);
     // IPVS writes go in two batches: services, then real servers (no deletions).
@@ -293,10 +303,11 @@ fn identical_syncs_write_nothing_and_event_syncs_do_not_dump() {
         k.reads()
     );
 
-    // A full sync dumps once per kind and only re-restores the payload (drift repair).
+    // A full sync dumps once per kind, reads the tables, and writes nothing when the kernel already
+    // holds the rules (drift would be repaired: see full_sync_repairs_drift).
     let r = apply(&mut p, &d, true);
-    assert_eq!(r.writes(), 1, "{r:?}");
-    assert_eq!(k.writes(), vec!["iptables.restore V4".to_string()]);
+    assert_eq!(r.writes(), 0, "{r:?}");
+    assert!(k.writes().is_empty(), "{:?}", k.writes());
     let reads = k.reads();
     let count = |p: &str| reads.iter().filter(|l| l.starts_with(p)).count();
     assert_eq!(count("ipvs.services"), 1);
@@ -660,12 +671,17 @@ fn failed_restore_later_keeps_old_rules_and_still_syncs_ipvs() {
     // The fake's own whole-restore failure (as iptables-restore exiting 1): nothing applied.
     k.iptables
         .fail_next_restore("iptables-restore: line 3 failed");
-    let d = desired(
+    let mut d = desired(
         &[
             ("10.96.0.1", 443, Protocol::Tcp, &[(NODE, 6443)]),
             ("10.96.100.10", 80, Protocol::Tcp, EPS),
         ],
         &[],
+    );
+    // A payload whose rules differ (a changed comment line alone is already in the kernel).
+    d.iptables_payload = d.iptables_payload.replace(
+        "-A KUBE-POSTROUTING -j MASQUERADE\n",
+        "-A KUBE-POSTROUTING -j MASQUERADE\n-A KUBE-POSTROUTING -j RETURN\n",
     );
     let r = apply(&mut p, &d, false);
     assert_eq!(r.failures_of(FailureKind::IptablesRestore), 1);
@@ -764,9 +780,19 @@ fn full_sync_repairs_drift() {
     assert_eq!(r.jumps_inserted, 1);
     assert_eq!(
         apply(&mut p, &small(), true).writes(),
-        1,
-        "only the periodic restore"
+        0,
+        "repaired: the next periodic sync writes nothing"
     );
+    // A foreign rule added to one of our chains is drift too: the payload is restored again.
+    seed_chain(
+        &k,
+        "nat",
+        "KUBE-SERVICES",
+        &["-s", "10.9.9.9/32", "-j", "RETURN"],
+    );
+    let r = apply(&mut p, &small(), true);
+    assert_eq!(r.iptables_restores, 1, "{r:?}");
+    assert_eq!(k.restored().last().unwrap().1, small().iptables_payload);
 }
 
 #[test]
@@ -1185,7 +1211,7 @@ fn dual_stack_shares_ipvs_and_kube_ipvs0_without_crosstalk() {
     // One dump of IPVS / sets / addresses serves both families.
     k.clear_logs();
     let r = both(&mut p, &v4, &v6, true);
-    assert_eq!(r.writes(), 2, "{r:?}");
+    assert_eq!(r.writes(), 0, "{r:?}");
     let reads = k.reads();
     assert_eq!(
         reads

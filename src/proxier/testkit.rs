@@ -274,6 +274,10 @@ impl<T: Links> Links for Rec<T> {
         self.r("link.local_addresses", String::new())?;
         self.inner.local_addresses()
     }
+    fn local_addresses_except(&mut self, except: &str) -> KernelResult<Vec<(String, IpAddr)>> {
+        self.r("link.local_addresses_except", except.into())?;
+        self.inner.local_addresses_except(except)
+    }
     fn delete_link(&mut self, name: &str) -> KernelResult<bool> {
         self.w("link.delete", name.into())?;
         self.inner.delete_link(name)

@@ -7,6 +7,19 @@ use crate::kernel::KernelResult;
 pub trait Iptables: Send {
     /// `iptables-save -t <table>` output.
     fn save(&mut self, family: IpFamily, table: &str) -> KernelResult<String>;
+    /// `iptables-save` output of several tables, by table name (one process where the tool allows it;
+    /// by default one [`Iptables::save`] per table).
+    fn save_tables(
+        &mut self,
+        family: IpFamily,
+        tables: &[&str],
+    ) -> KernelResult<std::collections::BTreeMap<String, String>> {
+        let mut out = std::collections::BTreeMap::new();
+        for table in tables {
+            out.insert(table.to_string(), self.save(family, table)?);
+        }
+        Ok(out)
+    }
     /// `iptables-restore --noflush --counters -w` of a payload (all tables in it).
     fn restore(&mut self, family: IpFamily, payload: &str) -> KernelResult<()>;
     /// Creates a chain if it does not exist.

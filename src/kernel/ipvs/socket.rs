@@ -130,6 +130,12 @@ impl NlSocket {
         })
     }
 
+    /// Asks the kernel to check dump requests strictly and honour their filters (`NETLINK_GET_STRICT_CHK`,
+    /// rtnetlink, Linux ≥ 4.20); false when the kernel does not support it.
+    pub fn enable_strict_dumps(&mut self) -> bool {
+        self.sock.set_netlink_get_strict_chk(true).is_ok()
+    }
+
     /// Largest number of requests [`NlSocket::batch`] puts in one datagram: bounded by the ACKs the
     /// receive buffer can hold and by the datagram size the kernel accepts comfortably (~64 KiB).
     pub fn max_batch(&self) -> usize {

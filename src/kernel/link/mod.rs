@@ -21,6 +21,13 @@ pub trait Links: Send {
     fn del_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool>;
     /// Every address of every link with the link's name, in one dump.
     fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>>;
+    /// Like [`Links::local_addresses`] without the addresses of link `except`: what an event-driven sync
+    /// reads, so its cost does not grow with the service addresses bound to kube-ipvs0.
+    fn local_addresses_except(&mut self, except: &str) -> KernelResult<Vec<(String, IpAddr)>> {
+        let mut all = self.local_addresses()?;
+        all.retain(|(name, _)| name != except);
+        Ok(all)
+    }
     /// Deletes a link; Ok(false) if it did not exist.
     fn delete_link(&mut self, name: &str) -> KernelResult<bool>;
 }

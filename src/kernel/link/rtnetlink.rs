@@ -30,6 +30,8 @@ const IFADDRMSG_LEN: usize = 8;
 #[derive(Debug)]
 pub struct RtnetlinkLinks {
     sock: NlSocket,
+    /// The kernel honours dump filters (`NETLINK_GET_STRICT_CHK`).
+    strict: bool,
 }
 
 /// A decoded rtnetlink answer: only the fields the backend uses.
@@ -127,8 +129,10 @@ fn address_message(index: u32, ip: IpAddr) -> AddressMessage {
 impl RtnetlinkLinks {
     /// Opens the rtnetlink socket.
     pub fn new() -> KernelResult<Self> {
-        let sock = NlSocket::new(NETLINK_ROUTE).map_err(|e| kernel_error("open rtnetlink", e))?;
-        Ok(RtnetlinkLinks { sock })
+        let mut sock =
+            NlSocket::new(NETLINK_ROUTE).map_err(|e| kernel_error("open rtnetlink", e))?;
+        let strict = sock.enable_strict_dumps();
+        Ok(RtnetlinkLinks { sock, strict })
     }
 
     /// Index of link `name`; NotFound if missing.
@@ -147,14 +151,39 @@ impl RtnetlinkLinks {
     }
 
     fn dump_addresses(&mut self) -> KernelResult<Vec<(u32, IpAddr)>> {
+        self.dump_addresses_of(0)
+    }
+
+    /// Addresses of link `index` (0: every link). With strict dumps the kernel sends only that link's;
+    /// the answers are filtered here as well, for kernels that ignore the filter.
+    fn dump_addresses_of(&mut self, index: u32) -> KernelResult<Vec<(u32, IpAddr)>> {
+        let mut request = AddressMessage::default();
+        if self.strict {
+            request.header.index = index;
+        }
         let answers: Vec<Answer> = self
             .sock
-            .dump(RouteNetlinkMessage::GetAddress(AddressMessage::default()))
+            .dump(RouteNetlinkMessage::GetAddress(request))
             .map_err(|e| kernel_error("dump addresses", e))?;
         Ok(answers
             .into_iter()
             .filter_map(|a| match a {
                 Answer::Addr { index, addr } => Some((index, addr)),
+                _ => None,
+            })
+            .filter(|(i, _)| index == 0 || *i == index)
+            .collect())
+    }
+
+    fn link_names(&mut self) -> KernelResult<HashMap<u32, String>> {
+        let links: Vec<Answer> = self
+            .sock
+            .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))
+            .map_err(|e| kernel_error("dump links", e))?;
+        Ok(links
+            .into_iter()
+            .filter_map(|a| match a {
+                Answer::Link { index, name } => Some((index, name)),
                 _ => None,
             })
             .collect())
@@ -181,9 +210,8 @@ impl Links for RtnetlinkLinks {
     fn addresses(&mut self, name: &str) -> KernelResult<Vec<IpAddr>> {
         let index = self.link_index(name)?;
         Ok(self
-            .dump_addresses()?
+            .dump_addresses_of(index)?
             .into_iter()
-            .filter(|(i, _)| *i == index)
             .map(|(_, a)| a)
             .collect())
     }
@@ -212,18 +240,28 @@ impl Links for RtnetlinkLinks {
         }
     }
 
+    fn local_addresses_except(&mut self, except: &str) -> KernelResult<Vec<(String, IpAddr)>> {
+        if !self.strict {
+            let mut all = self.local_addresses()?;
+            all.retain(|(name, _)| name != except);
+            return Ok(all);
+        }
+        let names = self.link_names()?;
+        let mut out = Vec::new();
+        let mut links: Vec<(&u32, &String)> = names.iter().filter(|(_, n)| *n != except).collect();
+        links.sort();
+        for (&index, name) in links {
+            out.extend(
+                self.dump_addresses_of(index)?
+                    .into_iter()
+                    .map(|(_, a)| (name.clone(), a)),
+            );
+        }
+        Ok(out)
+    }
+
     fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>> {
-        let links: Vec<Answer> = self
-            .sock
-            .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))
-            .map_err(|e| kernel_error("dump links", e))?;
-        let names: HashMap<u32, String> = links
-            .into_iter()
-            .filter_map(|a| match a {
-                Answer::Link { index, name } => Some((index, name)),
-                _ => None,
-            })
-            .collect();
+        let names = self.link_names()?;
         Ok(self
             .dump_addresses()?
             .into_iter()

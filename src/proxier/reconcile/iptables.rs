@@ -5,12 +5,17 @@ use crate::cluster::model::IpFamily;
 use crate::kernel::iptables::rules;
 use crate::proxier::desired::JumpRule;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 impl Reconciler {
-    /// Restores the payload when it changed (or on a full sync), then ensures the jumps. Returns whether IPVS
-    /// services of this family may be programmed: false only when no payload was ever restored.
+    /// Brings this family's chains to the payload and ensures the jumps from built-in chains. Returns
+    /// whether IPVS services of this family may be programmed: false only when no payload was ever in place.
+    ///
+    /// When the payload changed, on a full sync, or while a jump is missing, the tables are read with one
+    /// `iptables-save`; when they already hold the payload and every jump (a no-op periodic sync, or a
+    /// restart over rules a previous run wrote) nothing is written. Otherwise one `iptables-restore` writes
+    /// the payload plus `-I` lines for the missing jumps: one process however many jumps are missing.
     pub(super) fn sync_iptables(
         &mut self,
         k: &mut Backends,
@@ -23,92 +28,265 @@ impl Reconciler {
         let applied = self.applied.entry(family).or_default();
         let payload = &f.desired.iptables_payload;
         let changed = applied.iptables_payload.as_deref() != Some(payload.as_str());
-        if full || changed {
-            match k.iptables.restore(family, payload) {
-                Ok(()) => {
-                    report.iptables_restores += 1;
-                    applied.iptables_payload = Some(payload.clone());
+        if full || changed || !applied.jumps_ok {
+            let tables: Vec<&str> = tables_of(payload, &f.desired.jumps);
+            match k.iptables.save_tables(family, &tables) {
+                Ok(saved) => {
+                    let kernel = KernelTables::parse(&saved, family);
+                    let missing: Vec<&JumpRule> = f
+                        .desired
+                        .jumps
+                        .iter()
+                        .filter(|j| !kernel.has_jump(j, family))
+                        .collect();
+                    if missing.is_empty() && kernel.holds(payload, family) {
+                        applied.iptables_payload = Some(payload.clone());
+                        applied.jumps_ok = true;
+                    } else {
+                        match k
+                            .iptables
+                            .restore(family, &with_jumps(payload, &missing, &kernel))
+                        {
+                            Ok(()) => {
+                                report.iptables_restores += 1;
+                                report.jumps_inserted += missing.len();
+                                applied.iptables_payload = Some(payload.clone());
+                                applied.jumps_ok = true;
+                            }
+                            Err(e) => {
+                                // The kernel keeps the rules it had: nothing is flushed.
+                                tracing::warn!(family = family.label(), error = %e, "iptables-restore failed");
+                                report.fail(FailureKind::IptablesRestore);
+                                applied.jumps_ok = false;
+                            }
+                        }
+                    }
                 }
                 Err(e) => {
-                    // The kernel keeps the rules it had: nothing is flushed.
-                    tracing::warn!(family = family.label(), error = %e, "iptables-restore failed");
-                    report.fail(FailureKind::IptablesRestore);
+                    tracing::warn!(family = family.label(), error = %e,
+                        "iptables-save failed; restoring without reading the tables");
+                    report.fail(FailureKind::KernelDump);
+                    restore_blind(k, f, applied, report);
                 }
             }
         }
         let serve = applied.iptables_payload.is_some();
-        if full || changed || !applied.jumps_ok {
-            let present = present_jumps(k, family, &f.desired.jumps);
-            let mut ok = true;
-            for jump in &f.desired.jumps {
-                if present.as_ref().is_some_and(|p| p.contains(jump)) {
-                    continue;
-                }
-                let res = k
-                    .iptables
-                    .ensure_chain(family, jump.table, jump.target)
-                    .and_then(|()| {
-                        k.iptables
-                            .ensure_rule_first(family, jump.table, jump.chain, &jump.args())
-                    });
-                match res {
-                    Ok(true) => report.jumps_inserted += 1,
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(family = family.label(), chain = jump.chain, target = jump.target,
-                            error = %e, "jump rule failed");
-                        report.fail(FailureKind::IptablesJump);
-                        ok = false;
-                    }
-                }
-            }
-            applied.jumps_ok = ok;
-        }
         report.add_step(SyncStep::Iptables, start.elapsed());
         serve
     }
 }
 
-/// The jumps that already exist (with their target chain), read from one `iptables-save` per table instead of
-/// one `-N` and one `-C` process per jump: process starts dominate a sync on a slow machine. `None` when a
-/// table could not be read; the caller then checks every jump one by one.
-fn present_jumps(
+/// The fallback when the tables cannot be read: restore the payload, then check and insert each jump
+/// with its own `-C` / `-I` (so a jump is never duplicated).
+fn restore_blind(
     k: &mut Backends,
-    family: IpFamily,
-    jumps: &[JumpRule],
-) -> Option<BTreeSet<JumpRule>> {
-    let tables: BTreeSet<&'static str> = jumps.iter().map(|j| j.table).collect();
-    let mut present = BTreeSet::new();
-    for table in tables {
-        let saved = k.iptables.save(family, table).ok()?;
-        let mut chains = BTreeSet::new();
-        let mut found = BTreeSet::new();
-        for line in saved.lines() {
-            if let Some(decl) = line.strip_prefix(':') {
-                chains.insert(
-                    decl.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
-            } else if line.starts_with("-A ") {
-                let Ok(words) = rules::tokenize(line) else {
-                    continue;
-                };
-                let Some(chain) = words.get(1) else { continue };
-                if let Ok(norm) = rules::normalize(&words[2..], family) {
-                    found.insert((chain.clone(), norm));
-                }
-            }
+    f: &FamilyInput<'_>,
+    applied: &mut super::Applied,
+    report: &mut SyncReport,
+) {
+    let family = f.desired.family;
+    let payload = &f.desired.iptables_payload;
+    match k.iptables.restore(family, payload) {
+        Ok(()) => {
+            report.iptables_restores += 1;
+            applied.iptables_payload = Some(payload.clone());
         }
-        for jump in jumps.iter().filter(|j| j.table == table) {
-            let Ok(want) = rules::normalize(&jump.args(), family) else {
-                continue;
-            };
-            if chains.contains(jump.target) && found.contains(&(jump.chain.to_string(), want)) {
-                present.insert(jump.clone());
+        Err(e) => {
+            tracing::warn!(family = family.label(), error = %e, "iptables-restore failed");
+            report.fail(FailureKind::IptablesRestore);
+        }
+    }
+    let mut ok = true;
+    for jump in &f.desired.jumps {
+        let res = k
+            .iptables
+            .ensure_chain(family, jump.table, jump.target)
+            .and_then(|()| {
+                k.iptables
+                    .ensure_rule_first(family, jump.table, jump.chain, &jump.args())
+            });
+        match res {
+            Ok(true) => report.jumps_inserted += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(family = family.label(), chain = jump.chain, target = jump.target,
+                    error = %e, "jump rule failed");
+                report.fail(FailureKind::IptablesJump);
+                ok = false;
             }
         }
     }
-    Some(present)
+    applied.jumps_ok = ok;
+}
+
+/// Tables named in the payload (`*name`) or by a jump, sorted.
+fn tables_of<'a>(payload: &'a str, jumps: &'a [JumpRule]) -> Vec<&'a str> {
+    let mut tables: BTreeSet<&str> = payload
+        .lines()
+        .filter_map(|l| l.strip_prefix('*'))
+        .map(str::trim)
+        .collect();
+    tables.extend(jumps.iter().map(|j| j.table));
+    tables.into_iter().collect()
+}
+
+/// The payload with `-I <chain> 1 …` lines for `missing` jumps at the end of their table (a table the
+/// payload lacks gets its own section). Lines run in order, each inserting at the top, as upstream's
+/// successive `iptables -I` calls do. A jump target neither declared by the payload nor in the kernel is
+/// declared (created empty), as `iptables -N` would.
+fn with_jumps(payload: &str, missing: &[&JumpRule], kernel: &KernelTables) -> String {
+    if missing.is_empty() {
+        return payload.to_string();
+    }
+    let mut declared: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut table: Option<&str> = None;
+    for l in payload.lines() {
+        if let Some(name) = l.strip_prefix('*') {
+            table = Some(name.trim());
+        } else if let (Some(t), Some(decl)) = (table, l.strip_prefix(':'))
+            && let Some(chain) = decl.split_whitespace().next()
+        {
+            declared.insert((t, chain));
+        }
+    }
+    let section = |t: &str| -> String {
+        let mut text = String::new();
+        let mut created = BTreeSet::new();
+        for j in missing.iter().filter(|j| j.table == t) {
+            let exists = declared.contains(&(t, j.target))
+                || kernel.chains(t).is_some_and(|c| c.contains_key(j.target));
+            if !exists && created.insert(j.target) {
+                text.push_str(&format!(":{} - [0:0]\n", j.target));
+            }
+        }
+        for j in missing.iter().filter(|j| j.table == t) {
+            text.push_str(&format!("-I {} 1 {}\n", j.chain, rules::render(&j.args())));
+        }
+        text
+    };
+    let mut out = String::with_capacity(payload.len() + 128 * missing.len());
+    let mut table: Option<&str> = None;
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    for l in payload.lines() {
+        if let Some(name) = l.strip_prefix('*') {
+            table = Some(name.trim());
+        }
+        if l == "COMMIT"
+            && let Some(t) = table
+        {
+            out.push_str(&section(t));
+            done.insert(t);
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    let rest: BTreeSet<&str> = missing
+        .iter()
+        .map(|j| j.table)
+        .filter(|t| !done.contains(t))
+        .collect();
+    for t in rest {
+        out.push_str(&format!("*{t}\n{}COMMIT\n", section(t)));
+    }
+    out
+}
+
+/// Chains and rules of some tables as the kernel holds them (rules normalized, per chain in order).
+#[derive(Debug, Default)]
+struct KernelTables {
+    /// table → chain → rules.
+    tables: BTreeMap<String, BTreeMap<String, Vec<Vec<String>>>>,
+}
+
+impl KernelTables {
+    fn parse(saved: &BTreeMap<String, String>, family: IpFamily) -> Self {
+        let tables = saved
+            .iter()
+            .map(|(name, text)| (name.clone(), parse_chains(text, family)))
+            .collect();
+        KernelTables { tables }
+    }
+
+    fn chains(&self, table: &str) -> Option<&BTreeMap<String, Vec<Vec<String>>>> {
+        self.tables.get(table)
+    }
+
+    /// Whether the jump rule is in its built-in chain and its target chain exists (`iptables -C`).
+    fn has_jump(&self, jump: &JumpRule, family: IpFamily) -> bool {
+        let Some(chains) = self.chains(jump.table) else {
+            return false;
+        };
+        let Ok(want) = rules::normalize(&jump.args(), family) else {
+            return false;
+        };
+        chains.contains_key(jump.target)
+            && chains
+                .get(jump.chain)
+                .is_some_and(|rules| rules.contains(&want))
+    }
+
+    /// Whether every chain the payload declares exists holding exactly the payload's rules, in order
+    /// (rules the payload adds to built-in chains need only be present).
+    fn holds(&self, payload: &str, family: IpFamily) -> bool {
+        let mut table = None;
+        let mut want: BTreeMap<(String, String), Vec<Vec<String>>> = BTreeMap::new();
+        for line in payload.lines() {
+            if let Some(name) = line.strip_prefix('*') {
+                table = Some(name.trim().to_string());
+            } else if let Some(decl) = line.strip_prefix(':') {
+                let (Some(t), Some(chain)) = (&table, decl.split_whitespace().next()) else {
+                    return false;
+                };
+                want.entry((t.clone(), chain.to_string())).or_default();
+            } else if line.starts_with("-A ") {
+                let Some(t) = &table else { return false };
+                let Ok(words) = rules::tokenize(line) else {
+                    return false;
+                };
+                if words.len() < 2 {
+                    return false;
+                }
+                let Ok(norm) = rules::normalize(&words[2..], family) else {
+                    return false;
+                };
+                want.entry((t.clone(), words[1].clone()))
+                    .or_default()
+                    .push(norm);
+            } else if !(line.is_empty() || line == "COMMIT" || line.starts_with('#')) {
+                // Anything else (-I, -D, -X …) is not a plain declaration of state.
+                return false;
+            }
+        }
+        want.iter().all(|((t, chain), rules_wanted)| {
+            let Some(have) = self.chains(t).and_then(|c| c.get(chain)) else {
+                return false;
+            };
+            let builtin = rules::builtin_chains(t).is_some_and(|b| b.contains(&chain.as_str()));
+            if builtin {
+                rules_wanted.iter().all(|r| have.contains(r))
+            } else {
+                have == rules_wanted
+            }
+        })
+    }
+}
+
+/// Chains of one saved table with their rules, normalized. A rule that cannot be parsed is kept as its
+/// raw words, so it never equals a wanted rule.
+fn parse_chains(text: &str, family: IpFamily) -> BTreeMap<String, Vec<Vec<String>>> {
+    let mut chains: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(decl) = line.strip_prefix(':') {
+            if let Some(name) = decl.split_whitespace().next() {
+                chains.entry(name.to_string()).or_default();
+            }
+        } else if line.starts_with("-A ") {
+            let words = rules::tokenize(line).unwrap_or_else(|_| vec![line.to_string()]);
+            let Some(chain) = words.get(1) else { continue };
+            let rule = rules::normalize(&words[2..], family)
+                .unwrap_or_else(|_| vec![format!("\u{0}unparsed {line}")]);
+            chains.entry(chain.clone()).or_default().push(rule);
+        }
+    }
+    chains
 }
