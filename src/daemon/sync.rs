@@ -126,6 +126,8 @@ struct Outcome {
     health_checks: BTreeMap<ServiceName, (u16, usize)>,
     /// Per family, the no-local-endpoints counts by policy.
     no_local: BTreeMap<IpFamily, BTreeMap<&'static str, u64>>,
+    /// Time spent reading the node's addresses before planning.
+    local_read: Duration,
 }
 
 /// Backend label of the kernel-write-failures metric for a failure kind.
@@ -255,6 +257,7 @@ impl SyncLoop {
             tracing::debug!("not syncing until Services and EndpointSlices have been listed");
             return;
         }
+        let sync_start = SystemTime::now();
         let (svc, svc_pending, svc_total) = {
             let mut t = lock(&self.trackers.services);
             // The previous sync dropped its reference: no copy.
@@ -297,8 +300,10 @@ impl SyncLoop {
         let proxier = self.proxier.clone();
         let outcome = tokio::task::spawn_blocking(move || -> Result<Outcome, String> {
             let mut p = lock(&proxier);
+            let read_start = Instant::now();
             let local = local_addresses(&mut p, &settings.families, full)
                 .map_err(|e| format!("listing local addresses: {e}"))?;
+            let local_read = read_start.elapsed();
             let families = snapshots(
                 &settings,
                 &options,
@@ -330,6 +335,7 @@ impl SyncLoop {
                 report,
                 health_checks,
                 no_local,
+                local_read,
             })
         })
         .await;
@@ -358,6 +364,21 @@ impl SyncLoop {
         if outcome.report.failures_of(FailureKind::Conntrack) > 0 {
             self.pending_hints = kept_hints;
         }
+        // Where the time between a change and its programming goes (debug): waiting for this sync to
+        // start, reading the node's addresses, and the sync itself.
+        let queued = eps
+            .trigger_times
+            .values()
+            .flatten()
+            .min()
+            .and_then(|t| sync_start.duration_since(*t).ok());
+        tracing::debug!(
+            ?queued,
+            local_read = ?outcome.local_read,
+            sync = ?outcome.report.duration,
+            total = ?sync_start.elapsed().unwrap_or_default(),
+            "sync timing"
+        );
         self.publish(outcome, full, &eps.trigger_times).await;
     }
 

@@ -44,6 +44,12 @@ impl ObjectCounts {
 /// Step of a sync, for per-step durations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SyncStep {
+    /// Full syncs: reading our ipsets back (`ipset save`).
+    DumpIpsets,
+    /// Full syncs: reading the IPVS virtual servers back.
+    DumpIpvs,
+    /// Full syncs: reading kube-ipvs0's addresses back.
+    DumpAddresses,
     Plan,
     Ipsets,
     Iptables,

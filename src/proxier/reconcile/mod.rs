@@ -204,7 +204,9 @@ impl Reconciler {
 
     fn snapshot(&mut self, k: &mut Backends, report: &mut SyncReport) -> Snapshot {
         use crate::proxier::report::FailureKind;
+        use crate::proxier::report::SyncStep;
         let mut snap = Snapshot::default();
+        let t = std::time::Instant::now();
         match k.ipsets.save_all() {
             Ok(s) => snap.ipsets = Some(s),
             Err(e) => {
@@ -212,6 +214,8 @@ impl Reconciler {
                 report.fail(FailureKind::KernelDump);
             }
         }
+        report.add_step(SyncStep::DumpIpsets, t.elapsed());
+        let t = std::time::Instant::now();
         match k.ipvs.services() {
             Ok(s) => snap.services = Some(s),
             Err(e) => {
@@ -219,6 +223,8 @@ impl Reconciler {
                 report.fail(FailureKind::KernelDump);
             }
         }
+        report.add_step(SyncStep::DumpIpvs, t.elapsed());
+        let t = std::time::Instant::now();
         self.ensure_dummy(k, report);
         if self.dummy_ok {
             match k.links.addresses(crate::kernel::link::DUMMY_DEVICE) {
@@ -229,6 +235,7 @@ impl Reconciler {
                 }
             }
         }
+        report.add_step(SyncStep::DumpAddresses, t.elapsed());
         snap
     }
 }
