@@ -85,6 +85,27 @@ uml_test!(link_dummy_addresses_and_local_dump, {
         .collect();
     assert_eq!(except, want);
     assert!(except.contains(&("kprs-eth".to_string(), ip("192.168.50.2"))));
+    // The answer is cached between calls and refreshed by rtnetlink notifications: a change on another
+    // link (made by another tool) is seen at once; our own kube-ipvs0 changes do not matter.
+    let read = |l: &mut RtnetlinkLinks| -> BTreeSet<(String, IpAddr)> {
+        l.local_addresses_except(DUMMY_DEVICE)
+            .unwrap()
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(read(&mut l), except);
+    sh("ip addr add 192.168.50.3/24 dev kprs-eth");
+    let added = read(&mut l);
+    assert!(
+        added.contains(&("kprs-eth".to_string(), ip("192.168.50.3"))),
+        "{added:?}"
+    );
+    assert_eq!(added.len(), except.len() + 1);
+    assert!(l.add_address(DUMMY_DEVICE, ip("10.96.7.7")).unwrap());
+    assert_eq!(read(&mut l), added);
+    sh("ip addr del 192.168.50.3/24 dev kprs-eth");
+    assert_eq!(read(&mut l), except);
+    assert!(l.del_address(DUMMY_DEVICE, ip("10.96.7.7")).unwrap());
 
     // Removal.
     assert!(l.del_address(DUMMY_DEVICE, v4).unwrap());

@@ -1,5 +1,6 @@
 //! The kube-ipvs0 dummy link, its addresses and the node's local addresses (rtnetlink).
 
+pub mod changes;
 pub mod fake;
 pub mod rtnetlink;
 

@@ -6,6 +6,7 @@
 //! including one that runs inside a tokio runtime (it blocks that thread for the duration of the call).
 
 use super::Links;
+use super::changes::ChangeWatch;
 use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_core::{
@@ -32,6 +33,19 @@ pub struct RtnetlinkLinks {
     sock: NlSocket,
     /// The kernel honours dump filters (`NETLINK_GET_STRICT_CHK`).
     strict: bool,
+    /// Link and address notifications: tell when [`Self::cache`] is stale (None: not available).
+    changes: Option<ChangeWatch>,
+    /// The last `local_addresses_except` answer.
+    cache: Option<LocalCache>,
+}
+
+/// Local addresses of every link except one, as last read.
+#[derive(Debug)]
+struct LocalCache {
+    except: String,
+    /// Index of the excepted link when read (its notifications do not stale the cache).
+    except_index: Option<u32>,
+    addrs: Vec<(String, IpAddr)>,
 }
 
 /// A decoded rtnetlink answer: only the fields the backend uses.
@@ -132,7 +146,16 @@ impl RtnetlinkLinks {
         let mut sock =
             NlSocket::new(NETLINK_ROUTE).map_err(|e| kernel_error("open rtnetlink", e))?;
         let strict = sock.enable_strict_dumps();
-        Ok(RtnetlinkLinks { sock, strict })
+        // Subscribed before anything is read, so no change can slip between a read and the subscription.
+        let changes = ChangeWatch::new()
+            .map_err(|e| tracing::debug!(error = %e, "no rtnetlink notifications; local addresses are read every time"))
+            .ok();
+        Ok(RtnetlinkLinks {
+            sock,
+            strict,
+            changes,
+            cache: None,
+        })
     }
 
     /// Index of link `name`; NotFound if missing.
@@ -241,22 +264,46 @@ impl Links for RtnetlinkLinks {
     }
 
     fn local_addresses_except(&mut self, except: &str) -> KernelResult<Vec<(String, IpAddr)>> {
-        if !self.strict {
-            let mut all = self.local_addresses()?;
-            all.retain(|(name, _)| name != except);
-            return Ok(all);
+        if let (Some(watch), Some(cache)) = (self.changes.as_mut(), self.cache.as_ref())
+            && cache.except == except
+            && !watch.changed(cache.except_index)
+        {
+            return Ok(cache.addrs.clone());
+        }
+        // Stale or first read: drop the pending notifications (this read sees their changes), then read.
+        if let Some(watch) = self.changes.as_mut() {
+            watch.changed(None);
         }
         let names = self.link_names()?;
+        let except_index = names.iter().find(|(_, n)| *n == except).map(|(i, _)| *i);
         let mut out = Vec::new();
-        let mut links: Vec<(&u32, &String)> = names.iter().filter(|(_, n)| *n != except).collect();
-        links.sort();
-        for (&index, name) in links {
-            out.extend(
-                self.dump_addresses_of(index)?
-                    .into_iter()
-                    .map(|(_, a)| (name.clone(), a)),
-            );
+        if self.strict {
+            let mut links: Vec<(&u32, &String)> =
+                names.iter().filter(|(_, n)| *n != except).collect();
+            links.sort();
+            for (&index, name) in links {
+                out.extend(
+                    self.dump_addresses_of(index)?
+                        .into_iter()
+                        .map(|(_, a)| (name.clone(), a)),
+                );
+            }
+        } else {
+            for (index, addr) in self.dump_addresses()? {
+                if Some(index) != except_index {
+                    let name = names
+                        .get(&index)
+                        .cloned()
+                        .unwrap_or_else(|| format!("if{index}"));
+                    out.push((name, addr));
+                }
+            }
         }
+        self.cache = Some(LocalCache {
+            except: except.to_string(),
+            except_index,
+            addrs: out.clone(),
+        });
         Ok(out)
     }
 
