@@ -142,25 +142,36 @@ pub fn failure_backend(kind: FailureKind) -> &'static str {
     }
 }
 
-/// The node's addresses by link. A full sync reads them all from the kernel. An event-driven sync reads
-/// every link but kube-ipvs0 and takes kube-ipvs0's from the last plan (the addresses this proxier keeps
-/// there), so its cost does not grow with the number of services.
+/// The node's addresses: (link, address) for every link but kube-ipvs0, and kube-ipvs0's.
+type LocalAddresses = (Vec<(String, IpAddr)>, Vec<IpAddr>);
+
+/// The node's addresses. A full sync reads them all from the kernel. An event-driven sync reads every
+/// link but kube-ipvs0 (cached by the backend until a link or address changes) and takes kube-ipvs0's
+/// from the last plan (the addresses this proxier keeps there), so its cost does not grow with the
+/// number of services.
 fn local_addresses(
     p: &mut Proxier,
     families: &[IpFamily],
     full: bool,
-) -> crate::kernel::KernelResult<Vec<(String, IpAddr)>> {
+) -> crate::kernel::KernelResult<LocalAddresses> {
     let dummy = crate::kernel::link::DUMMY_DEVICE;
     if full {
-        return p.backends_mut().links.local_addresses();
+        let (on_dummy, others): (Vec<_>, Vec<_>) = p
+            .backends_mut()
+            .links
+            .local_addresses()?
+            .into_iter()
+            .partition(|(link, _)| link == dummy);
+        return Ok((others, on_dummy.into_iter().map(|(_, a)| a).collect()));
     }
-    let mut local = p.backends_mut().links.local_addresses_except(dummy)?;
+    let others = p.backends_mut().links.local_addresses_except(dummy)?;
+    let mut on_dummy = Vec::new();
     for &family in families {
         if let Some(d) = p.last_desired(family) {
-            local.extend(d.bound_addresses.iter().map(|a| (dummy.to_string(), *a)));
+            on_dummy.extend(d.bound_addresses.iter().copied());
         }
     }
-    Ok(local)
+    Ok((others, on_dummy))
 }
 
 /// Node facts and plan configuration of every family, from one dump of the local addresses.
@@ -173,14 +184,28 @@ pub fn snapshots(
     endpoints: &Arc<EndpointsMap>,
 ) -> Vec<FamilySnapshot> {
     let dummy = crate::kernel::link::DUMMY_DEVICE;
+    let (on_dummy, others): (Vec<_>, Vec<_>) =
+        local.iter().cloned().partition(|(link, _)| link == dummy);
+    let on_dummy: Vec<IpAddr> = on_dummy.into_iter().map(|(_, a)| a).collect();
+    snapshots_split(
+        settings, options, node, &others, &on_dummy, services, endpoints,
+    )
+}
+
+/// [`snapshots`] with kube-ipvs0's addresses apart from the other links'.
+#[allow(clippy::too_many_arguments)]
+fn snapshots_split(
+    settings: &SyncSettings,
+    options: &Options,
+    node: Option<&NodeInfo>,
+    others: &[(String, IpAddr)],
+    on_dummy: &[IpAddr],
+    services: &Arc<ServiceMap>,
+    endpoints: &Arc<EndpointsMap>,
+) -> Vec<FamilySnapshot> {
     let mut by_iface: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
-    let mut on_dummy = Vec::new();
-    for (iface, ip) in local {
-        if iface == dummy {
-            on_dummy.push(*ip);
-        } else {
-            by_iface.entry(iface.clone()).or_default().push(*ip);
-        }
+    for (iface, ip) in others {
+        by_iface.entry(iface.clone()).or_default().push(*ip);
     }
     let local_addresses: Vec<IpAddr> = by_iface.values().flatten().copied().collect();
     let pod_cidrs = node.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
@@ -196,7 +221,7 @@ pub fn snapshots(
                 node_ips: settings.node_ips.clone(),
                 node_port_ips: node_port_ips(
                     &by_iface,
-                    &on_dummy,
+                    on_dummy,
                     &settings.node_port_addresses,
                     &settings.node_ips,
                     family,
@@ -304,11 +329,12 @@ impl SyncLoop {
             let local = local_addresses(&mut p, &settings.families, full)
                 .map_err(|e| format!("listing local addresses: {e}"))?;
             let local_read = read_start.elapsed();
-            let families = snapshots(
+            let families = snapshots_split(
                 &settings,
                 &options,
                 node.as_deref(),
-                &local,
+                &local.0,
+                &local.1,
                 &services,
                 &endpoints,
             );
