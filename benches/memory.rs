@@ -107,7 +107,7 @@ fn run(n: usize) {
     println!("\nN = {n} services × {M} endpoints (scale-bench objects), live heap bytes per step:");
     let base = LIVE.load(Ordering::Relaxed);
     let trackers = Trackers::new(scale::NODE);
-    let mut svc_cache = EventCache::<Service>::default();
+    let mut svc_cache = EventCache::<Service>::keys_only();
     let mut eps_cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
     step("watch: Service event cache + service tracker", || {
         svc_cache.handle(watcher::Event::Init, |_, _| {});

@@ -24,17 +24,23 @@ pub struct TrackOutcome {
     pub error: Option<ConvertError>,
 }
 
-type PortMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
+/// Ports of one service, sorted by port name (names are unique within a service).
+type Ports = Vec<Arc<ServicePort>>;
 
 #[derive(Debug)]
 struct ServiceChange {
-    previous: PortMap,
-    current: PortMap,
+    previous: Ports,
+    current: Ports,
 }
 
 /// Accumulates Service changes between syncs.
+///
+/// The tracker remembers the ports it last applied per service, so the `previous` object of an update is
+/// not needed: the watch cache only has to keep each Service's namespace/name.
 #[derive(Debug, Default)]
 pub struct ServiceChangeTracker {
+    /// Ports of every service as of the last [`apply`](Self::apply); the `Arc`s are shared with the map.
+    applied: HashMap<ServiceName, Box<[Arc<ServicePort>]>>,
     items: HashMap<ServiceName, ServiceChange>,
     total: u64,
 }
@@ -50,27 +56,29 @@ pub struct ServiceUpdateResult {
     pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
 }
 
-fn convert_service(svc: Option<&Service>, outcome: Option<&mut TrackOutcome>) -> PortMap {
+fn convert_service(svc: Option<&Service>, outcome: &mut TrackOutcome) -> Ports {
     let Some(svc) = svc else {
-        return PortMap::new();
+        return Ports::new();
     };
     match convert::service_ports(svc) {
         Ok(c) => {
-            if let Some(o) = outcome {
-                o.warnings = c.warnings;
-            }
-            c.ports
-                .into_iter()
-                .map(|p| (p.name.clone(), Arc::new(p)))
-                .collect()
+            outcome.warnings = c.warnings;
+            let mut ports: Ports = c.ports.into_iter().map(Arc::new).collect();
+            ports.sort_by(|a, b| a.name.cmp(&b.name));
+            ports
         }
         Err(e) => {
-            if let Some(o) = outcome {
-                o.error = Some(e);
-            }
-            PortMap::new()
+            outcome.error = Some(e);
+            Ports::new()
         }
     }
+}
+
+fn find<'a>(ports: &'a [Arc<ServicePort>], name: &ServicePortName) -> Option<&'a Arc<ServicePort>> {
+    ports
+        .binary_search_by(|p| p.name.cmp(name))
+        .ok()
+        .map(|i| &ports[i])
 }
 
 fn service_key(svc: &Service) -> ServiceName {
@@ -88,6 +96,9 @@ impl ServiceChangeTracker {
 
     /// Records a change of one Service: `(None, Some)` add, `(Some, Some)` update, `(Some, None)` delete.
     /// Changes that cancel out since the last [`apply`](Self::apply) vanish.
+    ///
+    /// Only the namespace/name of `previous` is used (to key a deletion): the previous state is the one
+    /// the tracker last applied for that service.
     pub fn update(
         &mut self,
         previous: Option<&Service>,
@@ -98,14 +109,25 @@ impl ServiceChangeTracker {
             return outcome;
         };
         self.total += 1;
-        let change = self
-            .items
-            .entry(key.clone())
-            .or_insert_with(|| ServiceChange {
-                previous: convert_service(previous, None),
-                current: PortMap::new(),
-            });
-        change.current = convert_service(current, Some(&mut outcome));
+        let current = convert_service(current, &mut outcome);
+        let change = match self.items.get_mut(&key) {
+            Some(change) => change,
+            None => {
+                let previous = self
+                    .applied
+                    .get(&key)
+                    .map(|p| p.to_vec())
+                    .unwrap_or_default();
+                if previous == current {
+                    return outcome;
+                }
+                self.items.entry(key.clone()).or_insert(ServiceChange {
+                    previous,
+                    current: Ports::new(),
+                })
+            }
+        };
+        change.current = current;
         if change.previous == change.current {
             self.items.remove(&key);
         } else {
@@ -127,26 +149,40 @@ impl ServiceChangeTracker {
     /// Applies the pending changes to `map` (touching only the changed services) and reports them.
     pub fn apply(&mut self, map: &mut ServiceMap) -> ServiceUpdateResult {
         let mut result = ServiceUpdateResult::default();
-        for (name, change) in self.items.drain() {
-            let ServiceChange { previous, current } = change;
-            for port_name in previous.keys() {
-                if current.contains_key(port_name) {
+        // take the table (not drain it): a large initial sync must not leave its capacity behind
+        for (name, change) in std::mem::take(&mut self.items) {
+            let ServiceChange {
+                previous,
+                mut current,
+            } = change;
+            for old in &previous {
+                if find(&current, &old.name).is_some() {
                     continue;
                 }
-                if let Some(removed) = map.remove(port_name)
+                if let Some(removed) = map.remove(&old.name)
                     && removed.protocol == Protocol::Udp
                 {
                     result
                         .deleted_udp_cluster_ips
                         .extend(removed.cluster_ips.iter().copied());
                 }
-                result.changed_ports.insert(port_name.clone());
+                result.changed_ports.insert(old.name.clone());
             }
-            for (port_name, port) in current {
-                if previous.get(&port_name) != Some(&port) {
-                    result.changed_ports.insert(port_name.clone());
+            for port in &mut current {
+                match find(&previous, &port.name) {
+                    // unchanged: keep sharing the Arc already in the map
+                    Some(old) if old == port => *port = old.clone(),
+                    _ => {
+                        result.changed_ports.insert(port.name.clone());
+                    }
                 }
-                map.insert(port_name, port);
+                map.insert(port.name.clone(), port.clone());
+            }
+            if current.is_empty() {
+                self.applied.remove(&name);
+            } else {
+                self.applied
+                    .insert(name.clone(), current.into_boxed_slice());
             }
             result.updated_services.insert(name);
         }
