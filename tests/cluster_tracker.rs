@@ -499,3 +499,31 @@ fn one_change_among_many_services_touches_only_that_service() {
     assert_eq!(replaced, 1);
     println!("tracker: {N} services+slices initial apply {initial:?}; one slice change {one:?}");
 }
+
+#[test]
+fn equal_node_names_are_shared_between_endpoints() {
+    let mut t = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
+    let mut map = EndpointsMap::new();
+    let p = json!([{"name": "http", "port": 8080}]);
+    t.update(&slice("a-1", "a", p.clone(), &["10.1.0.1"]), false);
+    t.update(&slice("b-1", "b", p.clone(), &["10.1.0.2"]), false);
+    t.apply(&mut map);
+    let a = &map[&spn("a", "http", Protocol::Tcp)][0];
+    let b = &map[&spn("b", "http", Protocol::Tcp)][0];
+    assert_eq!(a.node_name.as_deref(), Some("other"));
+    assert!(Arc::ptr_eq(
+        a.node_name.as_ref().unwrap(),
+        b.node_name.as_ref().unwrap()
+    ));
+    // a later slice naming the same node shares it too, after the others are gone
+    t.update(&slice("a-1", "a", p.clone(), &[]), true);
+    t.apply(&mut map);
+    t.update(&slice("c-1", "c", p.clone(), &["10.1.0.3"]), false);
+    t.apply(&mut map);
+    let b = &map[&spn("b", "http", Protocol::Tcp)][0];
+    let c = &map[&spn("c", "http", Protocol::Tcp)][0];
+    assert!(Arc::ptr_eq(
+        b.node_name.as_ref().unwrap(),
+        c.node_name.as_ref().unwrap()
+    ));
+}

@@ -192,11 +192,21 @@ fn relist_deletes_vanished_objects(mut cache: EventCache<Service>) {
 
 #[test]
 fn slimmed_slice_cache_still_deletes() {
+    use kube_proxy_rs::cluster::watch::slim_slice;
+    slice_cache_still_deletes(EventCache::with_slim(slim_slice));
+}
+
+#[test]
+fn keys_only_slice_cache_still_deletes() {
+    slice_cache_still_deletes(EventCache::keys_only());
+}
+
+fn slice_cache_still_deletes(
+    mut cache: EventCache<k8s_openapi::api::discovery::v1::EndpointSlice>,
+) {
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube_proxy_rs::cluster::model::EndpointsMap;
-    use kube_proxy_rs::cluster::watch::slim_slice;
     let trackers = Trackers::new("me");
-    let mut cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
     let mut map = EndpointsMap::new();
     let s = |name: &str, ip: &str| -> EndpointSlice {
         serde_json::from_value(json!({

@@ -459,7 +459,7 @@ pub fn start(
         let notifier = notifier.clone();
         let invalid = invalid.clone();
         tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
+            let mut cache = EventCache::<EndpointSlice>::keys_only();
             let mut stream = watcher(api, slice_watch_config()).default_backoff().boxed();
             while let Some(item) = stream.next().await {
                 let event = match item {

@@ -171,7 +171,7 @@ fn random_endpoints(rng: &mut Rng) -> Vec<Endpoint> {
                 },
                 zone: rng.chance(50).then(|| "zone-a".into()),
                 hints_for_nodes: None,
-                hints_for_zones: rng.chance(10).then(|| vec!["zone-a".into()]),
+                hints_for_zones: rng.chance(10).then(|| ["zone-a".into()].into()),
             }
         })
         .collect();
