@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use kube_proxy_rs::cluster::model::{EndpointsMap, IpFamily, ServiceMap};
-use kube_proxy_rs::cluster::watch::{EventCache, Trackers, slim_slice};
+use kube_proxy_rs::cluster::watch::{EventCache, Trackers};
 use kube_proxy_rs::kernel::conntrack::fake::FakeConntrack;
 use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
 use kube_proxy_rs::kernel::iptables::fake::FakeIptables;
@@ -107,8 +107,8 @@ fn run(n: usize) {
     println!("\nN = {n} services × {M} endpoints (scale-bench objects), live heap bytes per step:");
     let base = LIVE.load(Ordering::Relaxed);
     let trackers = Trackers::new(scale::NODE);
-    let mut svc_cache = EventCache::<Service>::default();
-    let mut eps_cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
+    let mut svc_cache = EventCache::<Service>::keys_only();
+    let mut eps_cache = EventCache::<EndpointSlice>::keys_only();
     step("watch: Service event cache + service tracker", || {
         svc_cache.handle(watcher::Event::Init, |_, _| {});
         for i in 0..n {

@@ -56,9 +56,9 @@ fn build(services: u32) -> (ServiceMap, EndpointsMap) {
                 terminating: false,
                 // One endpoint in ten runs on this node.
                 node_name: Some(if k == 0 {
-                    NODE.to_string()
+                    NODE.into()
                 } else {
-                    format!("node-{k}")
+                    format!("node-{k}").into()
                 }),
                 zone: None,
                 hints_for_nodes: None,

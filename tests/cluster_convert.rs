@@ -361,8 +361,8 @@ fn slice_fields_and_condition_defaults() {
     );
     assert_eq!(eps[1].node_name.as_deref(), Some("n1"));
     assert_eq!(eps[1].zone.as_deref(), Some("z1"));
-    assert_eq!(eps[1].hints_for_zones, Some(vec!["z1".to_string()]));
-    assert_eq!(eps[1].hints_for_nodes, Some(vec!["n1".to_string()]));
+    assert_eq!(eps[1].hints_for_zones, Some(["z1".into()].into()));
+    assert_eq!(eps[1].hints_for_nodes, Some(["n1".into()].into()));
     assert!(!eps[2].ready && eps[2].serving && eps[2].terminating);
     assert_eq!(eps[2].hints_for_zones, None);
     // the endpoint without address is dropped with a warning

@@ -163,6 +163,73 @@ fn malformed_service_is_treated_as_absent() {
     assert_eq!(map.len(), 2);
 }
 
+/// A Service carrying only namespace/name, as a keys-only watch cache passes it as `previous`.
+fn bare(name: &str) -> Service {
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}})).unwrap()
+}
+
+#[test]
+fn service_previous_comes_from_the_applied_state_not_the_object() {
+    let mut t = ServiceChangeTracker::new();
+    let mut map = ServiceMap::new();
+    let a1 = svc(
+        "a",
+        "10.0.0.1",
+        json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]),
+    );
+    t.update(None, Some(&a1));
+    t.apply(&mut map);
+    let http = map[&spn("a", "http", Protocol::Tcp)].clone();
+
+    // a bare previous (only namespace/name) still yields the real diff against what was applied
+    let a2 = svc("a", "10.0.0.1", json!([{"name": "http", "port": 80}]));
+    assert!(t.update(Some(&bare("a")), Some(&a2)).pending);
+    let r = t.apply(&mut map);
+    assert_eq!(map.len(), 1);
+    assert_eq!(
+        r.changed_ports.into_iter().collect::<Vec<_>>(),
+        vec![spn("a", "dns", Protocol::Udp)],
+        "only the removed port changed"
+    );
+    assert_eq!(
+        r.deleted_udp_cluster_ips.into_iter().collect::<Vec<_>>(),
+        vec![ip("10.0.0.1")]
+    );
+    assert!(
+        Arc::ptr_eq(&http, &map[&spn("a", "http", Protocol::Tcp)]),
+        "the unchanged port keeps its shared value"
+    );
+
+    // re-adding what is already applied (e.g. a relist) is not a change
+    assert!(!t.update(None, Some(&a2)).pending);
+    assert!(!t.update(Some(&bare("a")), Some(&a2)).pending);
+    assert_eq!(t.pending(), 0);
+
+    // a stale previous object does not matter either: the update is a no-op against the applied state
+    assert!(!t.update(Some(&a1), Some(&a2)).pending);
+
+    // delete keyed by a bare previous; the UDP ClusterIP of a deleted UDP port is reported
+    let b = svc("b", "10.0.0.2", json!([{"port": 53, "protocol": "UDP"}]));
+    t.update(None, Some(&b));
+    t.apply(&mut map);
+    assert!(t.update(Some(&bare("b")), None).pending);
+    assert!(t.update(Some(&bare("a")), None).pending);
+    let r = t.apply(&mut map);
+    assert!(map.is_empty());
+    assert_eq!(r.updated_services.len(), 2);
+    assert_eq!(
+        r.deleted_udp_cluster_ips.into_iter().collect::<Vec<_>>(),
+        vec![ip("10.0.0.2")]
+    );
+
+    // deleting a service that was never applied is nothing to do; re-adding after delete is an add
+    assert!(!t.update(Some(&bare("zzz")), None).pending);
+    assert!(t.update(None, Some(&a2)).pending);
+    let r = t.apply(&mut map);
+    assert_eq!(r.changed_ports.len(), 1);
+    assert_eq!(map.len(), 1);
+}
+
 #[test]
 fn slices_of_one_service_merge_and_dedupe() {
     let mut t = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
@@ -431,4 +498,32 @@ fn one_change_among_many_services_touches_only_that_service() {
         .count();
     assert_eq!(replaced, 1);
     println!("tracker: {N} services+slices initial apply {initial:?}; one slice change {one:?}");
+}
+
+#[test]
+fn equal_node_names_are_shared_between_endpoints() {
+    let mut t = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
+    let mut map = EndpointsMap::new();
+    let p = json!([{"name": "http", "port": 8080}]);
+    t.update(&slice("a-1", "a", p.clone(), &["10.1.0.1"]), false);
+    t.update(&slice("b-1", "b", p.clone(), &["10.1.0.2"]), false);
+    t.apply(&mut map);
+    let a = &map[&spn("a", "http", Protocol::Tcp)][0];
+    let b = &map[&spn("b", "http", Protocol::Tcp)][0];
+    assert_eq!(a.node_name.as_deref(), Some("other"));
+    assert!(Arc::ptr_eq(
+        a.node_name.as_ref().unwrap(),
+        b.node_name.as_ref().unwrap()
+    ));
+    // a later slice naming the same node shares it too, after the others are gone
+    t.update(&slice("a-1", "a", p.clone(), &[]), true);
+    t.apply(&mut map);
+    t.update(&slice("c-1", "c", p.clone(), &["10.1.0.3"]), false);
+    t.apply(&mut map);
+    let b = &map[&spn("b", "http", Protocol::Tcp)][0];
+    let c = &map[&spn("c", "http", Protocol::Tcp)][0];
+    assert!(Arc::ptr_eq(
+        b.node_name.as_ref().unwrap(),
+        c.node_name.as_ref().unwrap()
+    ));
 }

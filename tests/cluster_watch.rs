@@ -99,8 +99,43 @@ fn feed(cache: &mut EventCache<Service>, trackers: &Trackers, ev: Event<Service>
 
 #[test]
 fn relist_deletes_vanished_objects_and_keeps_previous() {
+    relist_deletes_vanished_objects(EventCache::<Service>::default());
+}
+
+#[test]
+fn keys_only_cache_relists_and_deletes() {
+    relist_deletes_vanished_objects(EventCache::<Service>::keys_only());
+}
+
+#[test]
+fn keys_only_cache_passes_namespace_and_name_as_previous() {
+    let mut cache = EventCache::<Service>::keys_only();
+    let mut seen = Vec::new();
+    let mut record = |cache: &mut EventCache<Service>, ev| {
+        cache.handle(ev, |prev: Option<&Service>, cur: Option<&Service>| {
+            seen.push((
+                prev.map(|p| {
+                    (
+                        p.metadata.namespace.clone(),
+                        p.metadata.name.clone(),
+                        p.spec.is_some(),
+                    )
+                }),
+                cur.is_some(),
+            ))
+        })
+    };
+    record(&mut cache, Event::Apply(svc("a", "10.0.0.1")));
+    record(&mut cache, Event::Apply(svc("a", "10.0.0.2")));
+    record(&mut cache, Event::Init);
+    record(&mut cache, Event::InitDone);
+    let key = Some((Some("ns".to_string()), Some("a".to_string()), false));
+    assert_eq!(seen, vec![(None, true), (key.clone(), true), (key, false)]);
+    assert!(cache.is_empty());
+}
+
+fn relist_deletes_vanished_objects(mut cache: EventCache<Service>) {
     let trackers = Trackers::new("me");
-    let mut cache = EventCache::<Service>::default();
     let mut map = ServiceMap::new();
     assert!(!cache.listed());
     feed(&mut cache, &trackers, Event::Init);
@@ -157,11 +192,21 @@ fn relist_deletes_vanished_objects_and_keeps_previous() {
 
 #[test]
 fn slimmed_slice_cache_still_deletes() {
+    use kube_proxy_rs::cluster::watch::slim_slice;
+    slice_cache_still_deletes(EventCache::with_slim(slim_slice));
+}
+
+#[test]
+fn keys_only_slice_cache_still_deletes() {
+    slice_cache_still_deletes(EventCache::keys_only());
+}
+
+fn slice_cache_still_deletes(
+    mut cache: EventCache<k8s_openapi::api::discovery::v1::EndpointSlice>,
+) {
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube_proxy_rs::cluster::model::EndpointsMap;
-    use kube_proxy_rs::cluster::watch::slim_slice;
     let trackers = Trackers::new("me");
-    let mut cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
     let mut map = EndpointsMap::new();
     let s = |name: &str, ip: &str| -> EndpointSlice {
         serde_json::from_value(json!({

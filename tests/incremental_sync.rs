@@ -40,7 +40,7 @@ fn endpoints(i: u32, n: u32) -> Vec<Endpoint> {
             ready: true,
             serving: true,
             terminating: false,
-            node_name: Some(format!("node-{}", k % 3)),
+            node_name: Some(format!("node-{}", k % 3).into()),
             zone: None,
             hints_for_nodes: None,
             hints_for_zones: None,

@@ -858,7 +858,7 @@ fn ready_and_terminating_endpoints() {
 fn topology_hints() {
     let zoned = |a: &str, zones: &[&str]| {
         let mut e = ep(a, 80, None);
-        e.hints_for_zones = Some(zones.iter().map(|z| z.to_string()).collect());
+        e.hints_for_zones = Some(zones.iter().map(|z| (*z).into()).collect());
         e
     };
     let s = svc("ns1", "svc1", "", Protocol::Tcp, "10.20.30.41", 80);
@@ -887,9 +887,9 @@ fn topology_hints() {
     assert_eq!(run(eps, Some("zone-a")).len(), 2);
     // Node hints win when every ready endpoint has one and one names this node.
     let mut a = zoned("10.1.2.3", &["zone-a"]);
-    a.hints_for_nodes = Some(vec![HOST.into()]);
+    a.hints_for_nodes = Some([HOST.into()].into());
     let mut b = zoned("10.1.2.4", &["zone-a"]);
-    b.hints_for_nodes = Some(vec!["other".into()]);
+    b.hints_for_nodes = Some(["other".into()].into());
     assert_eq!(run(vec![a, b], Some("zone-a")), strs(&["10.1.2.3:80"]));
 }
 

@@ -49,10 +49,10 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
         };
         virtual_servers.insert(
             key,
-            DesiredVirtualServer {
+            std::sync::Arc::new(DesiredVirtualServer {
                 service,
                 destinations,
-            },
+            }),
         );
         cluster.insert(format!("{},tcp:80", vip(i)));
         ips.insert(vip(i).to_string());

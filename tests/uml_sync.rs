@@ -126,7 +126,7 @@ fn ipsets_from(save: &str, family: IpFamily) -> BTreeMap<String, DesiredIpSet> {
     sets
 }
 
-fn vs(addr: &str, port: u16, eps: &[(&str, u16)]) -> (IpvsServiceKey, DesiredVirtualServer) {
+fn vs(addr: &str, port: u16, eps: &[(&str, u16)]) -> (IpvsServiceKey, Arc<DesiredVirtualServer>) {
     let key = IpvsServiceKey {
         addr: ip(addr),
         port,
@@ -145,10 +145,10 @@ fn vs(addr: &str, port: u16, eps: &[(&str, u16)]) -> (IpvsServiceKey, DesiredVir
         .collect();
     (
         key,
-        DesiredVirtualServer {
+        Arc::new(DesiredVirtualServer {
             service,
             destinations,
-        },
+        }),
     )
 }
 
@@ -544,10 +544,10 @@ fn start_pod(ns: &str, host_if: &str, host_ip: &str, pod_ip: &str) {
 /// A minimal plan: TCP 10.96.0.20:80 and UDP 10.96.0.53:53 with the given real servers.
 fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredState {
     let (tk, mut tvs) = vs("10.96.0.20", 80, tcp_eps);
-    tvs.service.key = tk;
+    Arc::make_mut(&mut tvs).service.key = tk;
     let (mut uk, mut uvs) = vs("10.96.0.53", 53, udp_eps);
     uk.protocol = Protocol::Udp;
-    uvs.service.key = uk;
+    Arc::make_mut(&mut uvs).service.key = uk;
     let mut sets = BTreeMap::new();
     sets.insert(
         "KUBE-IPVS-IPS".to_string(),

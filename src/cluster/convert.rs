@@ -12,6 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// Label on an EndpointSlice naming its Service.
@@ -529,16 +530,16 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
             ready,
             serving,
             terminating,
-            node_name: ep.node_name.clone(),
-            zone: ep.zone.clone(),
+            node_name: ep.node_name.as_deref().map(Arc::from),
+            zone: ep.zone.as_deref().map(Arc::from),
             hints_for_nodes: hints
                 .and_then(|h| h.for_nodes.as_ref())
                 .filter(|v| !v.is_empty())
-                .map(|v| v.iter().map(|n| n.name.clone()).collect()),
+                .map(|v| v.iter().map(|n| Arc::from(n.name.as_str())).collect()),
             hints_for_zones: hints
                 .and_then(|h| h.for_zones.as_ref())
                 .filter(|v| !v.is_empty())
-                .map(|v| v.iter().map(|z| z.name.clone()).collect()),
+                .map(|v| v.iter().map(|z| Arc::from(z.name.as_str())).collect()),
         });
     }
     endpoints.sort();

@@ -189,12 +189,13 @@ pub struct Endpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    pub node_name: Option<String>,
-    pub zone: Option<String>,
+    /// Node the endpoint runs on (equal names are shared between endpoints).
+    pub node_name: Option<Arc<str>>,
+    pub zone: Option<Arc<str>>,
     /// `hints.forNodes` names, if the slice carries them.
-    pub hints_for_nodes: Option<Vec<String>>,
+    pub hints_for_nodes: Option<Arc<[Arc<str>]>>,
     /// `hints.forZones` names, if the slice carries them.
-    pub hints_for_zones: Option<Vec<String>>,
+    pub hints_for_zones: Option<Arc<[Arc<str>]>>,
 }
 
 impl Endpoint {

@@ -3,6 +3,7 @@
 //! serving-terminating fallback.
 
 use crate::cluster::model::{Endpoint, IpFamily, ServicePort};
+use std::sync::Arc;
 
 /// The usable endpoints of one service port on this node.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -40,12 +41,14 @@ pub fn uses_local_endpoints(svc: &ServicePort, family: IpFamily) -> bool {
     svc.internal_policy_local || (svc.external_policy_local() && externally_accessible(svc, family))
 }
 
-fn has_hint(hints: &Option<Vec<String>>, want: &str) -> bool {
-    hints.as_ref().is_some_and(|h| h.iter().any(|x| x == want))
+fn has_hint(hints: &Option<Arc<[Arc<str>]>>, want: &str) -> bool {
+    hints
+        .as_ref()
+        .is_some_and(|h| h.iter().any(|x| &**x == want))
 }
 
-fn hint_count(hints: &Option<Vec<String>>) -> usize {
-    hints.as_ref().map_or(0, Vec::len)
+fn hint_count(hints: &Option<Arc<[Arc<str>]>>) -> usize {
+    hints.as_ref().map_or(0, |h| h.len())
 }
 
 fn topology_mode<'a>(
@@ -182,12 +185,12 @@ mod tests {
     }
 
     fn zoned(mut e: Endpoint, zones: &[&str]) -> Endpoint {
-        e.hints_for_zones = Some(zones.iter().map(|z| z.to_string()).collect());
+        e.hints_for_zones = Some(zones.iter().map(|z| Arc::from(*z)).collect());
         e
     }
 
     fn noded(mut e: Endpoint, nodes: &[&str]) -> Endpoint {
-        e.hints_for_nodes = Some(nodes.iter().map(|z| z.to_string()).collect());
+        e.hints_for_nodes = Some(nodes.iter().map(|z| Arc::from(*z)).collect());
         e
     }
 

@@ -24,17 +24,23 @@ pub struct TrackOutcome {
     pub error: Option<ConvertError>,
 }
 
-type PortMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
+/// Ports of one service, sorted by port name (names are unique within a service).
+type Ports = Vec<Arc<ServicePort>>;
 
 #[derive(Debug)]
 struct ServiceChange {
-    previous: PortMap,
-    current: PortMap,
+    previous: Ports,
+    current: Ports,
 }
 
 /// Accumulates Service changes between syncs.
+///
+/// The tracker remembers the ports it last applied per service, so the `previous` object of an update is
+/// not needed: the watch cache only has to keep each Service's namespace/name.
 #[derive(Debug, Default)]
 pub struct ServiceChangeTracker {
+    /// Ports of every service as of the last [`apply`](Self::apply); the `Arc`s are shared with the map.
+    applied: HashMap<ServiceName, Box<[Arc<ServicePort>]>>,
     items: HashMap<ServiceName, ServiceChange>,
     total: u64,
 }
@@ -50,27 +56,29 @@ pub struct ServiceUpdateResult {
     pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
 }
 
-fn convert_service(svc: Option<&Service>, outcome: Option<&mut TrackOutcome>) -> PortMap {
+fn convert_service(svc: Option<&Service>, outcome: &mut TrackOutcome) -> Ports {
     let Some(svc) = svc else {
-        return PortMap::new();
+        return Ports::new();
     };
     match convert::service_ports(svc) {
         Ok(c) => {
-            if let Some(o) = outcome {
-                o.warnings = c.warnings;
-            }
-            c.ports
-                .into_iter()
-                .map(|p| (p.name.clone(), Arc::new(p)))
-                .collect()
+            outcome.warnings = c.warnings;
+            let mut ports: Ports = c.ports.into_iter().map(Arc::new).collect();
+            ports.sort_by(|a, b| a.name.cmp(&b.name));
+            ports
         }
         Err(e) => {
-            if let Some(o) = outcome {
-                o.error = Some(e);
-            }
-            PortMap::new()
+            outcome.error = Some(e);
+            Ports::new()
         }
     }
+}
+
+fn find<'a>(ports: &'a [Arc<ServicePort>], name: &ServicePortName) -> Option<&'a Arc<ServicePort>> {
+    ports
+        .binary_search_by(|p| p.name.cmp(name))
+        .ok()
+        .map(|i| &ports[i])
 }
 
 fn service_key(svc: &Service) -> ServiceName {
@@ -88,6 +96,9 @@ impl ServiceChangeTracker {
 
     /// Records a change of one Service: `(None, Some)` add, `(Some, Some)` update, `(Some, None)` delete.
     /// Changes that cancel out since the last [`apply`](Self::apply) vanish.
+    ///
+    /// Only the namespace/name of `previous` is used (to key a deletion): the previous state is the one
+    /// the tracker last applied for that service.
     pub fn update(
         &mut self,
         previous: Option<&Service>,
@@ -98,14 +109,25 @@ impl ServiceChangeTracker {
             return outcome;
         };
         self.total += 1;
-        let change = self
-            .items
-            .entry(key.clone())
-            .or_insert_with(|| ServiceChange {
-                previous: convert_service(previous, None),
-                current: PortMap::new(),
-            });
-        change.current = convert_service(current, Some(&mut outcome));
+        let current = convert_service(current, &mut outcome);
+        let change = match self.items.get_mut(&key) {
+            Some(change) => change,
+            None => {
+                let previous = self
+                    .applied
+                    .get(&key)
+                    .map(|p| p.to_vec())
+                    .unwrap_or_default();
+                if previous == current {
+                    return outcome;
+                }
+                self.items.entry(key.clone()).or_insert(ServiceChange {
+                    previous,
+                    current: Ports::new(),
+                })
+            }
+        };
+        change.current = current;
         if change.previous == change.current {
             self.items.remove(&key);
         } else {
@@ -127,26 +149,40 @@ impl ServiceChangeTracker {
     /// Applies the pending changes to `map` (touching only the changed services) and reports them.
     pub fn apply(&mut self, map: &mut ServiceMap) -> ServiceUpdateResult {
         let mut result = ServiceUpdateResult::default();
-        for (name, change) in self.items.drain() {
-            let ServiceChange { previous, current } = change;
-            for port_name in previous.keys() {
-                if current.contains_key(port_name) {
+        // take the table (not drain it): a large initial sync must not leave its capacity behind
+        for (name, change) in std::mem::take(&mut self.items) {
+            let ServiceChange {
+                previous,
+                mut current,
+            } = change;
+            for old in &previous {
+                if find(&current, &old.name).is_some() {
                     continue;
                 }
-                if let Some(removed) = map.remove(port_name)
+                if let Some(removed) = map.remove(&old.name)
                     && removed.protocol == Protocol::Udp
                 {
                     result
                         .deleted_udp_cluster_ips
                         .extend(removed.cluster_ips.iter().copied());
                 }
-                result.changed_ports.insert(port_name.clone());
+                result.changed_ports.insert(old.name.clone());
             }
-            for (port_name, port) in current {
-                if previous.get(&port_name) != Some(&port) {
-                    result.changed_ports.insert(port_name.clone());
+            for port in &mut current {
+                match find(&previous, &port.name) {
+                    // unchanged: keep sharing the Arc already in the map
+                    Some(old) if old == port => *port = old.clone(),
+                    _ => {
+                        result.changed_ports.insert(port.name.clone());
+                    }
                 }
-                map.insert(port_name, port);
+                map.insert(port.name.clone(), port.clone());
+            }
+            if current.is_empty() {
+                self.applied.remove(&name);
+            } else {
+                self.applied
+                    .insert(name.clone(), current.into_boxed_slice());
             }
             result.updated_services.insert(name);
         }
@@ -177,11 +213,95 @@ pub struct EndpointsUpdateResult {
     pub trigger_times: BTreeMap<ServiceName, Vec<SystemTime>>,
 }
 
+/// The slices of one service: applied, and pending changes (both few, usually one: kept in sorted vectors).
 #[derive(Debug, Default)]
 struct SliceTracker {
-    applied: BTreeMap<String, Arc<SliceInfo>>,
-    /// `None` = slice removal pending.
-    pending: BTreeMap<String, Option<Arc<SliceInfo>>>,
+    /// Applied slices, sorted by slice name.
+    applied: Vec<Arc<SliceInfo>>,
+    /// Pending changes, sorted by slice name; `None` = slice removal pending.
+    pending: Vec<(Box<str>, Option<Arc<SliceInfo>>)>,
+}
+
+impl SliceTracker {
+    fn applied_index(&self, slice: &str) -> Result<usize, usize> {
+        self.applied
+            .binary_search_by(|s| s.slice_name.as_str().cmp(slice))
+    }
+
+    fn applied(&self, slice: &str) -> Option<&Arc<SliceInfo>> {
+        self.applied_index(slice).ok().map(|i| &self.applied[i])
+    }
+
+    fn pending_index(&self, slice: &str) -> Result<usize, usize> {
+        self.pending.binary_search_by(|(s, _)| (**s).cmp(slice))
+    }
+
+    /// Moves the pending changes into the applied slices.
+    fn commit(&mut self) {
+        for (slice, value) in std::mem::take(&mut self.pending) {
+            match (self.applied_index(&slice), value) {
+                (Ok(i), Some(info)) => self.applied[i] = info,
+                (Err(i), Some(info)) => self.applied.insert(i, info),
+                (Ok(i), None) => {
+                    self.applied.remove(i);
+                }
+                (Err(_), None) => {}
+            }
+        }
+        self.applied.shrink_to_fit();
+    }
+}
+
+/// Shares equal node names, zones and hint lists between endpoints (there are far fewer distinct
+/// values than endpoints).
+#[derive(Debug, Default)]
+struct Interner {
+    names: HashSet<Arc<str>>,
+    lists: HashSet<Arc<[Arc<str>]>>,
+}
+
+impl Interner {
+    fn name(&mut self, s: &mut Arc<str>) {
+        match self.names.get(s) {
+            Some(shared) => *s = shared.clone(),
+            None => {
+                self.names.insert(s.clone());
+            }
+        }
+    }
+
+    fn list(&mut self, l: &mut Arc<[Arc<str>]>) {
+        match self.lists.get(l) {
+            Some(shared) => *l = shared.clone(),
+            None => {
+                let mut owned: Vec<Arc<str>> = l.to_vec();
+                owned.iter_mut().for_each(|n| self.name(n));
+                *l = owned.into();
+                self.lists.insert(l.clone());
+            }
+        }
+    }
+
+    fn endpoint(&mut self, ep: &mut Endpoint) {
+        if let Some(n) = ep.node_name.as_mut() {
+            self.name(n);
+        }
+        if let Some(z) = ep.zone.as_mut() {
+            self.name(z);
+        }
+        if let Some(h) = ep.hints_for_nodes.as_mut() {
+            self.list(h);
+        }
+        if let Some(h) = ep.hints_for_zones.as_mut() {
+            self.list(h);
+        }
+    }
+
+    /// Forgets values no endpoint uses any more.
+    fn purge(&mut self) {
+        self.lists.retain(|l| Arc::strong_count(l) > 1);
+        self.names.retain(|n| Arc::strong_count(n) > 1);
+    }
 }
 
 fn same(a: Option<&Arc<SliceInfo>>, b: Option<&Arc<SliceInfo>>) -> bool {
@@ -202,6 +322,7 @@ pub struct EndpointsChangeTracker {
     owners: HashMap<(String, String), ServiceName>,
     pending_services: HashSet<ServiceName>,
     trigger_times: HashMap<ServiceName, Vec<SystemTime>>,
+    interner: Interner,
     total: u64,
 }
 
@@ -222,6 +343,7 @@ impl EndpointsChangeTracker {
             owners: HashMap::new(),
             pending_services: HashSet::new(),
             trigger_times: HashMap::new(),
+            interner: Interner::default(),
             total: 0,
         }
     }
@@ -254,6 +376,9 @@ impl EndpointsChangeTracker {
             }
             Some(mut info) => {
                 outcome.warnings = std::mem::take(&mut info.warnings);
+                info.endpoints
+                    .iter_mut()
+                    .for_each(|ep| self.interner.endpoint(ep));
                 let service = info.service.clone();
                 if let Some(old) = self.owners.insert(key, service.clone())
                     && old != service
@@ -281,10 +406,11 @@ impl EndpointsChangeTracker {
         value: Option<Arc<SliceInfo>>,
     ) -> bool {
         let tracker = self.by_service.entry(service.clone()).or_default();
-        let applied = tracker.applied.get(slice);
-        let effective = match tracker.pending.get(slice) {
-            Some(p) => p.as_ref(),
-            None => applied,
+        let applied = tracker.applied(slice);
+        let pending = tracker.pending_index(slice);
+        let effective = match pending {
+            Ok(i) => tracker.pending[i].1.as_ref(),
+            Err(_) => applied,
         };
         if same(effective, value.as_ref()) {
             if tracker.applied.is_empty() && tracker.pending.is_empty() {
@@ -293,7 +419,9 @@ impl EndpointsChangeTracker {
             return false;
         }
         if same(applied, value.as_ref()) {
-            tracker.pending.remove(slice);
+            if let Ok(i) = pending {
+                tracker.pending.remove(i);
+            }
             if tracker.pending.is_empty() {
                 self.pending_services.remove(service);
                 if tracker.applied.is_empty() {
@@ -301,7 +429,10 @@ impl EndpointsChangeTracker {
                 }
             }
         } else {
-            tracker.pending.insert(slice.to_string(), value);
+            match pending {
+                Ok(i) => tracker.pending[i].1 = value,
+                Err(i) => tracker.pending.insert(i, (slice.into(), value)),
+            }
             self.pending_services.insert(service.clone());
         }
         true
@@ -321,10 +452,10 @@ impl EndpointsChangeTracker {
         self.total
     }
 
-    fn endpoints_of(&self, slices: &BTreeMap<String, Arc<SliceInfo>>) -> EndpointsOf {
+    fn endpoints_of(&self, slices: &[Arc<SliceInfo>]) -> EndpointsOf {
         let mut by_port: BTreeMap<ServicePortName, BTreeMap<(IpAddr, u16), Endpoint>> =
             BTreeMap::new();
-        for info in slices.values() {
+        for info in slices {
             for port in &info.ports {
                 let set = by_port.entry(info.port_name(port)).or_default();
                 for ep in info.endpoints_for(port) {
@@ -348,18 +479,15 @@ impl EndpointsChangeTracker {
     /// Applies the pending changes to `map` (touching only the changed services) and reports them.
     pub fn apply(&mut self, map: &mut EndpointsMap) -> EndpointsUpdateResult {
         let mut result = EndpointsUpdateResult::default();
-        let services: Vec<ServiceName> = self.pending_services.drain().collect();
+        let services: Vec<ServiceName> = std::mem::take(&mut self.pending_services)
+            .into_iter()
+            .collect();
         for service in services {
             let Some(mut tracker) = self.by_service.remove(&service) else {
                 continue;
             };
             let previous = self.endpoints_of(&tracker.applied);
-            for (slice, value) in std::mem::take(&mut tracker.pending) {
-                match value {
-                    Some(info) => tracker.applied.insert(slice, info),
-                    None => tracker.applied.remove(&slice),
-                };
-            }
+            tracker.commit();
             let current = self.endpoints_of(&tracker.applied);
             if !tracker.applied.is_empty() {
                 self.by_service.insert(service.clone(), tracker);
@@ -384,7 +512,10 @@ impl EndpointsChangeTracker {
                 result.updated_services.insert(service);
             }
         }
-        result.trigger_times.extend(self.trigger_times.drain());
+        result
+            .trigger_times
+            .extend(std::mem::take(&mut self.trigger_times));
+        self.interner.purge();
         result
     }
 }

@@ -258,13 +258,16 @@ fn key_of(meta: &kube::api::ObjectMeta) -> Key {
 /// informer cache) and synthesising deletions for objects missing from a relist.
 ///
 /// Stored objects pass through a `slim` function first (managedFields are always dropped), so only
-/// what later `previous` lookups need is kept in memory.
+/// what later `previous` lookups need is kept in memory. A [`keys_only`](Self::keys_only) cache keeps
+/// no object at all: its `previous` objects carry only namespace and name.
 #[derive(Debug)]
 pub struct EventCache<K> {
-    objects: HashMap<Key, K>,
+    /// `None`: only the key is kept.
+    objects: HashMap<Key, Option<Box<K>>>,
     relisting: Option<HashSet<Key>>,
     listed: bool,
-    slim: fn(&mut K),
+    /// `None`: keep keys only.
+    slim: Option<fn(&mut K)>,
 }
 
 impl<K> Default for EventCache<K> {
@@ -273,7 +276,7 @@ impl<K> Default for EventCache<K> {
             objects: HashMap::new(),
             relisting: None,
             listed: false,
-            slim: |_| {},
+            slim: Some(|_| {}),
         }
     }
 }
@@ -285,11 +288,20 @@ pub fn slim_slice(slice: &mut EndpointSlice) {
     slice.metadata.annotations = None;
 }
 
-impl<K: kube::Resource + Clone> EventCache<K> {
+impl<K: kube::Resource + Clone + Default> EventCache<K> {
     /// A cache that slims objects with `slim` before storing them.
     pub fn with_slim(slim: fn(&mut K)) -> Self {
         Self {
-            slim,
+            slim: Some(slim),
+            ..Self::default()
+        }
+    }
+
+    /// A cache that keeps only each object's namespace/name: `previous` objects passed to the change
+    /// callback carry nothing else (for consumers that track the previous state themselves).
+    pub fn keys_only() -> Self {
+        Self {
+            slim: None,
             ..Self::default()
         }
     }
@@ -330,8 +342,11 @@ impl<K: kube::Resource + Clone> EventCache<K> {
             }
             watcher::Event::Delete(obj) => {
                 let key = key_of(obj.meta());
-                let prev = self.objects.remove(&key);
-                change(prev.as_ref().or(Some(&obj)), None);
+                match self.objects.remove(&key) {
+                    Some(Some(prev)) => change(Some(&prev), None),
+                    // not cached, or only its key: the deleted object itself is the best previous
+                    _ => change(Some(&obj), None),
+                }
             }
             watcher::Event::InitDone => {
                 if let Some(seen) = self.relisting.take() {
@@ -343,6 +358,7 @@ impl<K: kube::Resource + Clone> EventCache<K> {
                         .collect();
                     for k in gone {
                         if let Some(prev) = self.objects.remove(&k) {
+                            let prev = prev.unwrap_or_else(|| Box::new(keyed(&k)));
                             change(Some(&prev), None);
                         }
                     }
@@ -354,11 +370,29 @@ impl<K: kube::Resource + Clone> EventCache<K> {
 
     fn store(&mut self, key: Key, mut obj: K, change: &mut impl FnMut(Option<&K>, Option<&K>)) {
         obj.meta_mut().managed_fields = None;
-        let prev = self.objects.remove(&key);
-        change(prev.as_ref(), Some(&obj));
-        (self.slim)(&mut obj);
-        self.objects.insert(key, obj);
+        match self.objects.remove(&key) {
+            Some(Some(prev)) => change(Some(&prev), Some(&obj)),
+            Some(None) => change(Some(&keyed(&key)), Some(&obj)),
+            None => change(None, Some(&obj)),
+        }
+        let stored = self.slim.map(|slim| {
+            slim(&mut obj);
+            Box::new(obj)
+        });
+        self.objects.insert(key, stored);
     }
+}
+
+/// An empty object carrying only namespace/name `key`.
+fn keyed<K: kube::Resource + Default>(key: &Key) -> K {
+    let mut obj = K::default();
+    let meta = obj.meta_mut();
+    if !key.0.is_empty() {
+        meta.namespace = Some(key.0.clone());
+    }
+    meta.name = Some(key.1.clone());
+    meta.managed_fields = None;
+    obj
 }
 
 fn report(kind: &str, outcome: &TrackOutcome, notifier: &Notifier, invalid: &AtomicU64) {
@@ -396,7 +430,7 @@ pub fn start(
         let notifier = notifier.clone();
         let invalid = invalid.clone();
         tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<Service>::default();
+            let mut cache = EventCache::<Service>::keys_only();
             let mut stream = watcher(api, service_watch_config()).default_backoff().boxed();
             while let Some(item) = stream.next().await {
                 let event = match item {
@@ -425,7 +459,7 @@ pub fn start(
         let notifier = notifier.clone();
         let invalid = invalid.clone();
         tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<EndpointSlice>::with_slim(slim_slice);
+            let mut cache = EventCache::<EndpointSlice>::keys_only();
             let mut stream = watcher(api, slice_watch_config()).default_backoff().boxed();
             while let Some(item) = stream.next().await {
                 let event = match item {

@@ -5,6 +5,7 @@ use crate::kernel::ipset::IpSetSpec;
 use crate::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// One IPVS virtual server with the real servers it should have.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +35,8 @@ pub struct HealthCheckService {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredState {
     pub family: IpFamily,
-    pub virtual_servers: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    /// Shared values: the reconciler keeps the same `Arc`s as what it applied.
+    pub virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     /// Every ipset of this family (empty sets included: they are always created).
     pub ipsets: BTreeMap<String, DesiredIpSet>,
     /// Full `iptables-restore --noflush` payload (nat then filter, as upstream writes it), built-in-chain jumps excluded.

@@ -16,6 +16,7 @@ use crate::proxier::sync::{FamilySnapshot, Proxier, SyncInput};
 use crate::proxier::testkit::Kit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 const NODE: &str = "10.0.0.10";
 
@@ -123,7 +124,7 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
     );
     DesiredState {
         family: IpFamily::V4,
-        virtual_servers: vs,
+        virtual_servers: vs.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
         ipsets,
         iptables_payload: payload,
         jumps: vec![
@@ -284,6 +285,75 @@ fn first_sync_programs_everything_rules_before_ipvs() {
     assert_eq!(
         batches,
         vec!["B ipvs.batch 4".to_string(), "B ipvs.batch 7".to_string()]
+    );
+}
+
+#[test]
+fn many_real_server_changes_go_in_bounded_batches_and_share_the_plan() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let vips: Vec<String> = (0..500)
+        .map(|i| format!("10.96.{}.{}", i / 250, i % 250 + 1))
+        .collect();
+    let eps: Vec<Vec<(String, u16)>> = (0..500)
+        .map(|i| {
+            (0..10)
+                .map(|j| (format!("10.1.{}.{}", i / 25, (i % 25) * 10 + j + 1), 8080))
+                .collect()
+        })
+        .collect();
+    let eps_ref: Vec<Vec<(&str, u16)>> = eps
+        .iter()
+        .map(|v| v.iter().map(|(a, p)| (a.as_str(), *p)).collect())
+        .collect();
+    let svcs: Vec<Svc<'_>> = vips
+        .iter()
+        .zip(&eps_ref)
+        .map(|(v, e)| (v.as_str(), 80, Protocol::Tcp, e.as_slice()))
+        .collect();
+    let d = desired(&svcs, &[]);
+    let r = apply(&mut p, &d, false);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.ipvs_services.added, 500);
+    assert_eq!(r.ipvs_destinations.added, 5000);
+    // services in one batch, then real servers in batches of whole virtual servers (>= 4096 changes)
+    let batches = k
+        .log
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("B ipvs.batch"))
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(
+        batches,
+        vec![
+            "B ipvs.batch 500".to_string(),
+            "B ipvs.batch 4100".to_string(),
+            "B ipvs.batch 900".to_string()
+        ]
+    );
+    for (key, vs) in &d.virtual_servers {
+        assert_eq!(k.dests(key).unwrap(), vs.destinations, "{key}");
+    }
+    // the reconciler keeps the plan's values, not copies
+    let applied = p.reconciler().applied(IpFamily::V4).unwrap();
+    assert_eq!(applied.virtual_servers.len(), 500);
+    assert!(
+        d.virtual_servers
+            .iter()
+            .all(|(key, vs)| Arc::ptr_eq(vs, &applied.virtual_servers[key]))
+    );
+    // an equal plan built anew is adopted without writes
+    let d2 = desired(&svcs, &[]);
+    let r = apply(&mut p, &d2, false);
+    assert_eq!(r.ipvs_destinations.added + r.ipvs_destinations.updated, 0);
+    let applied = p.reconciler().applied(IpFamily::V4).unwrap();
+    assert!(
+        d2.virtual_servers
+            .iter()
+            .all(|(key, vs)| Arc::ptr_eq(vs, &applied.virtual_servers[key]))
     );
 }
 
@@ -1151,13 +1221,13 @@ fn desired_v6(services: &[Svc6<'_>]) -> DesiredState {
         service.netmask = 128;
         d.virtual_servers.insert(
             k,
-            DesiredVirtualServer {
+            Arc::new(DesiredVirtualServer {
                 service,
                 destinations: eps
                     .iter()
                     .map(|(a, p)| ((ip(a), *p), IpvsDestination::masq(ip(a), *p, 1)))
                     .collect(),
-            },
+            }),
         );
         d.bound_addresses.insert(ip(vip));
         ips.insert(vip.to_string());

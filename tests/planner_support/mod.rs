@@ -61,7 +61,7 @@ pub fn ep(addr: &str, port: u16, node: Option<&str>) -> Endpoint {
         ready: true,
         serving: true,
         terminating: false,
-        node_name: node.map(String::from),
+        node_name: node.map(Into::into),
         zone: None,
         hints_for_nodes: None,
         hints_for_zones: None,

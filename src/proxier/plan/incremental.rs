@@ -19,6 +19,7 @@ use crate::proxier::desired::{
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// What changed in the desired state between two plans. Applying it to the previous state with
 /// [`DesiredDelta::apply`] gives the new state.
@@ -29,9 +30,9 @@ pub struct DesiredDelta {
     /// are left empty; after later full replans they hold the difference from the previous state.
     pub full: bool,
     /// Virtual servers that appeared, with their real servers.
-    pub vs_added: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    pub vs_added: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     /// Virtual servers whose attributes or real servers changed (new value).
-    pub vs_changed: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    pub vs_changed: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     /// Virtual servers that went away.
     pub vs_removed: BTreeSet<IpvsServiceKey>,
     /// Entries to add, by set name.
@@ -231,7 +232,7 @@ struct Stored {
 /// One service's freshly computed contribution, split for aggregation.
 struct Fresh {
     stored: Stored,
-    virtual_servers: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     lb_no_node_access: Vec<(IpAddr, Protocol, u16)>,
     health: Option<HealthCheckService>,
 }
@@ -341,13 +342,25 @@ impl IncrementalPlanner {
                 (p, d)
             }
             (old, _) => {
+                // Only the old state is needed from here on: its indexes go before the replan.
+                let old = old.map(|o| o.state);
                 let mut p = Planned::new(node, cfg);
                 let mut fresh = HashMap::new();
                 p.compute_all(services, endpoints, &mut fresh);
                 p.absorb(services, endpoints, fresh, true);
+                if let Some(o) = &old {
+                    // Unchanged virtual servers keep their old (shared) values.
+                    for (k, v) in p.state.virtual_servers.iter_mut() {
+                        if let Some(ov) = o.virtual_servers.get(k)
+                            && ov == v
+                        {
+                            *v = ov.clone();
+                        }
+                    }
+                }
                 // Diffing against nothing would copy the whole state: the first delta only says `full`.
                 let mut d = match &old {
-                    Some(o) => DesiredDelta::between(Some(&o.state), &p.state),
+                    Some(o) => DesiredDelta::between(Some(o), &p.state),
                     None => DesiredDelta::default(),
                 };
                 d.full = true;

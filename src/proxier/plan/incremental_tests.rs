@@ -171,7 +171,7 @@ fn random_endpoints(rng: &mut Rng) -> Vec<Endpoint> {
                 },
                 zone: rng.chance(50).then(|| "zone-a".into()),
                 hints_for_nodes: None,
-                hints_for_zones: rng.chance(10).then(|| vec!["zone-a".into()]),
+                hints_for_zones: rng.chance(10).then(|| ["zone-a".into()].into()),
             }
         })
         .collect();
@@ -414,4 +414,44 @@ fn endpoint_change_touches_only_that_service() {
     // Nothing else changes: replanning nothing gives an empty delta.
     let (_, d) = p.update(&sm, &em, &node, &cfg, Some(&BTreeSet::new()));
     assert!(d.is_empty());
+}
+
+#[test]
+fn full_replan_keeps_unchanged_virtual_servers_shared() {
+    let mut rng = Rng(7);
+    let (mut sm, mut em) = (ServiceMap::new(), EndpointsMap::new());
+    for i in 0..20 {
+        let name = ServiceName {
+            namespace: "ns".into(),
+            name: format!("s{i}"),
+        };
+        for sp in random_service(&mut rng, &name, i) {
+            em.insert(sp.name.clone(), Arc::new(random_endpoints(&mut rng)));
+            sm.insert(sp.name.clone(), Arc::new(sp));
+        }
+    }
+    let (node, cfg) = (node_facts(0), config(IpFamily::V4));
+    let mut p = IncrementalPlanner::new();
+    let before = p
+        .update(&sm, &em, &node, &cfg, None)
+        .0
+        .virtual_servers
+        .clone();
+    assert!(!before.is_empty());
+    // change one service's endpoints, then replan everything
+    let port = sm.keys().next().unwrap().clone();
+    em.insert(port.clone(), Arc::new(Vec::new()));
+    let (after, d) = p.update(&sm, &em, &node, &cfg, None);
+    assert!(d.full);
+    let mut shared = 0;
+    for (k, v) in &after.virtual_servers {
+        match before.get(k) {
+            Some(old) if old == v => {
+                assert!(Arc::ptr_eq(old, v), "{k}: equal value not shared");
+                shared += 1;
+            }
+            _ => assert!(d.vs_added.contains_key(k) || d.vs_changed.contains_key(k)),
+        }
+    }
+    assert!(shared > 0);
 }

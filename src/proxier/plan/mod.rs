@@ -19,6 +19,7 @@ use ipsets::{SetKind, entry, ip_port, ip_port_ip, ip_port_net};
 use ipvs::{DEFAULT_SCHEDULER, VsTemplate, destinations};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// How traffic from inside the cluster is recognised, for ClusterIP masquerading.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -118,7 +119,7 @@ struct Contribution {
     /// Members per set (duplicates allowed; `IpvsIps` is derived from `bound` at the end).
     sets: [Vec<String>; 17],
     /// Virtual servers; a later service port writing the same key wins, as upstream.
-    virtual_servers: BTreeMap<crate::kernel::ipvs::IpvsServiceKey, DesiredVirtualServer>,
+    virtual_servers: BTreeMap<crate::kernel::ipvs::IpvsServiceKey, Arc<DesiredVirtualServer>>,
     bound: BTreeSet<IpAddr>,
     no_local: NoLocal,
     /// LB ip/proto/port whose source ranges exclude the node, in service-port order.
@@ -135,10 +136,10 @@ impl Contribution {
     fn add_vs(&mut self, service: crate::kernel::ipvs::IpvsService, dests: ipvs::Destinations) {
         self.virtual_servers.insert(
             service.key,
-            DesiredVirtualServer {
+            Arc::new(DesiredVirtualServer {
                 service,
                 destinations: dests,
-            },
+            }),
         );
     }
 }

@@ -13,6 +13,7 @@ use crate::proxier::graceful::{GracefulTermination, Removal};
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// UDP virtual servers this sync touched, for conntrack cleanup.
@@ -39,6 +40,9 @@ fn same_dest(a: &IpvsDestination, b: &IpvsDestination) -> bool {
 }
 
 type DestKey = (IpAddr, u16);
+
+/// A planned virtual server, shared between the plan and what was applied.
+type SharedVs = Arc<DesiredVirtualServer>;
 
 /// Applies `ops` in one batch; a transport failure fails every op.
 fn run_batch(ipvs: &mut dyn Ipvs, ops: &[IpvsOp]) -> Vec<KernelResult<()>> {
@@ -131,7 +135,7 @@ impl Reconciler {
                 )
             })
         };
-        let wanted: Vec<(&IpvsServiceKey, &DesiredVirtualServer)> = match &scope {
+        let wanted: Vec<(&IpvsServiceKey, &SharedVs)> = match &scope {
             Some((upserts, _)) => upserts
                 .iter()
                 .filter_map(|k| f.desired.virtual_servers.get_key_value(k))
@@ -144,13 +148,7 @@ impl Reconciler {
         // 1. Virtual servers: add the missing, update the changed.
         let mut ops = Vec::new();
         // (key, exists in the kernel, kernel contents unknown, index of its op)
-        let mut todo: Vec<(
-            &IpvsServiceKey,
-            &DesiredVirtualServer,
-            bool,
-            bool,
-            Option<usize>,
-        )> = Vec::new();
+        let mut todo: Vec<(&IpvsServiceKey, &SharedVs, bool, bool, Option<usize>)> = Vec::new();
         for (key, dvs) in wanted {
             let current = match &kernel {
                 Some(kmap) => kmap.get(key).copied(),
@@ -169,7 +167,7 @@ impl Reconciler {
             }
         }
         let mut results = run_batch(k.ipvs.as_mut(), &ops);
-        let mut ready: Vec<(IpvsServiceKey, &DesiredVirtualServer, bool, bool)> = Vec::new();
+        let mut ready: Vec<(IpvsServiceKey, &SharedVs, bool, bool)> = Vec::new();
         for (&key, dvs, mut exists, mut dump, op) in todo {
             let Some(i) = op else {
                 ready.push((key, dvs, exists, dump));
@@ -206,7 +204,8 @@ impl Reconciler {
         let mut planned: Vec<PlannedDest> = Vec::new();
         for (key, dvs, exists, dump) in ready {
             let prev = applied.virtual_servers.get(&key);
-            let unchanged = prev == Some(dvs);
+            // Same value as applied: keep sharing the plan's `Arc` (it may be a fresh copy).
+            let unchanged = prev.is_some_and(|p| Arc::ptr_eq(p, dvs));
             let current: Vec<IpvsDestination> = if !exists {
                 Vec::new()
             } else {
@@ -246,70 +245,27 @@ impl Reconciler {
             if !unchanged {
                 applied.virtual_servers.insert(key, dvs.clone());
             }
-        }
-        let ops: Vec<IpvsOp> = planned
-            .iter()
-            .map(|p| match p.change {
-                DestChange::Add => IpvsOp::AddDestination(p.vs, p.dest.clone()),
-                DestChange::Update => IpvsOp::UpdateDestination(p.vs, p.dest.clone()),
-                DestChange::Drain => {
-                    let mut zero = p.dest.clone();
-                    zero.weight = 0;
-                    IpvsOp::UpdateDestination(p.vs, zero)
-                }
-                DestChange::Delete => IpvsOp::DeleteDestination(p.vs, p.dest.addr, p.dest.port),
-            })
-            .collect();
-        let results = run_batch(k.ipvs.as_mut(), &ops);
-        for (p, res) in planned.iter().zip(results) {
-            let dk = (p.dest.addr, p.dest.port);
-            let res = match (p.change, res) {
-                (DestChange::Add, Err(KernelError::Exists(_))) => {
-                    k.ipvs.update_destination(&p.vs, &p.dest).map(|()| true)
-                }
-                (DestChange::Delete, Err(KernelError::NotFound(_))) => Ok(false),
-                (_, r) => r.map(|()| false),
-            };
-            match res {
-                Ok(fallback_update) => {
-                    match p.change {
-                        DestChange::Add if fallback_update => report.ipvs_destinations.updated += 1,
-                        DestChange::Add => report.ipvs_destinations.added += 1,
-                        DestChange::Update => report.ipvs_destinations.updated += 1,
-                        DestChange::Drain => {
-                            report.ipvs_destinations.updated += 1;
-                            report.graceful_queued += 1;
-                            self.graceful.enqueue(&p.vs, dk.0, dk.1);
-                        }
-                        DestChange::Delete => {
-                            report.ipvs_destinations.deleted += 1;
-                            self.graceful.dequeue(&p.vs, dk.0, dk.1);
-                        }
-                    }
-                    if p.vs.protocol == Protocol::Udp
-                        && matches!(p.change, DestChange::Add | DestChange::Delete)
-                    {
-                        udp.changed = true;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(service = %p.vs, dest = %dk.0, port = dk.1, error = %e,
-                        "real server write failed");
-                    report.fail(FailureKind::IpvsDestination);
-                    // Remember the kernel as it probably is, so the next sync retries.
-                    if let Some(vs) = applied.virtual_servers.get_mut(&p.vs) {
-                        match p.change {
-                            DestChange::Add | DestChange::Update => {
-                                vs.destinations.remove(&dk);
-                            }
-                            DestChange::Drain | DestChange::Delete => {
-                                vs.destinations.insert(dk, p.dest.clone());
-                            }
-                        }
-                    }
-                }
+            if planned.len() >= DEST_BATCH {
+                // Bounded batches: a first sync of many virtual servers never holds every change at once.
+                apply_dest_changes(
+                    k.ipvs.as_mut(),
+                    &mut self.graceful,
+                    &planned,
+                    &mut applied.virtual_servers,
+                    report,
+                    udp,
+                );
+                planned.clear();
             }
         }
+        apply_dest_changes(
+            k.ipvs.as_mut(),
+            &mut self.graceful,
+            &planned,
+            &mut applied.virtual_servers,
+            report,
+            udp,
+        );
 
         // 3. Virtual servers that left the plan: only ours, never excluded ones.
         let candidates: Vec<IpvsServiceKey> = match &kernel {
@@ -395,19 +351,94 @@ impl Reconciler {
         if let Some(sets) = &snap.ipsets {
             own.add_sets(family, sets);
         }
-        let planned_sets = f
-            .desired
-            .ipsets
-            .iter()
-            .map(|(n, s)| (n.clone(), s.entries.clone()))
-            .collect();
-        own.add_sets(family, &planned_sets);
+        own.add_sets_with(family, |name| {
+            f.desired.ipsets.get(name).map(|s| &s.entries)
+        });
         own.add_sets(family, &applied.ipsets);
         own.node_port_ips.extend(f.node_port_ips.iter().copied());
         own.node_port_ips
             .extend(applied.node_port_ips.iter().copied());
         own.applied.extend(applied.virtual_servers.keys().copied());
         own
+    }
+}
+
+/// Real-server changes applied per batch (a batch is split into netlink datagrams by the backend).
+const DEST_BATCH: usize = 4096;
+
+/// Writes planned real-server changes in one batch and accounts for the results; a failed change
+/// leaves `applied` as the kernel probably is, so the next sync retries it.
+fn apply_dest_changes(
+    ipvs: &mut dyn Ipvs,
+    graceful: &mut GracefulTermination,
+    planned: &[PlannedDest],
+    applied: &mut BTreeMap<IpvsServiceKey, SharedVs>,
+    report: &mut SyncReport,
+    udp: &mut UdpChanges,
+) {
+    let ops: Vec<IpvsOp> = planned
+        .iter()
+        .map(|p| match p.change {
+            DestChange::Add => IpvsOp::AddDestination(p.vs, p.dest.clone()),
+            DestChange::Update => IpvsOp::UpdateDestination(p.vs, p.dest.clone()),
+            DestChange::Drain => {
+                let mut zero = p.dest.clone();
+                zero.weight = 0;
+                IpvsOp::UpdateDestination(p.vs, zero)
+            }
+            DestChange::Delete => IpvsOp::DeleteDestination(p.vs, p.dest.addr, p.dest.port),
+        })
+        .collect();
+    let results = run_batch(ipvs, &ops);
+    for (p, res) in planned.iter().zip(results) {
+        let dk = (p.dest.addr, p.dest.port);
+        let res = match (p.change, res) {
+            (DestChange::Add, Err(KernelError::Exists(_))) => {
+                ipvs.update_destination(&p.vs, &p.dest).map(|()| true)
+            }
+            (DestChange::Delete, Err(KernelError::NotFound(_))) => Ok(false),
+            (_, r) => r.map(|()| false),
+        };
+        match res {
+            Ok(fallback_update) => {
+                match p.change {
+                    DestChange::Add if fallback_update => report.ipvs_destinations.updated += 1,
+                    DestChange::Add => report.ipvs_destinations.added += 1,
+                    DestChange::Update => report.ipvs_destinations.updated += 1,
+                    DestChange::Drain => {
+                        report.ipvs_destinations.updated += 1;
+                        report.graceful_queued += 1;
+                        graceful.enqueue(&p.vs, dk.0, dk.1);
+                    }
+                    DestChange::Delete => {
+                        report.ipvs_destinations.deleted += 1;
+                        graceful.dequeue(&p.vs, dk.0, dk.1);
+                    }
+                }
+                if p.vs.protocol == Protocol::Udp
+                    && matches!(p.change, DestChange::Add | DestChange::Delete)
+                {
+                    udp.changed = true;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(service = %p.vs, dest = %dk.0, port = dk.1, error = %e,
+                    "real server write failed");
+                report.fail(FailureKind::IpvsDestination);
+                // Remember the kernel as it probably is, so the next sync retries.
+                if let Some(vs) = applied.get_mut(&p.vs) {
+                    let vs = Arc::make_mut(vs);
+                    match p.change {
+                        DestChange::Add | DestChange::Update => {
+                            vs.destinations.remove(&dk);
+                        }
+                        DestChange::Drain | DestChange::Delete => {
+                            vs.destinations.insert(dk, p.dest.clone());
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

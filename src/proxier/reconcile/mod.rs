@@ -29,6 +29,7 @@ use crate::proxier::plan::incremental::DesiredDelta;
 use crate::proxier::report::SyncReport;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// The kernel backends one proxier drives (shared by both families).
 pub struct Backends {
@@ -89,7 +90,8 @@ pub struct FamilyInput<'a> {
 /// What the reconciler believes it last wrote for one family.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
-    pub virtual_servers: BTreeMap<IpvsServiceKey, DesiredVirtualServer>,
+    /// The same `Arc`s as the desired state applied (no copy).
+    pub virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     /// Members of our sets, by set name.
     pub ipsets: BTreeMap<String, BTreeSet<String>>,
     /// Last payload restored successfully (None: never, i.e. cold start).

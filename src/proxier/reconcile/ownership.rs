@@ -70,7 +70,16 @@ pub struct Ownership {
 impl Ownership {
     /// Adds the evidence carried by a set dump (`sets` = name → members) for a family.
     pub fn add_sets(&mut self, family: IpFamily, sets: &BTreeMap<String, BTreeSet<String>>) {
-        if let Some(m) = sets.get(&set_name(family, "IPVS-IPS")) {
+        self.add_sets_with(family, |name| sets.get(name));
+    }
+
+    /// Like [`add_sets`](Self::add_sets), with the members of a set by name from `members` (no copy).
+    pub fn add_sets_with<'a>(
+        &mut self,
+        family: IpFamily,
+        members: impl Fn(&str) -> Option<&'a BTreeSet<String>>,
+    ) {
+        if let Some(m) = members(&set_name(family, "IPVS-IPS")) {
             self.service_ips
                 .extend(m.iter().filter_map(|e| e.parse::<IpAddr>().ok()));
         }
@@ -78,14 +87,14 @@ impl Ownership {
             ("NODE-PORT-TCP", Protocol::Tcp),
             ("NODE-PORT-UDP", Protocol::Udp),
         ] {
-            if let Some(m) = sets.get(&set_name(family, base)) {
+            if let Some(m) = members(&set_name(family, base)) {
                 self.node_ports.extend(
                     m.iter()
                         .filter_map(|e| e.parse::<u16>().ok().map(|p| (proto, p))),
                 );
             }
         }
-        if let Some(m) = sets.get(&set_name(family, "NODE-PORT-SCTP-HASH")) {
+        if let Some(m) = members(&set_name(family, "NODE-PORT-SCTP-HASH")) {
             self.sctp_node_ports
                 .extend(m.iter().filter_map(|e| parse_ip_proto_port(e)));
         }
