@@ -527,3 +527,53 @@ fn equal_node_names_are_shared_between_endpoints() {
         c.node_name.as_ref().unwrap()
     ));
 }
+
+#[test]
+fn single_slice_lists_match_the_merged_form() {
+    let mut t = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
+    let mut map = EndpointsMap::new();
+    // one port, distinct addresses: endpoints carry the port, sorted by address
+    let one = json!([{"name": "http", "port": 8080}]);
+    t.update(
+        &slice(
+            "a-1",
+            "a",
+            one.clone(),
+            &["10.1.0.9", "10.1.0.2", "!10.1.0.5"],
+        ),
+        false,
+    );
+    // one port, a duplicated address (the local copy wins, once)
+    let mut dup = slice("b-1", "b", one.clone(), &["10.2.0.1", "10.2.0.1"]);
+    dup.endpoints[1].node_name = Some("me".into());
+    t.update(&dup, false);
+    // two ports: one list per port
+    let two =
+        json!([{"name": "http", "port": 8080}, {"name": "dns", "port": 53, "protocol": "UDP"}]);
+    t.update(&slice("c-1", "c", two, &["10.3.0.1"]), false);
+    t.apply(&mut map);
+    assert_eq!(
+        ips(&map, &spn("a", "http", Protocol::Tcp)),
+        vec!["10.1.0.2:8080", "10.1.0.5:8080", "10.1.0.9:8080"]
+    );
+    assert!(!map[&spn("a", "http", Protocol::Tcp)][1].ready);
+    let b = &map[&spn("b", "http", Protocol::Tcp)];
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].node_name.as_deref(), Some("me"));
+    assert_eq!(
+        ips(&map, &spn("c", "dns", Protocol::Udp)),
+        vec!["10.3.0.1:53"]
+    );
+    assert_eq!(
+        ips(&map, &spn("c", "http", Protocol::Tcp)),
+        vec!["10.3.0.1:8080"]
+    );
+    // an identical update is not a change
+    assert!(
+        !t.update(
+            &slice("a-1", "a", one, &["10.1.0.2", "10.1.0.9", "!10.1.0.5"]),
+            false
+        )
+        .pending
+    );
+}

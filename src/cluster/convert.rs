@@ -126,8 +126,10 @@ pub struct SliceInfo {
     pub slice_name: String,
     /// Ports, sorted.
     pub ports: Vec<SlicePort>,
-    /// Endpoints with `port` 0 (set per slice port by [`SliceInfo::endpoints_for`]); sorted by address.
-    pub endpoints: Vec<Endpoint>,
+    /// Endpoints, sorted by address. `port` is the slice's port when it has exactly one, else 0 (set
+    /// per slice port by [`SliceInfo::endpoints_for`]); shared so that a single-port slice's list can be
+    /// its service port's endpoint list as is.
+    pub endpoints: Arc<Vec<Endpoint>>,
     /// `endpoints.kubernetes.io/last-change-trigger-time`, if present and parseable.
     pub trigger_time: Option<SystemTime>,
     pub warnings: Vec<ConvertWarning>,
@@ -504,6 +506,11 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
         });
     }
     ports.sort();
+    ports.shrink_to_fit();
+    let only_port = match ports.as_slice() {
+        [p] => p.port,
+        _ => 0,
+    };
 
     let mut endpoints = Vec::with_capacity(slice.endpoints.len());
     for ep in &slice.endpoints {
@@ -526,7 +533,7 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
         let hints = ep.hints.as_ref();
         endpoints.push(Endpoint {
             ip,
-            port: 0,
+            port: only_port,
             ready,
             serving,
             terminating,
@@ -551,7 +558,7 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
         },
         slice_name,
         ports,
-        endpoints,
+        endpoints: Arc::new(endpoints),
         trigger_time: trigger_time(slice),
         warnings,
     }))

@@ -63,7 +63,9 @@ fn convert_service(svc: Option<&Service>, outcome: &mut TrackOutcome) -> Ports {
     match convert::service_ports(svc) {
         Ok(c) => {
             outcome.warnings = c.warnings;
-            let mut ports: Ports = c.ports.into_iter().map(Arc::new).collect();
+            // Not `collect()`: that would reuse the larger `Vec<ServicePort>` buffer for the Arcs.
+            let mut ports: Ports = Vec::with_capacity(c.ports.len());
+            ports.extend(c.ports.into_iter().map(Arc::new));
             ports.sort_by(|a, b| a.name.cmp(&b.name));
             ports
         }
@@ -326,7 +328,7 @@ pub struct EndpointsChangeTracker {
     total: u64,
 }
 
-type EndpointsOf = BTreeMap<ServicePortName, Vec<Endpoint>>;
+type EndpointsOf = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
 
 impl EndpointsChangeTracker {
     /// A tracker for node `hostname` (local endpoints win deduplication); trigger times before now are ignored.
@@ -376,7 +378,7 @@ impl EndpointsChangeTracker {
             }
             Some(mut info) => {
                 outcome.warnings = std::mem::take(&mut info.warnings);
-                info.endpoints
+                Arc::make_mut(&mut info.endpoints)
                     .iter_mut()
                     .for_each(|ep| self.interner.endpoint(ep));
                 let service = info.service.clone();
@@ -453,6 +455,15 @@ impl EndpointsChangeTracker {
     }
 
     fn endpoints_of(&self, slices: &[Arc<SliceInfo>]) -> EndpointsOf {
+        // The common case, one slice with one port and distinct addresses: nothing to merge or
+        // deduplicate, its endpoint list (ports already set) is the service port's list, shared.
+        if let [info] = slices
+            && let [port] = info.ports.as_slice()
+            && !info.endpoints.is_empty()
+            && info.endpoints.windows(2).all(|w| w[0].ip < w[1].ip)
+        {
+            return BTreeMap::from([(info.port_name(port), info.endpoints.clone())]);
+        }
         let mut by_port: BTreeMap<ServicePortName, BTreeMap<(IpAddr, u16), Endpoint>> =
             BTreeMap::new();
         for info in slices {
@@ -472,7 +483,7 @@ impl EndpointsChangeTracker {
         by_port
             .into_iter()
             .filter(|(_, set)| !set.is_empty())
-            .map(|(name, set)| (name, set.into_values().collect()))
+            .map(|(name, set)| (name, Arc::new(set.into_values().collect())))
             .collect()
     }
 
@@ -502,7 +513,7 @@ impl EndpointsChangeTracker {
             }
             for (name, eps) in &current {
                 if previous.get(name) != Some(eps) {
-                    map.insert(name.clone(), Arc::new(eps.clone()));
+                    map.insert(name.clone(), eps.clone());
                     result.changed_ports.insert(name.clone());
                     changed = true;
                 }

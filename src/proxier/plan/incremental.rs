@@ -245,6 +245,7 @@ impl Fresh {
         }
         entries.sort_unstable();
         entries.dedup();
+        entries.shrink_to_fit();
         let health = c
             .health
             .remove(name)
@@ -489,7 +490,11 @@ impl Planned {
             t.vs.insert(*k);
         }
         for k in &new.vs_keys {
-            let owners = self.vs_owners.entry(*k).or_default();
+            // Almost always a single owner: no spare capacity.
+            let owners = self
+                .vs_owners
+                .entry(*k)
+                .or_insert_with(|| Vec::with_capacity(1));
             if let Err(i) = owners.binary_search(name) {
                 owners.insert(i, name.clone());
             }
