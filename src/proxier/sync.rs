@@ -63,7 +63,8 @@ impl Proxier {
     }
 
     /// A proxier using the real planner incrementally ([`IncrementalPlanner`]): an event-driven sync
-    /// replans only `SyncInput::changed` and applies only what changed; a full sync replans everything.
+    /// replans only `SyncInput::changed` and applies only what changed; a full sync replans the same way
+    /// but compares the whole plan with the kernel.
     pub fn with_planner(backends: Backends) -> Self {
         let mut p = Self::new(backends, Box::new(crate::proxier::plan::plan));
         p.incremental = Some(BTreeMap::new());
@@ -112,8 +113,12 @@ impl Proxier {
         let mut changes = BTreeMap::new();
         for f in &input.families {
             let planner = planners.entry(f.config.family).or_default();
-            // A full sync replans from scratch: the periodic safety net for the incremental state too.
-            let changed = if full { None } else { input.changed.as_ref() };
+            // Only the changed services are replanned, on full syncs too: a full sync re-reads the kernel
+            // and repairs it against the kept plan. Everything is replanned when the changes are unknown
+            // (`None`: the first sync, or after a sync thread died) or the node facts / configuration
+            // changed. Replanning all 10k+ services every syncPeriod would double the plan's memory at
+            // each periodic sync for nothing: the kept plan equals a fresh one (tests/incremental_sync.rs).
+            let changed = input.changed.as_ref();
             let (_, delta) = planner.update(&f.services, &f.endpoints, &f.node, &f.config, changed);
             changes.insert(f.config.family, delta);
         }
