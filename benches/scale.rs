@@ -98,15 +98,22 @@ fn main() {
         params.change_n,
         daemon.display()
     );
+    // The test API server keeps every object as JSON in the guest: 50k services with their slices need
+    // more than the 3G that 10k fit in.
+    let mem = if params.sizes.iter().any(|&n| n > 20_000) {
+        "7G"
+    } else {
+        "3G"
+    };
     println!(
-        "booting one UML guest (mem=3G); progress: tail -f {}/uml-runs/{name}-*/guest-output.log",
+        "booting one UML guest (mem={mem}); progress: tail -f {}/uml-runs/{name}-*/guest-output.log",
         env!("CARGO_TARGET_TMPDIR")
     );
     let budget = 600 + params.sizes.iter().map(|n| 60 + n / 50).sum::<usize>() as u64 * 2;
     common::uml::run(
         &name,
         common::uml::BootOptions {
-            mem: "3G",
+            mem,
             timeout: Duration::from_secs(budget.max(900)),
         },
         || {},
@@ -409,7 +416,9 @@ fn guest(name: &str) -> Result<()> {
     let api = TestApiServer::start_with(
         "127.0.0.1:0",
         ApiOptions {
-            history_limit: 100_000,
+            // Watch history only serves watches resumed after the daemon's list (a few hundred changes);
+            // an older resourceVersion gets 410 Gone and a relist, as from a real API server.
+            history_limit: 20_000,
             ..Default::default()
         },
     )?;

@@ -6,7 +6,7 @@
 # Runs `cargo bench --bench scale`, which builds the daemon with the bench profile (= the release profile's
 # settings: opt-level 3, debug = 1; target/release/deps/kube_proxy-<hash>), copies this checkout's build to a
 # private path (other checkouts sharing the target dir overwrite target/release/kube-proxy), boots one UML
-# guest (mem=3G) running the test API server and the daemon, and prints a table (also written to
+# guest (mem=3G; 7G when an N is above 20k) running the test API server and the daemon, and prints a table (also written to
 # scale-results.txt in the run directory under $CARGO_TARGET_DIR/tmp/uml-runs/). KPRS_BENCH_DAEMON=path
 # benchmarks another kube-proxy binary. Needs /usr/bin/linux (package user-mode-linux), ipvsadm, ipset and
 # iptables on the host file system.
