@@ -800,8 +800,8 @@ fn sync_steps(log: &Path, pick: SyncPick) -> String {
     let is_full = |l: &&str| l.contains("full: true");
     let line = match pick {
         SyncPick::FirstFull => reports.clone().find(is_full),
-        SyncPick::LastFull => reports.clone().filter(is_full).last(),
-        SyncPick::Last => reports.clone().last(),
+        SyncPick::LastFull => reports.clone().rfind(is_full),
+        SyncPick::Last => reports.clone().next_back(),
     };
     let Some(line) = line else {
         return "(no sync report in the log)".into();
