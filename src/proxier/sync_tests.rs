@@ -1448,3 +1448,86 @@ fn hinted_removed_service_flows_are_deleted_even_without_ipvs_changes() {
     assert_eq!(r.conntrack_deleted, 1, "{r:?}");
     assert!(k.conntrack.flows().is_empty());
 }
+
+/// The fake's iptables with `iptables-save` hiding the rules of built-in chains: a save format the
+/// reconciler cannot read back (as a differently printing iptables build might).
+struct HidingSave(crate::kernel::iptables::fake::FakeIptables);
+
+impl Iptables for HidingSave {
+    fn save(&mut self, family: IpFamily, table: &str) -> crate::kernel::KernelResult<String> {
+        let text = self.0.save(family, table)?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                ![
+                    "-A PREROUTING ",
+                    "-A OUTPUT ",
+                    "-A POSTROUTING ",
+                    "-A INPUT ",
+                    "-A FORWARD ",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect())
+    }
+    fn restore(&mut self, family: IpFamily, payload: &str) -> crate::kernel::KernelResult<()> {
+        self.0.restore(family, payload)
+    }
+    fn ensure_chain(&mut self, f: IpFamily, t: &str, c: &str) -> crate::kernel::KernelResult<()> {
+        self.0.ensure_chain(f, t, c)
+    }
+    fn ensure_rule_first(
+        &mut self,
+        f: IpFamily,
+        t: &str,
+        c: &str,
+        a: &[String],
+    ) -> crate::kernel::KernelResult<bool> {
+        self.0.ensure_rule_first(f, t, c, a)
+    }
+    fn delete_rule(
+        &mut self,
+        f: IpFamily,
+        t: &str,
+        c: &str,
+        a: &[String],
+    ) -> crate::kernel::KernelResult<bool> {
+        self.0.delete_rule(f, t, c, a)
+    }
+    fn delete_chain(&mut self, f: IpFamily, t: &str, c: &str) -> crate::kernel::KernelResult<bool> {
+        self.0.delete_chain(f, t, c)
+    }
+    fn supports_random_fully(&mut self) -> bool {
+        self.0.supports_random_fully()
+    }
+}
+
+#[test]
+fn jumps_never_pile_up_when_the_save_cannot_be_read_back() {
+    let k = Kit::new();
+    let mut backends = k.backends();
+    backends.iptables = Box::new(HidingSave(k.iptables.clone()));
+    let mut p = Proxier::new(
+        backends,
+        Box::new(|_, _, _, _| unreachable!("tests apply plans directly")),
+    );
+    let d = small();
+    let r = apply(&mut p, &d, true);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.jumps_inserted, d.jumps.len());
+    // Every later full sync sees the jumps "missing" again; `-C` finds them, nothing is added.
+    for _ in 0..3 {
+        let r = apply(&mut p, &d, true);
+        assert_eq!(r.failure_count(), 0, "{r:?}");
+        assert_eq!(r.jumps_inserted, 0, "{r:?}");
+    }
+    for jump in &d.jumps {
+        let rules = k
+            .iptables
+            .rules(IpFamily::V4, jump.table, jump.chain)
+            .unwrap();
+        assert_eq!(rules.len(), 1, "{} {}: {rules:?}", jump.table, jump.chain);
+    }
+}

@@ -33,15 +33,27 @@ impl Reconciler {
             match k.iptables.save_tables(family, &tables) {
                 Ok(saved) => {
                     let kernel = KernelTables::parse(&saved, family);
-                    let missing: Vec<&JumpRule> = f
+                    let (recheck, missing): (Vec<&JumpRule>, Vec<&JumpRule>) = f
                         .desired
                         .jumps
                         .iter()
                         .filter(|j| !kernel.has_jump(j, family))
-                        .collect();
+                        .partition(|j| applied.jumps_restored.contains(*j));
+                    // Jumps we restored before that read as missing again: `-C` decides (then `-I`).
+                    let mut rechecked_ok = true;
+                    for jump in recheck {
+                        match ensure_jump(k, family, jump) {
+                            Ok(true) => report.jumps_inserted += 1,
+                            Ok(false) => {}
+                            Err(()) => rechecked_ok = false,
+                        }
+                    }
+                    if !rechecked_ok {
+                        report.fail(FailureKind::IptablesJump);
+                    }
                     if missing.is_empty() && kernel.holds(payload, family) {
                         applied.iptables_payload = Some(payload.clone());
-                        applied.jumps_ok = true;
+                        applied.jumps_ok = rechecked_ok;
                     } else {
                         match k
                             .iptables
@@ -51,7 +63,10 @@ impl Reconciler {
                                 report.iptables_restores += 1;
                                 report.jumps_inserted += missing.len();
                                 applied.iptables_payload = Some(payload.clone());
-                                applied.jumps_ok = true;
+                                applied.jumps_ok = rechecked_ok;
+                                applied
+                                    .jumps_restored
+                                    .extend(missing.iter().map(|j| (*j).clone()));
                             }
                             Err(e) => {
                                 // The kernel keeps the rules it had: nothing is flushed.
@@ -98,25 +113,31 @@ fn restore_blind(
     }
     let mut ok = true;
     for jump in &f.desired.jumps {
-        let res = k
-            .iptables
-            .ensure_chain(family, jump.table, jump.target)
-            .and_then(|()| {
-                k.iptables
-                    .ensure_rule_first(family, jump.table, jump.chain, &jump.args())
-            });
-        match res {
+        match ensure_jump(k, family, jump) {
             Ok(true) => report.jumps_inserted += 1,
             Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(family = family.label(), chain = jump.chain, target = jump.target,
-                    error = %e, "jump rule failed");
+            Err(()) => {
                 report.fail(FailureKind::IptablesJump);
                 ok = false;
             }
         }
     }
     applied.jumps_ok = ok;
+}
+
+/// `iptables -N <target>` if needed, then `-C` and, when missing, `-I` of one jump; true if inserted.
+/// Failures are logged.
+fn ensure_jump(k: &mut Backends, family: IpFamily, jump: &JumpRule) -> Result<bool, ()> {
+    k.iptables
+        .ensure_chain(family, jump.table, jump.target)
+        .and_then(|()| {
+            k.iptables
+                .ensure_rule_first(family, jump.table, jump.chain, &jump.args())
+        })
+        .map_err(|e| {
+            tracing::warn!(family = family.label(), chain = jump.chain, target = jump.target,
+                error = %e, "jump rule failed");
+        })
 }
 
 /// Tables named in the payload (`*name`) or by a jump, sorted.

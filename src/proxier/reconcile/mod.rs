@@ -98,6 +98,10 @@ pub struct Applied {
     pub iptables_payload: Option<String>,
     /// All built-in-chain jumps were in place after the last attempt.
     pub jumps_ok: bool,
+    /// Jumps this reconciler inserted through `iptables-restore`. One that reads as missing again is
+    /// checked with `iptables -C` before any new insert, so a save format we misread can never make
+    /// the jumps pile up.
+    pub jumps_restored: std::collections::BTreeSet<crate::proxier::desired::JumpRule>,
     pub addresses: BTreeSet<IpAddr>,
     pub node_port_ips: BTreeSet<IpAddr>,
 }
