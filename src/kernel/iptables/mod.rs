@@ -14,11 +14,7 @@ pub trait Iptables: Send {
         family: IpFamily,
         tables: &[&str],
     ) -> KernelResult<std::collections::BTreeMap<String, String>> {
-        let mut out = std::collections::BTreeMap::new();
-        for table in tables {
-            out.insert(table.to_string(), self.save(family, table)?);
-        }
-        Ok(out)
+        save_each(self, family, tables)
     }
     /// `iptables-restore --noflush --counters -w` of a payload (all tables in it).
     fn restore(&mut self, family: IpFamily, payload: &str) -> KernelResult<()>;
@@ -44,6 +40,19 @@ pub trait Iptables: Send {
     fn delete_chain(&mut self, family: IpFamily, table: &str, chain: &str) -> KernelResult<bool>;
     /// Whether MASQUERADE supports `--random-fully`.
     fn supports_random_fully(&mut self) -> bool;
+}
+
+/// One [`Iptables::save`] per table, by table name.
+fn save_each<I: Iptables + ?Sized>(
+    ipt: &mut I,
+    family: IpFamily,
+    tables: &[&str],
+) -> KernelResult<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for table in tables {
+        out.insert(table.to_string(), ipt.save(family, table)?);
+    }
+    Ok(out)
 }
 
 pub mod cli;

@@ -29,7 +29,11 @@ impl Reconciler {
         let payload = &f.desired.iptables_payload;
         let changed = applied.iptables_payload.as_deref() != Some(payload.as_str());
         if full || changed || !applied.jumps_ok {
-            let tables: Vec<&str> = tables_of(payload, &f.desired.jumps);
+            // The payload parsed once: its tables, and its chains with their rules.
+            let wanted = KernelTables::parse(&rules::split_tables(payload), family);
+            let mut tables: BTreeSet<&str> = wanted.tables.keys().map(String::as_str).collect();
+            tables.extend(f.desired.jumps.iter().map(|j| j.table));
+            let tables: Vec<&str> = tables.into_iter().collect();
             match k.iptables.save_tables(family, &tables) {
                 Ok(saved) => {
                     let kernel = KernelTables::parse(&saved, family);
@@ -40,24 +44,14 @@ impl Reconciler {
                         .filter(|j| !kernel.has_jump(j, family))
                         .partition(|j| applied.jumps_restored.contains(*j));
                     // Jumps we restored before that read as missing again: `-C` decides (then `-I`).
-                    let mut rechecked_ok = true;
-                    for jump in recheck {
-                        match ensure_jump(k, family, jump) {
-                            Ok(true) => report.jumps_inserted += 1,
-                            Ok(false) => {}
-                            Err(()) => rechecked_ok = false,
-                        }
-                    }
-                    if !rechecked_ok {
-                        report.fail(FailureKind::IptablesJump);
-                    }
-                    if missing.is_empty() && kernel.holds(payload, family) {
+                    let rechecked_ok = ensure_jumps(k, family, recheck, report);
+                    if missing.is_empty() && plain_payload(payload) && kernel.holds(&wanted) {
                         applied.iptables_payload = Some(payload.clone());
                         applied.jumps_ok = rechecked_ok;
                     } else {
                         match k
                             .iptables
-                            .restore(family, &with_jumps(payload, &missing, &kernel))
+                            .restore(family, &with_jumps(payload, &missing, &wanted, &kernel))
                         {
                             Ok(()) => {
                                 report.iptables_restores += 1;
@@ -111,8 +105,18 @@ fn restore_blind(
             report.fail(FailureKind::IptablesRestore);
         }
     }
+    applied.jumps_ok = ensure_jumps(k, family, &f.desired.jumps, report);
+}
+
+/// [`ensure_jump`] for each of `jumps`, counting insertions and failures; true if none failed.
+fn ensure_jumps<'a>(
+    k: &mut Backends,
+    family: IpFamily,
+    jumps: impl IntoIterator<Item = &'a JumpRule>,
+    report: &mut SyncReport,
+) -> bool {
     let mut ok = true;
-    for jump in &f.desired.jumps {
+    for jump in jumps {
         match ensure_jump(k, family, jump) {
             Ok(true) => report.jumps_inserted += 1,
             Ok(false) => {}
@@ -122,7 +126,7 @@ fn restore_blind(
             }
         }
     }
-    applied.jumps_ok = ok;
+    ok
 }
 
 /// `iptables -N <target>` if needed, then `-C` and, when missing, `-I` of one jump; true if inserted.
@@ -140,42 +144,56 @@ fn ensure_jump(k: &mut Backends, family: IpFamily, jump: &JumpRule) -> Result<bo
         })
 }
 
-/// Tables named in the payload (`*name`) or by a jump, sorted.
-fn tables_of<'a>(payload: &'a str, jumps: &'a [JumpRule]) -> Vec<&'a str> {
-    let mut tables: BTreeSet<&str> = payload
-        .lines()
-        .filter_map(|l| l.strip_prefix('*'))
-        .map(str::trim)
-        .collect();
-    tables.extend(jumps.iter().map(|j| j.table));
-    tables.into_iter().collect()
+/// Whether the payload is only table sections (`*table` … `COMMIT`) of chain declarations and `-A <chain>`
+/// rules, as the planner writes it: only such a payload is compared with the kernel rule by rule (any
+/// other is simply restored).
+fn plain_payload(payload: &str) -> bool {
+    let mut in_table = false;
+    for line in payload.lines() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('*') {
+            if in_table {
+                return false;
+            }
+            in_table = true;
+        } else if line == "COMMIT" {
+            if !in_table {
+                return false;
+            }
+            in_table = false;
+        } else {
+            let rule = line.starts_with("-A ") && line.split_whitespace().nth(1).is_some();
+            if !(in_table && (line.starts_with(':') || rule)) {
+                return false;
+            }
+        }
+    }
+    !in_table
 }
 
 /// The payload with `-I <chain> 1 …` lines for `missing` jumps at the end of their table (a table the
 /// payload lacks gets its own section). Lines run in order, each inserting at the top, as upstream's
 /// successive `iptables -I` calls do. A jump target neither declared by the payload nor in the kernel is
 /// declared (created empty), as `iptables -N` would.
-fn with_jumps(payload: &str, missing: &[&JumpRule], kernel: &KernelTables) -> String {
+fn with_jumps(
+    payload: &str,
+    missing: &[&JumpRule],
+    wanted: &KernelTables,
+    kernel: &KernelTables,
+) -> String {
     if missing.is_empty() {
         return payload.to_string();
     }
-    let mut declared: BTreeSet<(&str, &str)> = BTreeSet::new();
-    let mut table: Option<&str> = None;
-    for l in payload.lines() {
-        if let Some(name) = l.strip_prefix('*') {
-            table = Some(name.trim());
-        } else if let (Some(t), Some(decl)) = (table, l.strip_prefix(':'))
-            && let Some(chain) = decl.split_whitespace().next()
-        {
-            declared.insert((t, chain));
-        }
-    }
+    let has_chain = |tables: &KernelTables, t: &str, c: &str| {
+        tables.chains(t).is_some_and(|m| m.contains_key(c))
+    };
     let section = |t: &str| -> String {
         let mut text = String::new();
         let mut created = BTreeSet::new();
         for j in missing.iter().filter(|j| j.table == t) {
-            let exists = declared.contains(&(t, j.target))
-                || kernel.chains(t).is_some_and(|c| c.contains_key(j.target));
+            let exists = has_chain(wanted, t, j.target) || has_chain(kernel, t, j.target);
             if !exists && created.insert(j.target) {
                 text.push_str(&format!(":{} - [0:0]\n", j.target));
             }
@@ -246,54 +264,27 @@ impl KernelTables {
                 .is_some_and(|rules| rules.contains(&want))
     }
 
-    /// Whether every chain the payload declares exists holding exactly the payload's rules, in order
-    /// (rules the payload adds to built-in chains need only be present).
-    fn holds(&self, payload: &str, family: IpFamily) -> bool {
-        let mut table = None;
-        let mut want: BTreeMap<(String, String), Vec<Vec<String>>> = BTreeMap::new();
-        for line in payload.lines() {
-            if let Some(name) = line.strip_prefix('*') {
-                table = Some(name.trim().to_string());
-            } else if let Some(decl) = line.strip_prefix(':') {
-                let (Some(t), Some(chain)) = (&table, decl.split_whitespace().next()) else {
+    /// Whether every chain of `wanted` (the payload, parsed) exists here holding exactly its rules, in
+    /// order (rules the payload adds to built-in chains need only be present).
+    fn holds(&self, wanted: &KernelTables) -> bool {
+        wanted.tables.iter().all(|(t, chains)| {
+            chains.iter().all(|(chain, rules_wanted)| {
+                let Some(have) = self.chains(t).and_then(|c| c.get(chain)) else {
                     return false;
                 };
-                want.entry((t.clone(), chain.to_string())).or_default();
-            } else if line.starts_with("-A ") {
-                let Some(t) = &table else { return false };
-                let Ok(words) = rules::tokenize(line) else {
-                    return false;
-                };
-                if words.len() < 2 {
-                    return false;
+                let builtin = rules::builtin_chains(t).is_some_and(|b| b.contains(&chain.as_str()));
+                if builtin {
+                    rules_wanted.iter().all(|r| have.contains(r))
+                } else {
+                    have == rules_wanted
                 }
-                let Ok(norm) = rules::normalize(&words[2..], family) else {
-                    return false;
-                };
-                want.entry((t.clone(), words[1].clone()))
-                    .or_default()
-                    .push(norm);
-            } else if !(line.is_empty() || line == "COMMIT" || line.starts_with('#')) {
-                // Anything else (-I, -D, -X …) is not a plain declaration of state.
-                return false;
-            }
-        }
-        want.iter().all(|((t, chain), rules_wanted)| {
-            let Some(have) = self.chains(t).and_then(|c| c.get(chain)) else {
-                return false;
-            };
-            let builtin = rules::builtin_chains(t).is_some_and(|b| b.contains(&chain.as_str()));
-            if builtin {
-                rules_wanted.iter().all(|r| have.contains(r))
-            } else {
-                have == rules_wanted
-            }
+            })
         })
     }
 }
 
-/// Chains of one saved table with their rules, normalized. A rule that cannot be parsed is kept as its
-/// raw words, so it never equals a wanted rule.
+/// Chains of one saved table (or payload section) with their rules, normalized. A rule that cannot be
+/// parsed is kept as a marker that never equals another rule.
 fn parse_chains(text: &str, family: IpFamily) -> BTreeMap<String, Vec<Vec<String>>> {
     let mut chains: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
     for line in text.lines() {
@@ -302,12 +293,32 @@ fn parse_chains(text: &str, family: IpFamily) -> BTreeMap<String, Vec<Vec<String
                 chains.entry(name.to_string()).or_default();
             }
         } else if line.starts_with("-A ") {
-            let words = rules::tokenize(line).unwrap_or_else(|_| vec![line.to_string()]);
-            let Some(chain) = words.get(1) else { continue };
-            let rule = rules::normalize(&words[2..], family)
-                .unwrap_or_else(|_| vec![format!("\u{0}unparsed {line}")]);
-            chains.entry(chain.clone()).or_default().push(rule);
+            let Some(chain) = line.split_whitespace().nth(1) else {
+                continue;
+            };
+            let rule = rules::tokenize(line)
+                .ok()
+                .and_then(|words| rules::normalize(words.get(2..)?, family).ok())
+                .unwrap_or_else(|| vec![format!("\u{0}unparsed {line}")]);
+            chains.entry(chain.to_string()).or_default().push(rule);
         }
     }
     chains
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_payloads_are_compared_with_the_kernel() {
+        assert!(plain_payload(
+            "*nat\n:KUBE-X - [0:0]\n-A KUBE-X -j RETURN\nCOMMIT\n# done\n*filter\nCOMMIT\n"
+        ));
+        assert!(!plain_payload("*nat\n-I PREROUTING 1 -j KUBE-X\nCOMMIT\n"));
+        assert!(!plain_payload("-A KUBE-X -j RETURN\n*nat\nCOMMIT\n"));
+        assert!(!plain_payload("*nat\n:KUBE-X - [0:0]\n"));
+        assert!(!plain_payload("*nat\n-A \nCOMMIT\n"));
+        assert!(!plain_payload("*nat\n*filter\nCOMMIT\n"));
+    }
 }

@@ -22,7 +22,7 @@ use crate::kernel::ipset::IpSets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::{Ipvs, IpvsService, IpvsServiceKey};
 use crate::kernel::link::Links;
-use crate::proxier::desired::{DesiredState, DesiredVirtualServer};
+use crate::proxier::desired::{DesiredState, DesiredVirtualServer, JumpRule};
 use crate::proxier::graceful::{GracefulCheck, GracefulTermination};
 use crate::proxier::plan::PlanConfig;
 use crate::proxier::plan::incremental::DesiredDelta;
@@ -101,7 +101,7 @@ pub struct Applied {
     /// Jumps this reconciler inserted through `iptables-restore`. One that reads as missing again is
     /// checked with `iptables -C` before any new insert, so a save format we misread can never make
     /// the jumps pile up.
-    pub jumps_restored: std::collections::BTreeSet<crate::proxier::desired::JumpRule>,
+    pub jumps_restored: BTreeSet<JumpRule>,
     pub addresses: BTreeSet<IpAddr>,
     pub node_port_ips: BTreeSet<IpAddr>,
 }
