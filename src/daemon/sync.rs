@@ -156,13 +156,7 @@ fn local_addresses(
 ) -> crate::kernel::KernelResult<LocalAddresses> {
     let dummy = crate::kernel::link::DUMMY_DEVICE;
     if full {
-        let (on_dummy, others): (Vec<_>, Vec<_>) = p
-            .backends_mut()
-            .links
-            .local_addresses()?
-            .into_iter()
-            .partition(|(link, _)| link == dummy);
-        return Ok((others, on_dummy.into_iter().map(|(_, a)| a).collect()));
+        return Ok(split_dummy(p.backends_mut().links.local_addresses()?));
     }
     let others = p.backends_mut().links.local_addresses_except(dummy)?;
     let mut on_dummy = Vec::new();
@@ -174,6 +168,14 @@ fn local_addresses(
     Ok((others, on_dummy))
 }
 
+/// Splits (link, address) pairs into the other links' and kube-ipvs0's addresses.
+fn split_dummy(local: Vec<(String, IpAddr)>) -> LocalAddresses {
+    let dummy = crate::kernel::link::DUMMY_DEVICE;
+    let (on_dummy, others): (Vec<_>, Vec<_>) =
+        local.into_iter().partition(|(link, _)| link == dummy);
+    (others, on_dummy.into_iter().map(|(_, a)| a).collect())
+}
+
 /// Node facts and plan configuration of every family, from one dump of the local addresses.
 pub fn snapshots(
     settings: &SyncSettings,
@@ -183,10 +185,7 @@ pub fn snapshots(
     services: &Arc<ServiceMap>,
     endpoints: &Arc<EndpointsMap>,
 ) -> Vec<FamilySnapshot> {
-    let dummy = crate::kernel::link::DUMMY_DEVICE;
-    let (on_dummy, others): (Vec<_>, Vec<_>) =
-        local.iter().cloned().partition(|(link, _)| link == dummy);
-    let on_dummy: Vec<IpAddr> = on_dummy.into_iter().map(|(_, a)| a).collect();
+    let (others, on_dummy) = split_dummy(local.to_vec());
     snapshots_split(
         settings, options, node, &others, &on_dummy, services, endpoints,
     )

@@ -6,9 +6,9 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 const RTNLGRP_LINK: u32 = 1;
 const RTNLGRP_IPV4_IFADDR: u32 = 5;
 const RTNLGRP_IPV6_IFADDR: u32 = 9;
-const RTM_NEWLINK: u16 = 16;
+pub(super) const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
-const RTM_NEWADDR: u16 = 20;
+pub(super) const RTM_NEWADDR: u16 = 20;
 const RTM_DELADDR: u16 = 21;
 /// Notifications drained per check; beyond this the subscription is renewed (and the cache refreshed).
 const MAX_DRAIN: usize = 256;

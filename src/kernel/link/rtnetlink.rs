@@ -6,7 +6,7 @@
 //! including one that runs inside a tokio runtime (it blocks that thread for the duration of the call).
 
 use super::Links;
-use super::changes::ChangeWatch;
+use super::changes::{ChangeWatch, RTM_NEWADDR, RTM_NEWLINK};
 use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_core::{
@@ -19,8 +19,6 @@ use netlink_sys::protocols::NETLINK_ROUTE;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-const RTM_NEWLINK: u16 = 16;
-const RTM_NEWADDR: u16 = 20;
 const IFLA_IFNAME: u16 = 3;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
@@ -113,6 +111,17 @@ fn kernel_error(what: &str, e: NlError) -> KernelError {
         libc::EOPNOTSUPP => Some(KernelError::Unsupported(detail)),
         _ => None,
     })
+}
+
+/// (link index, address) pairs with the link's name (`if<index>` for a link that vanished meanwhile).
+fn named(names: &HashMap<u32, String>, addrs: Vec<(u32, IpAddr)>) -> Vec<(String, IpAddr)> {
+    addrs
+        .into_iter()
+        .map(|(i, a)| {
+            let name = names.get(&i).cloned().unwrap_or_else(|| format!("if{i}"));
+            (name, a)
+        })
+        .collect()
 }
 
 fn link_by_name(name: &str) -> LinkMessage {
@@ -276,29 +285,24 @@ impl Links for RtnetlinkLinks {
         }
         let names = self.link_names()?;
         let except_index = names.iter().find(|(_, n)| *n == except).map(|(i, _)| *i);
-        let mut out = Vec::new();
-        if self.strict {
-            let mut links: Vec<(&u32, &String)> =
-                names.iter().filter(|(_, n)| *n != except).collect();
-            links.sort();
-            for (&index, name) in links {
-                out.extend(
-                    self.dump_addresses_of(index)?
-                        .into_iter()
-                        .map(|(_, a)| (name.clone(), a)),
-                );
+        let out = if self.strict {
+            let mut links: Vec<u32> = names
+                .iter()
+                .filter(|(_, n)| *n != except)
+                .map(|(i, _)| *i)
+                .collect();
+            links.sort_unstable();
+            let mut out = Vec::new();
+            for index in links {
+                let addrs = self.dump_addresses_of(index)?;
+                out.extend(named(&names, addrs));
             }
+            out
         } else {
-            for (index, addr) in self.dump_addresses()? {
-                if Some(index) != except_index {
-                    let name = names
-                        .get(&index)
-                        .cloned()
-                        .unwrap_or_else(|| format!("if{index}"));
-                    out.push((name, addr));
-                }
-            }
-        }
+            let mut all = self.dump_addresses()?;
+            all.retain(|(index, _)| Some(*index) != except_index);
+            named(&names, all)
+        };
         self.cache = Some(LocalCache {
             except: except.to_string(),
             except_index,
@@ -309,14 +313,8 @@ impl Links for RtnetlinkLinks {
 
     fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>> {
         let names = self.link_names()?;
-        Ok(self
-            .dump_addresses()?
-            .into_iter()
-            .map(|(i, a)| {
-                let name = names.get(&i).cloned().unwrap_or_else(|| format!("if{i}"));
-                (name, a)
-            })
-            .collect())
+        let all = self.dump_addresses()?;
+        Ok(named(&names, all))
     }
 
     fn delete_link(&mut self, name: &str) -> KernelResult<bool> {
