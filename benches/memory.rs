@@ -219,28 +219,22 @@ fn run(n: usize) {
         eps_cache.len()
     );
     // Where the remaining bytes are: freed per structure, in an order that frees shared values last.
-    let freed = |name: &str, before: usize| {
-        println!(
-            "    {name:<50} {:>8.1} MiB",
-            mib(before.saturating_sub(LIVE.load(Ordering::Relaxed)))
-        );
-    };
     println!("  of which (freed when dropped):");
-    let l = LIVE.load(Ordering::Relaxed);
-    drop(svc_cache);
-    freed("Service event cache", l);
-    let l = LIVE.load(Ordering::Relaxed);
-    drop(eps_cache);
-    freed("EndpointSlice event cache", l);
-    let l = LIVE.load(Ordering::Relaxed);
-    drop(trackers);
-    freed("change trackers (applied ports, slices)", l);
-    let l = LIVE.load(Ordering::Relaxed);
-    drop(sm);
-    freed("ServiceMap", l);
-    let l = LIVE.load(Ordering::Relaxed);
-    drop(em);
-    freed("EndpointsMap", l);
+    freed("Service event cache", svc_cache);
+    freed("EndpointSlice event cache", eps_cache);
+    freed("change trackers (applied ports, slices)", trackers);
+    freed("ServiceMap", sm);
+    freed("EndpointsMap", em);
+}
+
+/// Drops `value` and prints the bytes that freed.
+fn freed<T>(name: &str, value: T) {
+    let before = LIVE.load(Ordering::Relaxed);
+    drop(value);
+    println!(
+        "    {name:<50} {:>8.1} MiB",
+        mib(before.saturating_sub(LIVE.load(Ordering::Relaxed)))
+    );
 }
 
 fn node_ip() -> IpAddr {

@@ -108,6 +108,14 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the log contains `what` (false on timeout); panics if the daemon exits meanwhile.
+    fn wait_log(&mut self, timeout: Duration, what: &str) -> bool {
+        wait_for(timeout, || {
+            self.assert_running();
+            self.log().contains(what)
+        })
+    }
+
     fn assert_running(&mut self) {
         if let Some(c) = self.child.as_mut()
             && let Ok(Some(status)) = c.try_wait()
@@ -712,10 +720,7 @@ fn clusterip_body() {
         let cfg_args = vec![format!("--config={}", cfg.display())];
         let mut daemon = Daemon::spawn(&bin, &cfg_args, &dir.join("kube-proxy-2.log"));
         assert!(
-            wait_for(Duration::from_secs(90), || {
-                daemon.assert_running();
-                daemon.log().contains("synced proxy rules")
-            }),
+            daemon.wait_log(Duration::from_secs(90), "synced proxy rules"),
             "restarted daemon never synced:\n{}",
             daemon.log()
         );
@@ -748,10 +753,7 @@ fn clusterip_body() {
         // 9. The config file changes: kube-proxy exits non-zero (upstream's behaviour).
         let mut daemon = Daemon::spawn(&bin, &cfg_args, &dir.join("kube-proxy-3.log"));
         assert!(
-            wait_for(Duration::from_secs(60), || {
-                daemon.assert_running();
-                daemon.log().contains("starting IPVS proxier")
-            }),
+            daemon.wait_log(Duration::from_secs(60), "starting IPVS proxier"),
             "{}",
             daemon.log()
         );

@@ -4,10 +4,10 @@ mod common;
 
 use common::apiserver::Kind;
 use common::e2e::{
-    E2e, KernelState, NODE, Options, client, distinct, has_vs, ipvs, ipvs0_addrs, pods,
-    real_servers, service, slice,
+    ABC, E2e, KernelState, NODE, Options, abc_pods, boot, client, distinct, has_vs, ip, ipvs,
+    ipvs0_addrs, real_servers, service, slice,
 };
-use common::uml::{BootOptions, sh};
+use common::uml::sh;
 use serde_json::json;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -15,23 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(2);
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn boot() -> BootOptions {
-    BootOptions {
-        mem: "512M",
-        timeout: Duration::from_secs(420),
-    }
-}
-
-const ABC: &[(&str, &str, bool)] = &[
-    ("10.244.0.11", NODE, true),
-    ("10.244.0.12", NODE, true),
-    ("10.244.0.13", NODE, true),
-];
 
 /// A varied cluster state (ClusterIP TCP+UDP, NodePort, ExternalIP, LB with source ranges, ETP=Local) so
 /// that every chain and most sets are in use.
@@ -129,11 +112,7 @@ impl Traffic {
 // Restart under steady traffic: zero failed requests, and the kernel state after the restart equals the
 // state before it.
 uml_test!(restart_under_traffic_keeps_state, boot(), {
-    let _pods = pods(&[
-        ("pod-a", "10.244.0.11"),
-        ("pod-b", "10.244.0.12"),
-        ("pod-c", "10.244.0.13"),
-    ]);
+    let _pods = abc_pods();
     let _c = client("client-a", "192.168.10.2", "192.168.10.1");
     let mut e = E2e::start(Options::default());
     load_cluster(&e);
@@ -201,11 +180,7 @@ uml_test!(restart_under_traffic_keeps_state, boot(), {
 // The API server closes every watch and compacts its history while objects change: the daemon relists
 // and converges to the new state.
 uml_test!(relist_after_watch_loss_and_expired_history, boot(), {
-    let _pods = pods(&[
-        ("pod-a", "10.244.0.11"),
-        ("pod-b", "10.244.0.12"),
-        ("pod-c", "10.244.0.13"),
-    ]);
+    let _pods = abc_pods();
     let mut e = E2e::start(Options::default());
     load_cluster(&e);
     e.apply(service("gone", "10.96.0.66", "TCP", 80, json!({})));
@@ -263,11 +238,7 @@ uml_test!(relist_after_watch_loss_and_expired_history, boot(), {
 // `kube-proxy --cleanup` removes every KUBE- chain and set, kube-ipvs0 and the IPVS table (it flushes IPVS
 // entirely, as upstream); foreign chains and sets stay; a second run on a clean node succeeds too.
 uml_test!(cleanup_removes_everything_of_ours, boot(), {
-    let _pods = pods(&[
-        ("pod-a", "10.244.0.11"),
-        ("pod-b", "10.244.0.12"),
-        ("pod-c", "10.244.0.13"),
-    ]);
+    let _pods = abc_pods();
     let mut e = E2e::start(Options::default());
     load_cluster(&e);
     e.start_daemon();

@@ -3,32 +3,15 @@
 mod common;
 
 use common::e2e::{
-    E2e, NODE, Options, answers, client, distinct, has_vs, http_get, ipvs, ipvs0_addrs, metric_sum,
-    pods, real_servers, service, set_members, slice,
+    ABC, E2e, NODE, Options, abc_pods, answers, boot, client, distinct, has_vs, http_get, ip, ipvs,
+    ipvs0_addrs, metric_sum, pods, real_servers, service, set_members, slice,
 };
-use common::uml::{BootOptions, sh};
+use common::uml::sh;
 use serde_json::json;
-use std::net::{IpAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(2);
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn boot() -> BootOptions {
-    BootOptions {
-        mem: "512M",
-        timeout: Duration::from_secs(420),
-    }
-}
-
-const ABC: &[(&str, &str, bool)] = &[
-    ("10.244.0.11", NODE, true),
-    ("10.244.0.12", NODE, true),
-    ("10.244.0.13", NODE, true),
-];
 
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 
@@ -39,11 +22,7 @@ fn all_pods() -> Vec<String> {
 // NodePort, ExternalIP, LoadBalancer with source ranges, ipMode=Proxy, session affinity and the
 // KUBE-IPVS-FILTER rejection of host services on a ClusterIP.
 uml_test!(external_traffic_paths, boot(), {
-    let _pods = pods(&[
-        ("pod-a", "10.244.0.11"),
-        ("pod-b", "10.244.0.12"),
-        ("pod-c", "10.244.0.13"),
-    ]);
+    let _pods = abc_pods();
     let allowed = client("client-a", "192.168.10.2", "192.168.10.1");
     let other = client("client-b", "192.168.20.2", "192.168.20.1");
     let mut e = E2e::start(Options::default());
@@ -249,11 +228,7 @@ uml_test!(external_traffic_paths, boot(), {
 // externalTrafficPolicy=Local (health-check node port, local-only NodePort/LB real servers) and
 // internalTrafficPolicy=Local.
 uml_test!(traffic_policies, boot(), {
-    let _pods = pods(&[
-        ("pod-a", "10.244.0.11"),
-        ("pod-b", "10.244.0.12"),
-        ("pod-c", "10.244.0.13"),
-    ]);
+    let _pods = abc_pods();
     let outside = client("client-a", "192.168.10.2", "192.168.10.1");
     let mut e = E2e::start(Options::default());
     let mixed: &[(&str, &str, bool)] = &[

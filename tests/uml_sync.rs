@@ -263,6 +263,30 @@ fn scenario_input(full: bool) -> SyncInput {
     }
 }
 
+/// A proxier that applies hand-built plans (no planner).
+fn direct_proxier(log: &Arc<Mutex<Log>>) -> Proxier {
+    Proxier::new(
+        backends(log),
+        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
+    )
+}
+
+/// Applies a v4 plan (event-driven, no NodePort IPs) and asserts the sync had no failure.
+fn apply(p: &mut Proxier, d: &DesiredState) -> SyncReport {
+    let c4 = config(IpFamily::V4);
+    let r = p.apply(
+        &[FamilyInput {
+            desired: d,
+            config: &c4,
+            node_port_ips: &[],
+        }],
+        false,
+        &ConntrackHints::default(),
+    );
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
+    r
+}
+
 fn sync(p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool) -> SyncReport {
     let (c4, c6) = (config(IpFamily::V4), config(IpFamily::V6));
     let nips = [ip(NODE)];
@@ -455,10 +479,7 @@ uml_test!(foreign_objects_survive_and_cleanup_removes_ours, {
     sh(&format!("ipvsadm -A -t {NODE}:8443 -s rr"));
     sh("ipset create foreign-set hash:ip && ipset add foreign-set 1.2.3.4");
     sh("iptables -N FOREIGN && iptables -A FOREIGN -j RETURN && iptables -I INPUT -j FOREIGN");
-    let mut p = Proxier::new(
-        backends(&log),
-        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
-    );
+    let mut p = direct_proxier(&log);
     let (v4, v6) = (desired(IpFamily::V4), desired(IpFamily::V6));
     sync(&mut p, &v4, &v6, false);
     // web-np goes away: its ClusterIP and NodePort services, address and set members go with it.
@@ -587,24 +608,7 @@ uml_test!(graceful_termination_with_real_connections, {
     start_pod("pod1", "veth1", "10.244.1.1", "10.244.1.2");
     start_pod("pod2", "veth2", "10.244.2.1", "10.244.2.2");
     let log = Arc::new(Mutex::new(Log::default()));
-    let mut p = Proxier::new(
-        backends(&log),
-        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
-    );
-    let c4 = config(IpFamily::V4);
-    let apply = |p: &mut Proxier, d: &DesiredState| {
-        let r = p.apply(
-            &[FamilyInput {
-                desired: d,
-                config: &c4,
-                node_port_ips: &[],
-            }],
-            false,
-            &ConntrackHints::default(),
-        );
-        assert_eq!(r.failure_count(), 0, "{r:#?}");
-        r
-    };
+    let mut p = direct_proxier(&log);
     // pod3 never answers and gets no connection: it joins after the connections are made.
     let all = [
         ("10.244.1.2", 8080),
@@ -659,10 +663,7 @@ uml_test!(graceful_termination_with_real_connections, {
     // After a restart, a leftover weight-0 real server with connections is adopted into the queue.
     apply(&mut p, &fewer);
     drop(p);
-    let mut p2 = Proxier::new(
-        backends(&log),
-        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
-    );
+    let mut p2 = direct_proxier(&log);
     let r = apply(&mut p2, &fewer);
     assert!(r.full);
     assert_eq!(r.graceful_queued, 1, "{r:#?}");
@@ -728,24 +729,7 @@ uml_test!(stale_udp_conntrack_flows_are_deleted, {
     udp_echo_pod("upod1", "uveth1", "10.244.1.1", "10.244.1.2");
     udp_echo_pod("upod2", "uveth2", "10.244.2.1", "10.244.2.2");
     let log = Arc::new(Mutex::new(Log::default()));
-    let mut p = Proxier::new(
-        backends(&log),
-        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
-    );
-    let c4 = config(IpFamily::V4);
-    let apply = |p: &mut Proxier, d: &DesiredState| {
-        let r = p.apply(
-            &[FamilyInput {
-                desired: d,
-                config: &c4,
-                node_port_ips: &[],
-            }],
-            false,
-            &ConntrackHints::default(),
-        );
-        assert_eq!(r.failure_count(), 0, "{r:#?}");
-        r
-    };
+    let mut p = direct_proxier(&log);
     let both = [("10.244.1.2", 5353), ("10.244.2.2", 5353)];
     apply(&mut p, &graceful_plan(&[], &both));
     // Round robin: one flow to each pod.

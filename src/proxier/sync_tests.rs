@@ -188,6 +188,18 @@ fn apply(p: &mut Proxier, d: &DesiredState, full: bool) -> SyncReport {
     apply_cfg(p, d, &config(), full)
 }
 
+/// The IPVS batches the kit saw (`B ipvs.batch <ops>`), in order.
+fn ipvs_batches(k: &Kit) -> Vec<String> {
+    k.log
+        .lock()
+        .unwrap()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("B ipvs.batch"))
+        .cloned()
+        .collect()
+}
+
 fn pos(log: &[String], prefix: &str) -> usize {
     log.iter()
         .position(|l| l.starts_with(prefix))
@@ -273,15 +285,7 @@ fn first_sync_programs_everything_rules_before_ipvs() {
     assert!(pos(&w, "ipvs.add_service") < pos(&w, "link.add_address"));
     assert_eq!(w.iter().filter(|l| l.starts_with("ipset.apply")).count(), 1);
     // IPVS writes go in two batches: services, then real servers (no deletions).
-    let batches = k
-        .log
-        .lock()
-        .unwrap()
-        .calls
-        .iter()
-        .filter(|c| c.starts_with("B ipvs.batch"))
-        .cloned()
-        .collect::<Vec<_>>();
+    let batches = ipvs_batches(&k);
     assert_eq!(
         batches,
         vec!["B ipvs.batch 4".to_string(), "B ipvs.batch 7".to_string()]
@@ -317,15 +321,7 @@ fn many_real_server_changes_go_in_bounded_batches_and_share_the_plan() {
     assert_eq!(r.ipvs_services.added, 500);
     assert_eq!(r.ipvs_destinations.added, 5000);
     // services in one batch, then real servers in batches of whole virtual servers (>= 4096 changes)
-    let batches = k
-        .log
-        .lock()
-        .unwrap()
-        .calls
-        .iter()
-        .filter(|c| c.starts_with("B ipvs.batch"))
-        .cloned()
-        .collect::<Vec<_>>();
+    let batches = ipvs_batches(&k);
     assert_eq!(
         batches,
         vec![
@@ -1449,70 +1445,12 @@ fn hinted_removed_service_flows_are_deleted_even_without_ipvs_changes() {
     assert!(k.conntrack.flows().is_empty());
 }
 
-/// The fake's iptables with `iptables-save` hiding the rules of built-in chains: a save format the
-/// reconciler cannot read back (as a differently printing iptables build might).
-struct HidingSave(crate::kernel::iptables::fake::FakeIptables);
-
-impl Iptables for HidingSave {
-    fn save(&mut self, family: IpFamily, table: &str) -> crate::kernel::KernelResult<String> {
-        let text = self.0.save(family, table)?;
-        Ok(text
-            .lines()
-            .filter(|l| {
-                ![
-                    "-A PREROUTING ",
-                    "-A OUTPUT ",
-                    "-A POSTROUTING ",
-                    "-A INPUT ",
-                    "-A FORWARD ",
-                ]
-                .iter()
-                .any(|p| l.starts_with(p))
-            })
-            .map(|l| format!("{l}\n"))
-            .collect())
-    }
-    fn restore(&mut self, family: IpFamily, payload: &str) -> crate::kernel::KernelResult<()> {
-        self.0.restore(family, payload)
-    }
-    fn ensure_chain(&mut self, f: IpFamily, t: &str, c: &str) -> crate::kernel::KernelResult<()> {
-        self.0.ensure_chain(f, t, c)
-    }
-    fn ensure_rule_first(
-        &mut self,
-        f: IpFamily,
-        t: &str,
-        c: &str,
-        a: &[String],
-    ) -> crate::kernel::KernelResult<bool> {
-        self.0.ensure_rule_first(f, t, c, a)
-    }
-    fn delete_rule(
-        &mut self,
-        f: IpFamily,
-        t: &str,
-        c: &str,
-        a: &[String],
-    ) -> crate::kernel::KernelResult<bool> {
-        self.0.delete_rule(f, t, c, a)
-    }
-    fn delete_chain(&mut self, f: IpFamily, t: &str, c: &str) -> crate::kernel::KernelResult<bool> {
-        self.0.delete_chain(f, t, c)
-    }
-    fn supports_random_fully(&mut self) -> bool {
-        self.0.supports_random_fully()
-    }
-}
-
 #[test]
 fn jumps_never_pile_up_when_the_save_cannot_be_read_back() {
     let k = Kit::new();
-    let mut backends = k.backends();
-    backends.iptables = Box::new(HidingSave(k.iptables.clone()));
-    let mut p = Proxier::new(
-        backends,
-        Box::new(|_, _, _, _| unreachable!("tests apply plans directly")),
-    );
+    // A save format the reconciler cannot read back (as a differently printing iptables build might).
+    k.iptables.hide_builtin_rules_in_save(true);
+    let mut p = proxier(&k);
     let d = small();
     let r = apply(&mut p, &d, true);
     assert_eq!(r.failure_count(), 0, "{r:?}");

@@ -10,13 +10,42 @@
 #![allow(dead_code)]
 
 use super::apiserver::{Kind, TestApiServer};
-use super::uml::sh;
+use super::uml::{BootOptions, sh};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// Boot options of a group of e2e scenarios: a 512M guest, 420 s for the whole boot.
+pub fn boot() -> BootOptions {
+    BootOptions {
+        mem: "512M",
+        timeout: Duration::from_secs(420),
+    }
+}
+
+/// Three ready endpoints on this node (the pods at .11, .12 and .13).
+pub const ABC: &[(&str, &str, bool)] = &[
+    ("10.244.0.11", NODE, true),
+    ("10.244.0.12", NODE, true),
+    ("10.244.0.13", NODE, true),
+];
+
+/// The three pods behind [`ABC`]: `pod-a`, `pod-b` and `pod-c` at .11, .12 and .13.
+pub fn abc_pods() -> Vec<super::netns::Pod> {
+    pods(&[
+        ("pod-a", "10.244.0.11"),
+        ("pod-b", "10.244.0.12"),
+        ("pod-c", "10.244.0.13"),
+    ])
+}
+
+/// An IP literal of the test scenario.
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
 
 /// Node name used by the tests.
 pub const NODE: &str = "e2e-node";

@@ -32,6 +32,7 @@ struct State {
     calls: Vec<String>,
     fail_next_restore: Option<String>,
     ipsets: Option<FakeIpSets>,
+    hide_builtin_rules: bool,
 }
 
 impl Default for State {
@@ -42,6 +43,7 @@ impl Default for State {
             calls: Vec::new(),
             fail_next_restore: None,
             ipsets: None,
+            hide_builtin_rules: false,
         }
     }
 }
@@ -148,6 +150,12 @@ impl FakeIptables {
     /// The next restore fails as a whole with this stderr (nothing applied).
     pub fn fail_next_restore(&self, stderr: &str) {
         self.lock().fail_next_restore = Some(stderr.to_string());
+    }
+
+    /// While on, saves leave out the rules of built-in chains (as a save format a reader cannot parse back
+    /// would); the rules stay in the tables.
+    pub fn hide_builtin_rules_in_save(&self, on: bool) {
+        self.lock().hide_builtin_rules = on;
     }
 
     /// Log of calls: `save v4 nat`, `restore v4 <lines>`, `check v4 nat OUTPUT`, `insert ...`,
@@ -447,8 +455,22 @@ impl Iptables for FakeIptables {
         let mut st = self.lock();
         st.calls.push(format!("save {family:?} {table}"));
         let cmd = format!("{}-save -t {table}", tool(family));
+        let hide = st.hide_builtin_rules;
         let t = Self::table_mut(&mut st, family, table, &cmd)?;
-        Ok(render_table(table, t))
+        let text = render_table(table, t);
+        if !hide {
+            return Ok(text);
+        }
+        let builtin = rules::builtin_chains(table).unwrap_or_default();
+        Ok(text
+            .lines()
+            .filter(|l| {
+                !l.strip_prefix("-A ")
+                    .and_then(|r| r.split_whitespace().next())
+                    .is_some_and(|chain| builtin.contains(&chain))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect())
     }
 
     fn restore(&mut self, family: IpFamily, payload: &str) -> KernelResult<()> {
