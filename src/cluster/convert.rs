@@ -27,6 +27,7 @@ pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10800;
 pub enum ObjectKind {
     Service,
     EndpointSlice,
+    Node,
 }
 
 impl fmt::Display for ObjectKind {
@@ -34,6 +35,7 @@ impl fmt::Display for ObjectKind {
         f.write_str(match self {
             ObjectKind::Service => "Service",
             ObjectKind::EndpointSlice => "EndpointSlice",
+            ObjectKind::Node => "Node",
         })
     }
 }
@@ -72,6 +74,9 @@ pub enum InvalidReason {
     UnknownAddressType(String),
     #[error("missing namespace or name")]
     MissingName,
+    /// The object could not be decoded (a field kube-proxy reads has the wrong type or is missing).
+    #[error("unreadable: {0}")]
+    Unreadable(String),
 }
 
 /// A rejected object: kind, namespace/name and the reason. The object is skipped whole.
