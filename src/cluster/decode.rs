@@ -58,7 +58,9 @@ impl Keep {
             }
             (Keep::Strings(keys), Value::Object(map)) => Value::Object(
                 map.into_iter()
-                    .filter(|(k, v)| v.is_string() && keys.is_none_or(|ks| ks.contains(&k.as_str())))
+                    .filter(|(k, v)| {
+                        v.is_string() && keys.is_none_or(|ks| ks.contains(&k.as_str()))
+                    })
                     .collect(),
             ),
             (_, v) => v,
@@ -152,7 +154,10 @@ impl Lenient for EndpointSlice {
     const KEEP: Keep = Keep::Fields(&[
         (
             "metadata",
-            meta_fields!(("annotations", Keep::Strings(Some(&[ANNOTATION_TRIGGER_TIME])))),
+            meta_fields!((
+                "annotations",
+                Keep::Strings(Some(&[ANNOTATION_TRIGGER_TIME]))
+            )),
         ),
         ("addressType", ANY),
         ("ports", Keep::Items(&SLICE_PORT)),

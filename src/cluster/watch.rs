@@ -14,14 +14,14 @@ use super::tracker::{
     EndpointsChangeTracker, EndpointsUpdateResult, ServiceChangeTracker, ServiceUpdateResult,
     TrackOutcome,
 };
-use kube::Resource;
-use std::borrow::Cow;
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

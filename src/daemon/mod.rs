@@ -237,15 +237,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             runner.run();
         })
     }
-    .on_invalid({
-        let metrics = metrics.clone();
-        let events = events.clone();
-        move |e| {
-            let kind = e.kind.to_string();
-            metrics.inc_invalid_object(&kind);
-            events.warning(&format!("Invalid{kind}"), "Sync", Some(e.to_string()));
-        }
-    });
+    .on_invalid(events::on_invalid_object(metrics.clone(), events.clone()));
     let (stores, synced) = watch::start(client.clone(), &node_name, trackers.clone(), notifier);
 
     let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<Stop>();
