@@ -379,9 +379,8 @@ fn load_balancer_ingress(
                 ip,
                 ip_mode_proxy: ing.ip_mode.as_deref().is_some_and(|m| m != "VIP"),
             }),
-            None => warnings.push(ctx.warn(format!(
-                "ignoring invalid load-balancer ingress IP {raw:?}"
-            ))),
+            None => warnings
+                .push(ctx.warn(format!("ignoring invalid load-balancer ingress IP {raw:?}"))),
         }
     }
     out
