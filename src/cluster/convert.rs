@@ -530,7 +530,32 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
     };
     let service = service.ok_or_else(|| ctx.err(InvalidReason::MissingServiceName))?;
     let mut warnings = Vec::new();
+    let ports = slice_ports(slice, &ctx, &mut warnings)?;
+    let only_port = match ports.as_slice() {
+        [p] => p.port,
+        _ => 0,
+    };
+    let endpoints = slice_endpoints(slice, family, only_port, &ctx, &mut warnings)?;
 
+    Ok(Some(SliceInfo {
+        service: ServiceName {
+            namespace: namespace.clone(),
+            name: service,
+        },
+        slice_name,
+        ports,
+        endpoints: Arc::new(endpoints),
+        trigger_time: trigger_time(slice),
+        warnings,
+    }))
+}
+
+/// The ports of a slice, sorted; nameless or numberless ones are dropped with a warning.
+fn slice_ports(
+    slice: &EndpointSlice,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Result<Vec<SlicePort>, ConvertError> {
     let mut ports = Vec::new();
     let mut names = BTreeSet::new();
     let mut numbers = BTreeSet::new();
@@ -573,11 +598,17 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
     }
     ports.sort();
     ports.shrink_to_fit();
-    let only_port = match ports.as_slice() {
-        [p] => p.port,
-        _ => 0,
-    };
+    Ok(ports)
+}
 
+/// The endpoints of a slice of address family `family`, sorted; each carries `port`.
+fn slice_endpoints(
+    slice: &EndpointSlice,
+    family: IpFamily,
+    port: u16,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Result<Vec<Endpoint>, ConvertError> {
     let mut endpoints = Vec::with_capacity(slice.endpoints.len());
     for ep in &slice.endpoints {
         let Some(raw) = ep.addresses.first() else {
@@ -592,40 +623,34 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
                 address_type: slice.address_type.clone(),
             }));
         }
-        let cond = ep.conditions.as_ref();
-        let ready = cond.and_then(|c| c.ready).unwrap_or(true);
-        let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
-        let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
-        let hints = ep.hints.as_ref();
-        endpoints.push(Endpoint {
-            ip,
-            port: only_port,
-            ready,
-            serving,
-            terminating,
-            node_name: ep.node_name.as_deref().map(Arc::from),
-            zone: ep.zone.as_deref().map(Arc::from),
-            hints_for_nodes: hints
-                .and_then(|h| h.for_nodes.as_ref())
-                .filter(|v| !v.is_empty())
-                .map(|v| v.iter().map(|n| Arc::from(n.name.as_str())).collect()),
-            hints_for_zones: hints
-                .and_then(|h| h.for_zones.as_ref())
-                .filter(|v| !v.is_empty())
-                .map(|v| v.iter().map(|z| Arc::from(z.name.as_str())).collect()),
-        });
+        endpoints.push(endpoint(ep, ip, port));
     }
     endpoints.sort();
+    Ok(endpoints)
+}
 
-    Ok(Some(SliceInfo {
-        service: ServiceName {
-            namespace: namespace.clone(),
-            name: service,
-        },
-        slice_name,
-        ports,
-        endpoints: Arc::new(endpoints),
-        trigger_time: trigger_time(slice),
-        warnings,
-    }))
+/// One endpoint: conditions (ready by default, serving as ready, not terminating) and hints.
+fn endpoint(ep: &k8s_openapi::api::discovery::v1::Endpoint, ip: IpAddr, port: u16) -> Endpoint {
+    let cond = ep.conditions.as_ref();
+    let ready = cond.and_then(|c| c.ready).unwrap_or(true);
+    let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
+    let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
+    let hints = ep.hints.as_ref();
+    Endpoint {
+        ip,
+        port,
+        ready,
+        serving,
+        terminating,
+        node_name: ep.node_name.as_deref().map(Arc::from),
+        zone: ep.zone.as_deref().map(Arc::from),
+        hints_for_nodes: hints
+            .and_then(|h| h.for_nodes.as_ref())
+            .filter(|v| !v.is_empty())
+            .map(|v| v.iter().map(|n| Arc::from(n.name.as_str())).collect()),
+        hints_for_zones: hints
+            .and_then(|h| h.for_zones.as_ref())
+            .filter(|v| !v.is_empty())
+            .map(|v| v.iter().map(|z| Arc::from(z.name.as_str())).collect()),
+    }
 }
