@@ -3,9 +3,9 @@
 //! Objects are decoded one at a time and leniently ([`Decoded`]): an object that cannot be read is
 //! reported (warning, counter, the notifier's Event and metric) and treated as a malformed object is,
 //! never as a stream error. A watcher error never ends a stream: it is logged, the watcher backs off
-//! and relists. A relist
-//! (`Init` … `InitDone`) deletes objects that vanished meanwhile. Each recorded change calls the
-//! `sync_requested` notifier.
+//! and relists. A relist (`Init` … `InitDone`) deletes objects that vanished meanwhile. Each recorded
+//! change calls the `sync_requested` notifier. One generic loop (`run_watcher`) serves all three
+//! kinds; a `Handler` per kind says what a change means.
 
 use super::convert::{ConvertError, InvalidReason, ObjectKind};
 use super::decode::{Decoded, Lenient, Unreadable};
