@@ -8,6 +8,7 @@ use super::types::{ProxyConfig, Quantity};
 use super::validate::{ValidationErrors, parse_cidr, validate};
 use crate::cluster::model::IpFamily;
 use crate::proxier::plan::LocalDetector;
+use crate::scheduler::Scheduler;
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use ipnet::IpNet;
@@ -165,13 +166,10 @@ impl ProxyConfig {
             .collect()
     }
 
-    /// IPVS scheduler with the default applied (`""` is `rr`).
-    pub fn scheduler(&self) -> &str {
-        if self.ipvs.scheduler.is_empty() {
-            "rr"
-        } else {
-            &self.ipvs.scheduler
-        }
+    /// IPVS scheduler with the default applied (`""` is `rr`); validation refuses unknown names, so
+    /// the default stands in only for a configuration that was never validated.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler::parse_or_default(&self.ipvs.scheduler).unwrap_or_default()
     }
 
     /// The SNAT mark bit (`iptables.masqueradeBit`, default 14).

@@ -4,14 +4,10 @@
 use super::defaults::split_host_port;
 use super::duration::GoDuration;
 use super::types::ProxyConfig;
+use crate::scheduler::Scheduler;
 use ipnet::IpNet;
 use std::fmt;
 use std::net::IpAddr;
-
-/// IPVS schedulers the kernel may provide (`""` means `rr`).
-pub const SCHEDULERS: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
-];
 
 /// Supported `detectLocalMode` values (`""` means `ClusterCIDR`).
 pub const LOCAL_MODES: &[&str] = &[
@@ -209,13 +205,14 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     e.non_negative_duration("ipvs.tcpTimeout", ipvs.tcp_timeout);
     e.non_negative_duration("ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout);
     e.non_negative_duration("ipvs.udpTimeout", ipvs.udp_timeout);
-    if !ipvs.scheduler.is_empty() && !SCHEDULERS.contains(&ipvs.scheduler.as_str()) {
+    if Scheduler::parse_or_default(&ipvs.scheduler).is_err() {
         e.invalid(
             "ipvs.scheduler",
             q(&ipvs.scheduler),
             format!(
-                "must be one of [{}], blank means the default algorithm method (currently rr)",
-                SCHEDULERS.join(" ")
+                "must be one of [{}], blank means the default algorithm method (currently {})",
+                Scheduler::names(),
+                Scheduler::default()
             ),
         );
     }
