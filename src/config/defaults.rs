@@ -149,6 +149,19 @@ pub fn apply_defaults(c: &mut ProxyConfig) {
     }
 }
 
+/// Keep what upstream's internal configuration keeps once the mode is known. It holds one sync period
+/// pair and one `masqueradeAll`, read from and written back to the active mode's section only
+/// (`pkg/proxy/apis/config/v1alpha1/conversion.go`), so in IPVS mode upstream runs with, and
+/// `--write-config-to` writes, `0s` for the iptables and nftables periods and `false` for
+/// `nftables.masqueradeAll`.
+pub fn keep_active_mode_only(c: &mut ProxyConfig) {
+    c.iptables.sync_period = GoDuration::ZERO;
+    c.iptables.min_sync_period = GoDuration::ZERO;
+    c.nftables.sync_period = GoDuration::ZERO;
+    c.nftables.min_sync_period = GoDuration::ZERO;
+    c.nftables.masquerade_all = false;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

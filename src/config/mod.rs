@@ -17,6 +17,7 @@ pub mod defaults;
 pub mod duration;
 pub mod file;
 pub mod flags;
+pub mod go_yaml;
 pub mod options;
 pub mod types;
 pub mod validate;
