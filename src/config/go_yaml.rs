@@ -234,8 +234,8 @@ fn is_base60_float(s: &str) -> bool {
     };
     let mut parts = body.split(':');
     let head = parts.next().unwrap_or("");
-    let head_ok =
-        head.starts_with(|c: char| c.is_ascii_digit()) && head.chars().all(|c| c.is_ascii_digit() || c == '_');
+    let head_ok = head.starts_with(|c: char| c.is_ascii_digit())
+        && head.chars().all(|c| c.is_ascii_digit() || c == '_');
     let rest: Vec<&str> = parts.collect();
     let rest_ok = !rest.is_empty()
         && rest.iter().all(|p| {
@@ -285,7 +285,11 @@ fn key_order(a: &str, b: &str) -> Ordering {
             return ar[i].cmp(&br[i]);
         }
         if al || bl {
-            return if bl { Ordering::Less } else { Ordering::Greater };
+            return if bl {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
         }
         let number = |r: &[char]| -> (u128, usize) {
             let digits: String = r[i..].iter().take_while(|c| c.is_ascii_digit()).collect();
@@ -307,7 +311,10 @@ mod tests {
         for (s, want) in [
             ("0.0.0.0", "0.0.0.0"),
             ("0.0.0.0:10256", "0.0.0.0:10256"),
-            ("application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf"),
+            (
+                "application/vnd.kubernetes.protobuf",
+                "application/vnd.kubernetes.protobuf",
+            ),
             ("", "\"\""),
             ("0", "\"0\""),
             ("1.35", "\"1.35\""),

@@ -319,9 +319,8 @@ where
     resolve(flags).map(|o| Invocation::Run(Box::new(o)))
 }
 
-/// Apply upstream's precedence: a config file wins over flags except `--hostname-override`,
-/// `--master`, logging flags and action flags. Then default, resolve the mode and validate.
-pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
+/// Warnings about legacy, removed, deprecated and iptables-only flags that were given.
+fn flag_warnings(flags: &Flags) -> Vec<String> {
     let mut warnings = Vec::new();
     for name in flags.legacy_flags_given() {
         warnings.push(format!(
@@ -363,7 +362,13 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
             ));
         }
     }
+    warnings
+}
 
+/// Apply upstream's precedence: a config file wins over flags except `--hostname-override`,
+/// `--master`, logging flags and action flags. Then default, resolve the mode and validate.
+pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
+    let mut warnings = flag_warnings(&flags);
     let mut config = match &flags.config {
         Some(path) => {
             let decoded = file::load(path)?;
@@ -537,7 +542,10 @@ fn ipvs_flags(f: &Flags, c: &mut ProxyConfig) {
 /// Local-traffic detection and NodePort addresses.
 fn local_traffic_flags(f: &Flags, c: &mut ProxyConfig) {
     set(&mut c.detect_local_mode, &f.detect_local_mode);
-    set(&mut c.detect_local.bridge_interface, &f.pod_bridge_interface);
+    set(
+        &mut c.detect_local.bridge_interface,
+        &f.pod_bridge_interface,
+    );
     set(
         &mut c.detect_local.interface_name_prefix,
         &f.pod_interface_name_prefix,
