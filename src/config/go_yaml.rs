@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn layout_of_maps_and_sequences() {
         let v = json!({
-            "b": {"y": [], "x": {}},
+            "b": {"y": [], "x": {}}, // go-yaml reads a plain y as a boolean
             "a": ["10.0.0.0/8", "primary"],
             "c": [{"filePattern": "p*", "verbosity": 2}],
             "d": null,
@@ -375,7 +375,7 @@ mod tests {
         });
         assert_eq!(
             to_string(&v),
-            "a:\n- 10.0.0.0/8\n- primary\nb:\n  x: {}\n  y: []\nc:\n- filePattern: p*\n  verbosity: 2\nd: null\ne: 5\n"
+            "a:\n- 10.0.0.0/8\n- primary\nb:\n  x: {}\n  \"y\": []\nc:\n- filePattern: p*\n  verbosity: 2\nd: null\ne: 5\n"
         );
     }
 }
