@@ -230,7 +230,7 @@ pub struct Flags {
     /// Shortest interval between IPVS syncs; 0 syncs on every Service/EndpointSlice change. Ignored with --config.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub ipvs_min_sync_period: Option<GoDuration>,
-    /// IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh, fo, ovf; empty means rr). Ignored with --config.
+    /// IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos; empty means rr). Ignored with --config.
     #[arg(long, value_name = "NAME")]
     pub ipvs_scheduler: Option<String>,
     /// Comma-separated CIDRs whose IPVS services are never deleted by syncs (--cleanup still flushes IPVS). Ignored with --config.
