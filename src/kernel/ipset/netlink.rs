@@ -18,6 +18,7 @@ use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
 use crate::cluster::model::IpFamily;
 use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
+use netlink_packet_core::NLM_F_EXCL;
 use netlink_sys::protocols::NETLINK_NETFILTER;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -388,10 +389,12 @@ impl IpSets for NetlinkIpSets {
     }
 
     fn destroy(&mut self, name: &str) -> KernelResult<()> {
-        let r = self.simple(
-            Request::new(cmd::DESTROY, Some(name)),
-            &format!("ipset {name}"),
-        );
+        // NLM_F_EXCL: without it (the tool's -exist) newer kernels answer success for a missing set.
+        let r = self
+            .sock
+            .request_flags::<_, NoPayload>(Request::new(cmd::DESTROY, Some(name)), NLM_F_EXCL)
+            .map(|_| ())
+            .map_err(|e| to_kernel(&format!("ipset {name}"), e, None));
         if matches!(r, Ok(()) | Err(KernelError::NotFound(_))) {
             self.types.forget(name);
         }
