@@ -66,6 +66,12 @@ fn workload(n: usize) -> (Vec<IpSetSpec>, Vec<IpSetOp>) {
     (specs, ops)
 }
 
+/// Records one figure and prints it at once (the guest's output shows progress).
+fn row(rows: &mut Vec<(String, Duration)>, name: String, d: Duration) {
+    println!("{name}: {:.3} s", d.as_secs_f64());
+    rows.push((name, d));
+}
+
 fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
     let mut best = Duration::MAX;
     let mut last = None;
@@ -89,10 +95,11 @@ fn ipset_rows(n: usize, rows: &mut Vec<(String, Duration)>) {
         backend.create_all(&specs).unwrap();
         let t = Instant::now();
         let r = backend.apply(&ops).unwrap();
-        rows.push((
+        row(
+            rows,
             format!("ipset write {} entries, {name}", ops.len()),
             t.elapsed(),
-        ));
+        );
         assert_eq!(r.applied, ops.len(), "{:?}", r.rejected.first());
         if name == "netlink" {
             for s in &specs {
@@ -105,14 +112,16 @@ fn ipset_rows(n: usize, rows: &mut Vec<(String, Duration)>) {
     assert_eq!(by_cli, by_nl, "read-backs differ");
     let total: usize = by_nl.values().map(|m| m.len()).sum();
     assert_eq!(total, ops.len());
-    rows.push((
+    row(
+        rows,
         format!("ipset read-back {total} entries, ipset save + parse (best of 3)"),
         t_cli,
-    ));
-    rows.push((
+    );
+    row(
+        rows,
         format!("ipset read-back {total} entries, netlink dump (best of 3)"),
         t_nl,
-    ));
+    );
     for s in &specs {
         nl.destroy(&s.name).unwrap();
     }
@@ -139,27 +148,33 @@ fn address_rows(n: usize, rows: &mut Vec<(String, Duration)>) {
     for ip in &ips {
         assert!(l.add_address(DUMMY_DEVICE, *ip).unwrap());
     }
-    rows.push((
+    row(
+        rows,
         format!("bind {n} addresses, one per round trip"),
         t.elapsed(),
-    ));
+    );
     assert_eq!(l.addresses(DUMMY_DEVICE).unwrap().len(), n);
     let t = Instant::now();
     for ip in &ips {
         assert!(l.del_address(DUMMY_DEVICE, *ip).unwrap());
     }
-    rows.push((
+    row(
+        rows,
         format!("unbind {n} addresses, one per round trip"),
         t.elapsed(),
-    ));
+    );
     let t = Instant::now();
     let r = l.add_addresses(DUMMY_DEVICE, &ips);
-    rows.push((format!("bind {n} addresses, pipelined"), t.elapsed()));
+    row(rows, format!("bind {n} addresses, pipelined"), t.elapsed());
     assert!(r.iter().all(|r| matches!(r, Ok(true))));
     assert_eq!(l.addresses(DUMMY_DEVICE).unwrap().len(), n);
     let t = Instant::now();
     let r = l.del_addresses(DUMMY_DEVICE, &ips);
-    rows.push((format!("unbind {n} addresses, pipelined"), t.elapsed()));
+    row(
+        rows,
+        format!("unbind {n} addresses, pipelined"),
+        t.elapsed(),
+    );
     assert!(r.iter().all(|r| matches!(r, Ok(true))));
     assert!(l.addresses(DUMMY_DEVICE).unwrap().is_empty());
 }
