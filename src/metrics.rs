@@ -82,6 +82,8 @@ pub struct Metrics {
     conntrack_deleted_entries: IntCounterVec,
     kernel_write_failures: IntCounterVec,
     invalid_objects: IntCounterVec,
+    /// Per-service IPVS traffic counters, rendered at scrape time (`--ipvs-traffic-metrics`).
+    traffic: std::sync::OnceLock<std::sync::Arc<crate::traffic::TrafficMetrics>>,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Result<HistogramVec, prometheus::Error> {
@@ -283,6 +285,7 @@ impl Metrics {
                 )?,
             )?,
             registry,
+            traffic: std::sync::OnceLock::new(),
         };
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(
@@ -415,7 +418,22 @@ impl Metrics {
     pub fn encode(&self) -> Result<String, MetricsError> {
         let mut buf = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
-        Ok(String::from_utf8(buf)?)
+        let mut text = String::from_utf8(buf)?;
+        if let Some(t) = self.traffic.get() {
+            t.render(&mut text);
+        }
+        Ok(text)
+    }
+
+    /// Adds the per-service traffic counters to [`Metrics::encode`] (which then dumps IPVS: call it
+    /// off the async runtime). Only the first call has an effect.
+    pub fn enable_traffic(&self, traffic: std::sync::Arc<crate::traffic::TrafficMetrics>) {
+        let _ = self.traffic.set(traffic);
+    }
+
+    /// The traffic counters, when enabled (the sync loop publishes its index there).
+    pub fn traffic(&self) -> Option<&std::sync::Arc<crate::traffic::TrafficMetrics>> {
+        self.traffic.get()
     }
 
     /// Content type of [`Metrics::encode`]'s output.

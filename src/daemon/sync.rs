@@ -237,6 +237,20 @@ fn snapshots_split(
         .collect()
 }
 
+/// What the traffic counters need from a sync's input (shared maps: no copy).
+fn traffic_index(families: &[FamilySnapshot]) -> crate::traffic::TrafficIndex {
+    crate::traffic::TrafficIndex {
+        families: families
+            .iter()
+            .map(|f| crate::traffic::FamilyServices {
+                family: f.config.family,
+                services: f.services.clone(),
+                node_port_ips: f.node.node_port_ips.clone(),
+            })
+            .collect(),
+    }
+}
+
 impl SyncLoop {
     /// A loop over empty maps.
     #[allow(clippy::too_many_arguments)]
@@ -322,6 +336,7 @@ impl SyncLoop {
         let services = self.services.clone();
         let endpoints = self.endpoints.clone();
         let proxier = self.proxier.clone();
+        let traffic = self.metrics.traffic().cloned();
         let outcome = tokio::task::spawn_blocking(move || -> Result<Outcome, String> {
             let mut p = lock(&proxier);
             let read_start = Instant::now();
@@ -337,12 +352,16 @@ impl SyncLoop {
                 &services,
                 &endpoints,
             );
+            let traffic_index = traffic.is_some().then(|| traffic_index(&families));
             let report = p.sync_proxy_rules(SyncInput {
                 families,
                 full,
                 conntrack: hints,
                 changed,
             });
+            if let (Some(t), Some(index)) = (&traffic, traffic_index) {
+                t.publish(index);
+            }
             let mut health_checks: BTreeMap<ServiceName, (u16, usize)> = BTreeMap::new();
             let mut no_local = BTreeMap::new();
             for &family in &settings.families {

@@ -5,7 +5,7 @@
 
 use super::codec::{self, IpvsAttr, IpvsMessage, cmd};
 use super::socket::{NlError, NlSocket};
-use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsTimeouts};
+use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsStats, IpvsTimeouts};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_generic::GenlMessage;
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
@@ -376,6 +376,29 @@ impl Ipvs for NetlinkIpvs {
 
     fn apply(&mut self, ops: &[IpvsOp]) -> KernelResult<Vec<KernelResult<()>>> {
         NetlinkIpvs::apply(self, ops)
+    }
+
+    fn services_with_stats(&mut self) -> KernelResult<Vec<(IpvsServiceKey, IpvsStats)>> {
+        let answers = self.dump(
+            || "IPVS list service stats".into(),
+            cmd::GET_SERVICE,
+            vec![],
+        )?;
+        let mut out = Vec::with_capacity(answers.len());
+        for attrs in answers.iter().flat_map(|m| &m.attrs) {
+            let IpvsAttr::Service(attrs) = attrs else {
+                continue;
+            };
+            let svc = codec::svc_from_attrs(attrs)
+                .map_err(|e| KernelError::Invalid(format!("IPVS service answer: {e}")))?;
+            if let Some(svc) = svc {
+                out.push((
+                    svc.key,
+                    codec::svc_stats_from_attrs(attrs).unwrap_or_default(),
+                ));
+            }
+        }
+        Ok(out)
     }
 }
 
