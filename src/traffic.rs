@@ -244,3 +244,239 @@ impl TrafficMetrics {
         let _ = writeln!(out, "{PREFIX}_traffic_scrape_errors_total {n}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::model::{LoadBalancerIngress, Protocol};
+    use crate::kernel::KernelError;
+    use crate::kernel::ipvs::IpvsService;
+    use crate::kernel::ipvs::fake::FakeIpvs;
+    use crate::proxier::plan::{LocalDetector, NodeFacts, PlanConfig, plan};
+    use std::collections::BTreeSet;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn port(name: &str, port_name: &str, proto: Protocol, cluster_ips: &[&str]) -> ServicePort {
+        ServicePort {
+            name: ServicePortName {
+                namespace: "ns".into(),
+                name: name.into(),
+                port_name: port_name.into(),
+                protocol: proto,
+            },
+            cluster_ips: cluster_ips.iter().map(|s| ip(s)).collect(),
+            port: 80,
+            protocol: proto,
+            node_port: None,
+            external_ips: vec![],
+            load_balancer_ingress: vec![],
+            load_balancer_source_ranges: vec![],
+            session_affinity_timeout: None,
+            external_policy_local: false,
+            internal_policy_local: false,
+            health_check_node_port: None,
+        }
+    }
+
+    /// ClusterIP, NodePort, external IP, LB (one proxied ingress), headless and dual-stack ports.
+    fn services() -> ServiceMap {
+        let mut web = port("web", "http", Protocol::Tcp, &["10.96.0.10", "fd00::10"]);
+        web.node_port = Some(30080);
+        web.external_ips = vec![ip("192.0.2.7")];
+        web.load_balancer_ingress = vec![
+            LoadBalancerIngress {
+                ip: ip("198.51.100.1"),
+                ip_mode_proxy: false,
+            },
+            LoadBalancerIngress {
+                ip: ip("198.51.100.2"),
+                ip_mode_proxy: true,
+            },
+        ];
+        let dns = port("dns", "", Protocol::Udp, &["10.96.0.53"]);
+        let headless = port("headless", "", Protocol::Tcp, &[]);
+        [web, dns, headless]
+            .into_iter()
+            .map(|p| (p.name.clone(), Arc::new(p)))
+            .collect()
+    }
+
+    fn node_port_ips() -> Vec<IpAddr> {
+        vec![ip("192.168.1.5"), ip("192.168.2.5"), ip("fd01::5")]
+    }
+
+    fn index() -> TrafficIndex {
+        let services = Arc::new(services());
+        TrafficIndex {
+            families: [IpFamily::V4, IpFamily::V6]
+                .into_iter()
+                .map(|family| FamilyServices {
+                    family,
+                    services: services.clone(),
+                    node_port_ips: node_port_ips(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The index names exactly the virtual servers the real planner programs, in both families.
+    #[test]
+    fn index_matches_the_planner() {
+        let services = services();
+        let index = index();
+        let owners = index.owners();
+        let mut planned = BTreeSet::new();
+        for family in [IpFamily::V4, IpFamily::V6] {
+            let node = NodeFacts {
+                node_name: "n1".into(),
+                node_port_ips: node_port_ips(),
+                ..Default::default()
+            };
+            let cfg = PlanConfig {
+                family,
+                scheduler: Default::default(),
+                masquerade_all: false,
+                masquerade_bit: 14,
+                local_detector: LocalDetector::None,
+                exclude_cidrs: vec![],
+                random_fully: false,
+            };
+            let d = plan(&services, &Default::default(), &node, &cfg);
+            planned.extend(d.virtual_servers.keys().copied());
+        }
+        let indexed: BTreeSet<IpvsServiceKey> = owners.keys().copied().collect();
+        assert_eq!(indexed, planned);
+        // v4 web: cluster, external, LB, 2 node ports; dns; v6 web: cluster, 1 node port.
+        assert_eq!(indexed.len(), 8, "{indexed:?}");
+        let np = IpvsServiceKey {
+            addr: ip("192.168.2.5"),
+            port: 30080,
+            protocol: Protocol::Tcp,
+        };
+        assert_eq!(owners[&np].1, AddressKind::NodePort);
+        assert_eq!(owners[&np].0.name, "web");
+    }
+
+    fn key(addr: &str, port: u16, protocol: Protocol) -> IpvsServiceKey {
+        IpvsServiceKey {
+            addr: ip(addr),
+            port,
+            protocol,
+        }
+    }
+
+    fn add(fake: &FakeIpvs, k: IpvsServiceKey, conns: u64) {
+        let mut f = fake.clone();
+        f.add_service(&IpvsService {
+            key: k,
+            scheduler: "rr".into(),
+            flags: 0,
+            timeout: 0,
+            netmask: 0xffff_ffff,
+        })
+        .unwrap();
+        let st = IpvsStats {
+            conns,
+            inpkts: 10 * conns,
+            outpkts: 9 * conns,
+            inbytes: 1000 * conns,
+            outbytes: 900 * conns,
+        };
+        fake.set_stats(&k, st).unwrap();
+    }
+
+    fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.contains(needle)).collect()
+    }
+
+    /// One dump per scrape: NodePorts on two addresses are summed, foreign virtual servers are not
+    /// exported, a failed dump exports no traffic series and is counted.
+    #[test]
+    fn scrape_sums_per_service_port_and_kind() {
+        let fake = FakeIpvs::new();
+        add(&fake, key("10.96.0.10", 80, Protocol::Tcp), 3);
+        add(&fake, key("192.168.1.5", 30080, Protocol::Tcp), 2);
+        add(&fake, key("192.168.2.5", 30080, Protocol::Tcp), 5);
+        add(&fake, key("10.96.0.53", 80, Protocol::Udp), 0);
+        add(&fake, key("10.1.1.1", 8080, Protocol::Tcp), 99); // not ours
+        let t = TrafficMetrics::new(Box::new(fake.clone()));
+        let mut before = String::new();
+        t.render(&mut before);
+        assert!(!before.contains("connections_total"), "{before}");
+        t.publish(index());
+        let mut out = String::new();
+        t.render(&mut out);
+        let web = |kind: &str| {
+            format!(
+                "{{namespace=\"ns\",service=\"web\",port_name=\"http\",protocol=\"TCP\",address_kind=\"{kind}\"}}"
+            )
+        };
+        let conns = lines_with(&out, "kubeproxy_rs_service_connections_total{");
+        assert_eq!(conns.len(), 3, "{out}");
+        assert!(
+            conns.contains(
+                &format!(
+                    "kubeproxy_rs_service_connections_total{} 3",
+                    web("cluster_ip")
+                )
+                .as_str()
+            )
+        );
+        assert!(
+            conns.contains(
+                &format!(
+                    "kubeproxy_rs_service_connections_total{} 7",
+                    web("node_port")
+                )
+                .as_str()
+            )
+        );
+        assert!(out.contains("kubeproxy_rs_service_connections_total{namespace=\"ns\",service=\"dns\",port_name=\"\",protocol=\"UDP\",address_kind=\"cluster_ip\"} 0"));
+        let np_in = web("node_port").replace('}', ",direction=\"in\"}");
+        assert!(
+            out.contains(&format!("kubeproxy_rs_service_packets_total{np_in} 70")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("kubeproxy_rs_service_bytes_total{np_in} 7000")),
+            "{out}"
+        );
+        let np_out = web("node_port").replace('}', ",direction=\"out\"}");
+        assert!(
+            out.contains(&format!("kubeproxy_rs_service_bytes_total{np_out} 6300")),
+            "{out}"
+        );
+        assert!(!out.contains("99"), "{out}");
+        assert!(out.contains("# TYPE kubeproxy_rs_service_bytes_total counter"));
+        assert!(out.contains("kubeproxy_rs_service_traffic_scrape_errors_total 0"));
+
+        fake.fail_next("services_with_stats", KernelError::Invalid("boom".into()));
+        let mut failed = String::new();
+        t.render(&mut failed);
+        assert!(!failed.contains("connections_total"), "{failed}");
+        assert!(failed.contains("kubeproxy_rs_service_traffic_scrape_errors_total 1"));
+    }
+
+    /// `Metrics::encode` carries the traffic series only once enabled.
+    #[test]
+    fn metrics_encode_includes_traffic_when_enabled() {
+        let m = crate::metrics::Metrics::new().unwrap();
+        assert!(!m.encode().unwrap().contains(PREFIX));
+        let fake = FakeIpvs::new();
+        add(&fake, key("10.96.0.53", 80, Protocol::Udp), 4);
+        let t = Arc::new(TrafficMetrics::new(Box::new(fake)));
+        t.publish(index());
+        m.enable_traffic(t);
+        let text = m.encode().unwrap();
+        assert!(text.contains("kubeproxy_sync_proxy_rules"), "{text}");
+        assert!(
+            text.contains(
+                "service=\"dns\",port_name=\"\",protocol=\"UDP\",address_kind=\"cluster_ip\"} 4"
+            ),
+            "{text}"
+        );
+    }
+}
