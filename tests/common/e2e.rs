@@ -99,6 +99,8 @@ pub struct Options {
     pub dir: Option<PathBuf>,
     /// The daemon binary.
     pub bin: PathBuf,
+    /// Extra command-line arguments of every daemon run (e.g. `--ipvs-traffic-metrics`).
+    pub args: Vec<String>,
 }
 
 impl Default for Options {
@@ -110,6 +112,7 @@ impl Default for Options {
             sync_period: "30s".to_string(),
             dir: None,
             bin: kube_proxy_bin(),
+            args: Vec::new(),
         }
     }
 }
@@ -205,6 +208,7 @@ impl E2e {
         let child = Command::new(&self.bin)
             .arg(format!("--config={}", self.config_path.display()))
             .arg("--v=2")
+            .args(&self.opts.args)
             .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
