@@ -6,7 +6,10 @@
 //! the Service port and address kind the planner created it for, sums per (Service port, kind) and renders
 //! `kubeproxy_rs_service_{connections,packets,bytes}_total`. Virtual servers no Service owns (foreign ones,
 //! or leftovers not yet deleted) are not exported. Cardinality is bounded by the programmed Services: one
-//! series set per (Service port, address kind).
+//! series set per (Service port, address kind). The kernel refreshes the counters it reports from its
+//! per-CPU ones every 2 s (its rate estimator), so a scrape lags the traffic by up to 2 s. A counter can
+//! go back (e.g. a NodePort address disappears and its virtual server with it): Prometheus treats
+//! that as a reset.
 
 use crate::cluster::model::{IpFamily, ServiceMap, ServicePort, ServicePortName};
 use crate::kernel::ipvs::{Ipvs, IpvsServiceKey, IpvsStats};

@@ -112,6 +112,21 @@ uml_test!(traffic_counters_per_service_port_and_kind, boot(), {
             .expect("UDP ClusterIP");
         assert!(r.starts_with("pod-"), "{r}");
     }
+    // The kernel folds its per-CPU counters into what it reports from its estimator, every 2 s: wait
+    // for the counts to show up, then check them exactly.
+    let want = [
+        (&web_cip, N_CLUSTER),
+        (&web_np, N_NODE_PORT),
+        (&dns_cip, M_UDP),
+    ];
+    e.wait_for(
+        "the counters of the traffic sent",
+        Duration::from_secs(60),
+        |e| {
+            let m = e.metrics();
+            want.iter().all(|(l, n)| counters(&m, l)[0] >= *n)
+        },
+    );
     println!("{}", sh("ipvsadm -Ln --stats"));
 
     let after = e.metrics();
