@@ -26,24 +26,7 @@ pub enum MetricsError {
     Utf8(#[from] std::string::FromUtf8Error),
 }
 
-/// Traffic policy label of `sync_proxy_rules_no_local_endpoints_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TrafficPolicy {
-    /// internalTrafficPolicy=Local (ClusterIP).
-    Internal,
-    /// externalTrafficPolicy=Local (NodePort, external IPs, load balancers).
-    External,
-}
-
-impl TrafficPolicy {
-    /// Label value as upstream spells it.
-    pub fn label(self) -> &'static str {
-        match self {
-            TrafficPolicy::Internal => "internal",
-            TrafficPolicy::External => "external",
-        }
-    }
-}
+pub use crate::proxier::desired::TrafficPolicy;
 
 /// Upstream's sync-duration buckets: 1 ms doubling 15 times (last finite bound 16.384 s).
 pub fn sync_duration_buckets() -> Vec<f64> {

@@ -168,7 +168,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     tracing::info!(node = %node_name, ?node_ips, ?families, "starting IPVS proxier");
     let mut kernel = backends::real_backends(iptables)?;
     backends::prepare(&options, &mut kernel)?;
-    let proxier = Arc::new(Mutex::new(Proxier::with_planner(kernel)));
+    let proxier = Arc::new(Mutex::new(Proxier::new(kernel)));
 
     // Servers.
     let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);

@@ -4,6 +4,7 @@
 
 use super::events::Events;
 use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName, ports_of};
+use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult};
 use crate::cluster::watch::{NodeInfo, Synced, Trackers};
 use crate::config::Options;
 use crate::metrics::{Metrics, TrafficPolicy};
@@ -125,9 +126,24 @@ struct Outcome {
     /// service → (healthCheckNodePort, local endpoints), over all families.
     health_checks: BTreeMap<ServiceName, (u16, usize)>,
     /// Per family, the no-local-endpoints counts by policy.
-    no_local: BTreeMap<IpFamily, BTreeMap<&'static str, u64>>,
+    no_local: BTreeMap<IpFamily, BTreeMap<TrafficPolicy, u64>>,
     /// Time spent reading the node's addresses before planning.
     local_read: Duration,
+}
+
+/// The conntrack hints in the trackers' results (removed UDP ClusterIPs, removed or unready UDP endpoints).
+pub fn conntrack_hints(
+    services: &ServiceUpdateResult,
+    endpoints: &EndpointsUpdateResult,
+) -> ConntrackHints {
+    ConntrackHints {
+        stale_service_ips: services.deleted_udp_cluster_ips.clone(),
+        stale_endpoint_ips: endpoints
+            .deleted_udp_endpoints
+            .iter()
+            .map(|e| e.ip)
+            .collect(),
+    }
 }
 
 /// Backend label of the kernel-write-failures metric for a failure kind.
@@ -161,7 +177,7 @@ fn local_addresses(
     let others = p.backends_mut().links.local_addresses_except(dummy)?;
     let mut on_dummy = Vec::new();
     for &family in families {
-        if let Some(d) = p.last_desired(family) {
+        if let Some(d) = p.desired(family) {
             on_dummy.extend(d.bound_addresses.iter().copied());
         }
     }
@@ -304,7 +320,7 @@ impl SyncLoop {
         self.service_total = svc_total;
         self.endpoint_total = eps_total;
 
-        let mut hints = ConntrackHints::from_updates(&svc, &eps);
+        let mut hints = conntrack_hints(&svc, &eps);
         hints.merge(std::mem::take(&mut self.pending_hints));
         let kept_hints = hints.clone();
         let changed = self.pending_changed.take().map(|mut c| {
@@ -346,7 +362,7 @@ impl SyncLoop {
             let mut health_checks: BTreeMap<ServiceName, (u16, usize)> = BTreeMap::new();
             let mut no_local = BTreeMap::new();
             for &family in &settings.families {
-                if let Some(d) = p.last_desired(family) {
+                if let Some(d) = p.desired(family) {
                     for hc in &d.health_checks {
                         let e = health_checks
                             .entry(hc.service.clone())
@@ -419,11 +435,8 @@ impl SyncLoop {
         for &f in &families {
             self.metrics.observe_sync(f, r.duration, r.full);
             let nl = o.no_local.get(&f);
-            for (policy, key) in [
-                (TrafficPolicy::Internal, "internal"),
-                (TrafficPolicy::External, "external"),
-            ] {
-                let n = nl.and_then(|m| m.get(key)).copied().unwrap_or(0);
+            for policy in TrafficPolicy::ALL {
+                let n = nl.and_then(|m| m.get(&policy)).copied().unwrap_or(0);
                 self.metrics.set_no_local_endpoints(f, policy, n);
             }
         }
@@ -638,6 +651,39 @@ mod tests {
         );
         assert_eq!(snaps[0].node.zone.as_deref(), Some("z1"));
         assert_eq!(snaps[0].node.node_name, "n1");
+    }
+
+    #[test]
+    fn conntrack_hints_from_tracker_results() {
+        use crate::cluster::model::{Protocol, ServicePortName};
+        use crate::cluster::tracker::StaleUdpEndpoint;
+        let svc = ServiceUpdateResult {
+            deleted_udp_cluster_ips: BTreeSet::from([ip("10.96.0.10")]),
+            ..Default::default()
+        };
+        let eps = EndpointsUpdateResult {
+            deleted_udp_endpoints: vec![StaleUdpEndpoint {
+                port_name: ServicePortName {
+                    namespace: "kube-system".into(),
+                    name: "dns".into(),
+                    port_name: "dns".into(),
+                    protocol: Protocol::Udp,
+                },
+                ip: ip("10.244.0.6"),
+                port: 53,
+            }],
+            ..Default::default()
+        };
+        let mut h = conntrack_hints(&svc, &eps);
+        assert_eq!(h.stale_service_ips, BTreeSet::from([ip("10.96.0.10")]));
+        assert_eq!(h.stale_endpoint_ips, BTreeSet::from([ip("10.244.0.6")]));
+        h.merge(ConntrackHints {
+            stale_service_ips: BTreeSet::from([ip("10.96.0.11")]),
+            ..Default::default()
+        });
+        assert_eq!(h.stale_service_ips.len(), 2);
+        assert!(!h.is_empty());
+        assert!(ConntrackHints::default().is_empty());
     }
 
     #[test]

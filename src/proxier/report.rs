@@ -1,5 +1,6 @@
 //! What one sync did: timings, object counts and failures, for the daemon to turn into metrics and logs.
 
+use crate::proxier::desired::TrafficPolicy;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -86,8 +87,8 @@ pub struct SyncReport {
     pub conntrack_deleted: usize,
     /// Failed kernel operations by kind.
     pub failures: BTreeMap<FailureKind, usize>,
-    /// Service ports without local endpoints by traffic policy (`internal` / `external`), all families.
-    pub no_local_endpoints: BTreeMap<&'static str, u64>,
+    /// Service ports without local endpoints by traffic policy, all families.
+    pub no_local_endpoints: BTreeMap<TrafficPolicy, u64>,
     /// Some step failed: the caller should schedule another (full) sync soon.
     pub retry_needed: bool,
     /// Families whose IPVS services were not programmed because their rules never restored (cold start).

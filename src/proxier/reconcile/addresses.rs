@@ -1,10 +1,10 @@
 //! Service addresses bound to kube-ipvs0 (only that link is ever touched).
 
+use super::diff::{Scope, StepInput};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::IpFamily;
 use crate::kernel::link::DUMMY_DEVICE;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
-use std::net::IpAddr;
 use std::time::Instant;
 
 impl Reconciler {
@@ -50,30 +50,16 @@ impl Reconciler {
                     .filter(|ip| IpFamily::of(ip) == family)
                     .collect();
             }
-            let want = &f.desired.bound_addresses;
-            let scope = match &snap.addresses {
-                Some(_) => None,
-                None => self.changes.get(&family).filter(|c| !c.full),
-            };
-            let (to_add, to_del): (Vec<IpAddr>, Vec<IpAddr>) = match scope {
-                // Event-driven with a delta: only the addresses it names.
-                Some(c) => (
-                    c.addresses_added
-                        .iter()
-                        .filter(|ip| want.contains(ip) && !applied.addresses.contains(ip))
-                        .copied()
-                        .collect(),
-                    c.addresses_removed
-                        .iter()
-                        .filter(|ip| !want.contains(ip) && applied.addresses.contains(ip))
-                        .copied()
-                        .collect(),
-                ),
-                None => (
-                    want.difference(&applied.addresses).copied().collect(),
-                    applied.addresses.difference(want).copied().collect(),
-                ),
-            };
+            let scope = Scope::of(f.delta, |d| {
+                d.addresses_added.iter().chain(&d.addresses_removed)
+            });
+            let diff = StepInput {
+                desired: &f.desired.bound_addresses,
+                observed: &applied.addresses,
+                scope: &scope,
+            }
+            .diff(|_, _| true);
+            let (to_add, to_del) = (diff.add, diff.delete);
             for ip in to_add {
                 match k.links.add_address(DUMMY_DEVICE, ip) {
                     Ok(_) => {
