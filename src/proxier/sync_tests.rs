@@ -983,7 +983,10 @@ fn sync_proxy_rules_plans_each_family() {
     // The ClusterIP and the NodePort on the node IP.
     assert_eq!(planned.virtual_servers.len(), 2);
     assert_eq!(r.ipvs_services.added, 2);
-    assert_eq!(k.services(), planned.virtual_servers.keys().copied().collect());
+    assert_eq!(
+        k.services(),
+        planned.virtual_servers.keys().copied().collect()
+    );
     assert_eq!(r.no_local_endpoints[&TrafficPolicy::External], 1);
     assert_eq!(r.no_local_endpoints[&TrafficPolicy::Internal], 0);
     assert!(p.desired(IpFamily::V6).is_none());

@@ -15,8 +15,7 @@ use crate::cluster::model::{
 };
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::proxier::desired::{
-    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule,
-    TrafficPolicy,
+    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule, TrafficPolicy,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;

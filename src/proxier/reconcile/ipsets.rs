@@ -76,7 +76,15 @@ impl Reconciler {
                     }
                     report.ipsets_created += 1;
                     // A set just created gets all its members, whatever the delta says.
-                    member_ops(f, name, &no_members, &Scope::All, applied, &mut ops, &mut exp);
+                    member_ops(
+                        f,
+                        name,
+                        &no_members,
+                        &Scope::All,
+                        applied,
+                        &mut ops,
+                        &mut exp,
+                    );
                 }
             }
             for name in &sets.keep {
@@ -175,8 +183,7 @@ fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) 
             let adds = ops.iter().filter(|op| is_add(op)).count();
             let rejected_adds = r.rejected.iter().filter(|(op, _)| is_add(op)).count();
             report.ipset_entries.added += adds - rejected_adds;
-            report.ipset_entries.deleted +=
-                (ops.len() - adds) - (r.rejected.len() - rejected_adds);
+            report.ipset_entries.deleted += (ops.len() - adds) - (r.rejected.len() - rejected_adds);
             for (op, why) in &r.rejected {
                 tracing::warn!(?op, reason = %why, "ipset entry rejected");
             }
