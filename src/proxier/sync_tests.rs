@@ -99,28 +99,7 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
         let eps = EPS;
         add(NODE, *np, Protocol::Tcp, eps);
     }
-    let ipvs_ips: Vec<String> = bound.iter().map(|i| i.to_string()).collect();
-    let np: Vec<String> = node_ports.iter().map(|p| p.to_string()).collect();
-    let ipsets = [
-        set(
-            "KUBE-CLUSTER-IP",
-            IpSetType::HashIpPort,
-            &cluster.iter().map(String::as_str).collect::<Vec<_>>(),
-        ),
-        set(
-            "KUBE-IPVS-IPS",
-            IpSetType::HashIp,
-            &ipvs_ips.iter().map(String::as_str).collect::<Vec<_>>(),
-        ),
-        set(
-            "KUBE-NODE-PORT-TCP",
-            IpSetType::BitmapPort,
-            &np.iter().map(String::as_str).collect::<Vec<_>>(),
-        ),
-        set("KUBE-NODE-PORT-UDP", IpSetType::BitmapPort, &[]),
-    ]
-    .into_iter()
-    .collect();
+    let ipsets = plan_sets(&cluster, &bound, node_ports);
     let payload = format!(
         "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-POSTROUTING - [0:0]\n-A KUBE-POSTROUTING -j MASQUERADE\n\
          -A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\n# {} services\nCOMMIT\n",
@@ -149,6 +128,25 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
         health_checks: vec![],
         no_local_endpoints: BTreeMap::new(),
     }
+}
+
+/// The hand-built plan's sets: cluster IPs, bound addresses, NodePorts.
+fn plan_sets(
+    cluster: &[String],
+    bound: &BTreeSet<IpAddr>,
+    node_ports: &[u16],
+) -> BTreeMap<String, DesiredIpSet> {
+    let ipvs_ips: Vec<String> = bound.iter().map(|i| i.to_string()).collect();
+    let np: Vec<String> = node_ports.iter().map(|p| p.to_string()).collect();
+    [
+        ("KUBE-CLUSTER-IP", IpSetType::HashIpPort, cluster.to_vec()),
+        ("KUBE-IPVS-IPS", IpSetType::HashIp, ipvs_ips),
+        ("KUBE-NODE-PORT-TCP", IpSetType::BitmapPort, np),
+        ("KUBE-NODE-PORT-UDP", IpSetType::BitmapPort, vec![]),
+    ]
+    .into_iter()
+    .map(|(name, t, e)| set(name, t, &e.iter().map(String::as_str).collect::<Vec<_>>()))
+    .collect()
 }
 
 const EPS: &[(&str, u16)] = &[("10.244.0.11", 8080), ("10.244.0.12", 8080)];

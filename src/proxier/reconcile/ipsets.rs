@@ -31,19 +31,7 @@ impl Reconciler {
         let start = Instant::now();
         let no_sets = Members::new();
         let no_members = BTreeSet::new();
-        // Per family, the sets: observed = the dump on full syncs, else what was applied.
-        let set_diffs: Vec<Diff<String>> = families
-            .iter()
-            .map(|f| {
-                let applied = self.applied.get(&f.desired.family).map(|a| &a.ipsets);
-                StepInput {
-                    desired: &f.desired.ipsets,
-                    observed: snap.ipsets.as_ref().or(applied).unwrap_or(&no_sets),
-                    scope: &Scope::All,
-                }
-                .diff(|_, _| true)
-            })
-            .collect();
+        let set_diffs = self.set_diffs(families, snap, &no_sets);
         // Missing sets of every family are created together (one process with the real backend); should
         // that fail, each set is tried on its own so one bad set cannot block the others.
         let missing: Vec<_> = families
@@ -100,6 +88,28 @@ impl Reconciler {
         let ok = apply_ops(k.ipsets.as_mut(), &ops, report);
         self.record_ipsets(families, expected, ok);
         report.add_step(SyncStep::Ipsets, start.elapsed());
+    }
+
+    /// Per family, the sets to create (`add`) and to look into (`keep`): observed = the dump on full
+    /// syncs, else what was applied.
+    fn set_diffs(
+        &self,
+        families: &[FamilyInput<'_>],
+        snap: &Snapshot,
+        no_sets: &Members,
+    ) -> Vec<Diff<String>> {
+        families
+            .iter()
+            .map(|f| {
+                let applied = self.applied.get(&f.desired.family).map(|a| &a.ipsets);
+                StepInput {
+                    desired: &f.desired.ipsets,
+                    observed: snap.ipsets.as_ref().or(applied).unwrap_or(no_sets),
+                    scope: &Scope::All,
+                }
+                .diff(|_, _| true)
+            })
+            .collect()
     }
 
     /// Records what the sets hold after the member changes (or forgets them when the apply failed).
