@@ -189,6 +189,39 @@ impl SyncJob {
     }
 }
 
+/// Records one sync's figures: each family's own duration, no-local-endpoints counts, conntrack
+/// cleanup and restore failures under its own `ip_family` label; kernel write failures by backend.
+fn record_sync_metrics(metrics: &Metrics, families: &[IpFamily], o: &Outcome) {
+    let r = &o.report;
+    for &f in families {
+        let own = r.families.get(&f);
+        // A family the proxier did not report on (none today) gets the whole sync's duration.
+        let duration = own.map_or(r.duration, |fr| fr.duration);
+        metrics.observe_sync(f, duration, r.full);
+        let nl = o.no_local.get(&f);
+        for policy in TrafficPolicy::ALL {
+            let n = nl.and_then(|m| m.get(&policy)).copied().unwrap_or(0);
+            metrics.set_no_local_endpoints(f, policy, n);
+        }
+        let Some(own) = own else {
+            continue;
+        };
+        if let Some(d) = own.conntrack_duration {
+            metrics.observe_conntrack_reconcile(f, d, own.conntrack_deleted as u64);
+        }
+        for _ in 0..own.iptables_restore_failures {
+            metrics.inc_iptables_restore_failure(f, false);
+        }
+    }
+    let mut by_backend: BTreeMap<&str, u64> = BTreeMap::new();
+    for (kind, n) in &r.failures {
+        *by_backend.entry(failure_backend(*kind)).or_default() += *n as u64;
+    }
+    for (backend, n) in by_backend {
+        metrics.inc_kernel_write_failures(backend, n);
+    }
+}
+
 /// Where the time between a change and its programming goes (debug): waiting for this sync to start,
 /// reading the node's addresses, and the sync itself.
 fn log_timing(
@@ -499,35 +532,7 @@ impl SyncLoop {
 
     /// The sync's figures as metrics.
     fn record_metrics(&self, o: &Outcome) {
-        let r = &o.report;
-        let families = &self.settings.families;
-        let primary = families.first().copied().unwrap_or(IpFamily::V4);
-        for &f in families {
-            self.metrics.observe_sync(f, r.duration, r.full);
-            let nl = o.no_local.get(&f);
-            for policy in TrafficPolicy::ALL {
-                let n = nl.and_then(|m| m.get(&policy)).copied().unwrap_or(0);
-                self.metrics.set_no_local_endpoints(f, policy, n);
-            }
-        }
-        // The report sums families; conntrack and restore failures are attributed to the primary family.
-        if let Some(d) = r
-            .step_durations
-            .get(&crate::proxier::report::SyncStep::Conntrack)
-        {
-            self.metrics
-                .observe_conntrack_reconcile(primary, *d, r.conntrack_deleted as u64);
-        }
-        for _ in 0..r.failures_of(FailureKind::IptablesRestore) {
-            self.metrics.inc_iptables_restore_failure(primary, false);
-        }
-        let mut by_backend: BTreeMap<&str, u64> = BTreeMap::new();
-        for (kind, n) in &r.failures {
-            *by_backend.entry(failure_backend(*kind)).or_default() += *n as u64;
-        }
-        for (backend, n) in by_backend {
-            self.metrics.inc_kernel_write_failures(backend, n);
-        }
+        record_sync_metrics(&self.metrics, &self.settings.families, o);
     }
 
     /// Health-check listeners and their local endpoint counts to the service health server.
@@ -727,6 +732,63 @@ mod tests {
         assert_eq!(h.stale_service_ips.len(), 2);
         assert!(!h.is_empty());
         assert!(ConntrackHints::default().is_empty());
+    }
+
+    #[test]
+    fn each_family_reports_its_own_figures() {
+        use crate::proxier::report::FamilyReport;
+        let mut report = SyncReport {
+            duration: Duration::from_secs(4),
+            ..Default::default()
+        };
+        report.families.insert(
+            IpFamily::V4,
+            FamilyReport {
+                duration: Duration::from_secs(1),
+                conntrack_duration: Some(Duration::from_millis(500)),
+                conntrack_deleted: 2,
+                iptables_restore_failures: 1,
+            },
+        );
+        report.families.insert(
+            IpFamily::V6,
+            FamilyReport {
+                duration: Duration::from_secs(3),
+                ..Default::default()
+            },
+        );
+        let outcome = Outcome {
+            report,
+            health_checks: BTreeMap::new(),
+            no_local: BTreeMap::from([(
+                IpFamily::V6,
+                BTreeMap::from([(TrafficPolicy::External, 5)]),
+            )]),
+            local_read: Duration::ZERO,
+        };
+        let metrics = Metrics::new().unwrap();
+        for f in [IpFamily::V4, IpFamily::V6] {
+            metrics.init_family(f);
+        }
+        record_sync_metrics(&metrics, &[IpFamily::V4, IpFamily::V6], &outcome);
+        let text = metrics.encode().unwrap();
+        let has = |line: &str| text.lines().any(|l| l == line);
+        for line in [
+            "kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv6\"} 3",
+            "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 2",
+            "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv6\"} 0",
+            "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv6\"} 0",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 0",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv6\",traffic_policy=\"external\"} 5",
+        ] {
+            assert!(has(line), "{line} missing in:\n{text}");
+        }
+        assert!(
+            !text.contains("conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv6\"}")
+        );
     }
 
     #[test]

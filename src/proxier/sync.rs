@@ -63,7 +63,9 @@ impl Proxier {
         let planners = &mut self.planners;
         planners.retain(|family, _| input.families.iter().any(|f| f.config.family == *family));
         let mut deltas = BTreeMap::new();
+        let mut plan_times = Vec::new();
         for f in &input.families {
+            let family_start = Instant::now();
             let planner = planners.entry(f.config.family).or_default();
             // Only the changed services are replanned, on full syncs too: a full sync re-reads the kernel
             // and repairs it against the kept plan. Everything is replanned when the changes are unknown
@@ -73,8 +75,8 @@ impl Proxier {
             let changed = input.changed.as_ref();
             let (_, delta) = planner.update(&f.services, &f.endpoints, &f.node, &f.config, changed);
             deltas.insert(f.config.family, delta);
+            plan_times.push((f.config.family, family_start.elapsed()));
         }
-        let plan_time = start.elapsed();
         let inputs: Vec<FamilyInput<'_>> = input
             .families
             .iter()
@@ -91,7 +93,9 @@ impl Proxier {
         let mut report =
             self.reconciler
                 .sync(&mut self.backends, &inputs, input.full, &input.conntrack);
-        report.add_step(SyncStep::Plan, plan_time);
+        for (family, d) in plan_times {
+            report.add_family_step(SyncStep::Plan, family, d);
+        }
         report.duration = start.elapsed();
         report
     }

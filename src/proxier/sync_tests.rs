@@ -1496,3 +1496,63 @@ fn jumps_never_pile_up_when_the_save_cannot_be_read_back() {
         assert_eq!(rules.len(), 1, "{} {}: {rules:?}", jump.table, jump.chain);
     }
 }
+
+#[test]
+fn dual_stack_reports_each_familys_own_figures() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let mut v4 = small();
+    let v6 = desired_v6(&[("fd00::10", 80, &[("fd01::11", 8080)])]);
+    let (c4, mut c6) = (config(), config());
+    c6.family = IpFamily::V6;
+    let nips = node_ips();
+    let both = |p: &mut Applier, v4: &DesiredState, hints: &ConntrackHints| {
+        let input = |desired, config, node_port_ips| FamilyInput {
+            desired,
+            delta: None,
+            config,
+            node_port_ips,
+        };
+        p.apply(&[input(v4, &c4, &nips), input(&v6, &c6, &[])], false, hints)
+    };
+    let r = both(&mut p, &v4, &ConntrackHints::default());
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(
+        r.families.keys().copied().collect::<Vec<_>>(),
+        vec![IpFamily::V4, IpFamily::V6]
+    );
+    let own: std::time::Duration = r.families.values().map(|f| f.duration).sum();
+    assert!(own <= r.duration, "{own:?} > {:?}", r.duration);
+
+    // Only v4's payload changes and its restore fails; a stale flow of a removed v6 UDP service.
+    v4.iptables_payload =
+        v4.iptables_payload
+            .replacen("COMMIT", "-A KUBE-POSTROUTING -j RETURN\nCOMMIT", 1);
+    k.set_fail("iptables.restore", true);
+    k.conntrack.add_flow(ConntrackFlow {
+        orig_src: ip("fd01::50"),
+        orig_sport: 40000,
+        orig_dst: ip("fd00::53"),
+        orig_dport: 53,
+        reply_src: ip("fd01::6"),
+        reply_sport: 53,
+    });
+    let hints = ConntrackHints {
+        stale_service_ips: BTreeSet::from([ip("fd00::53")]),
+        ..Default::default()
+    };
+    let r = both(&mut p, &v4, &hints);
+    let (f4, f6) = (&r.families[&IpFamily::V4], &r.families[&IpFamily::V6]);
+    assert_eq!(r.failures_of(FailureKind::IptablesRestore), 1, "{r:?}");
+    assert_eq!(f4.iptables_restore_failures, 1, "{r:?}");
+    assert_eq!(f6.iptables_restore_failures, 0, "{r:?}");
+    assert_eq!(r.conntrack_deleted, 1, "{r:?}");
+    assert_eq!(
+        (f4.conntrack_deleted, f6.conntrack_deleted),
+        (0, 1),
+        "{r:?}"
+    );
+    assert!(f4.conntrack_duration.is_some() && f6.conntrack_duration.is_some());
+    let own: std::time::Duration = r.families.values().map(|f| f.duration).sum();
+    assert!(own <= r.duration, "{own:?} > {:?}", r.duration);
+}

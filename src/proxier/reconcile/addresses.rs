@@ -39,7 +39,9 @@ impl Reconciler {
                 return;
             }
         }
+        report.add_shared_step(SyncStep::Addresses, start.elapsed());
         for f in families {
+            let start = Instant::now();
             let family = f.desired.family;
             let applied = self.applied.entry(family).or_default();
             if let Some(a) = &snap.addresses {
@@ -84,7 +86,7 @@ impl Reconciler {
                     }
                 }
             }
+            report.add_family_step(SyncStep::Addresses, family, start.elapsed());
         }
-        report.add_step(SyncStep::Addresses, start.elapsed());
     }
 }

@@ -87,7 +87,7 @@ impl Reconciler {
         }
         let ok = apply_ops(k.ipsets.as_mut(), &ops, report);
         self.record_ipsets(families, expected, ok);
-        report.add_step(SyncStep::Ipsets, start.elapsed());
+        report.add_shared_step(SyncStep::Ipsets, start.elapsed());
     }
 
     /// Per family, the sets to create (`add`) and to look into (`keep`): observed = the dump on full

@@ -104,12 +104,12 @@ impl Reconciler {
         snap: &Snapshot,
         report: &mut SyncReport,
     ) -> UdpChanges {
-        let start = Instant::now();
         let mut udp = UdpChanges::default();
         for f in families {
+            let start = Instant::now();
             self.sync_ipvs_family(k, f, snap, report, &mut udp);
+            report.add_family_step(SyncStep::Ipvs, f.desired.family, start.elapsed());
         }
-        report.add_step(SyncStep::Ipvs, start.elapsed());
         udp
     }
 

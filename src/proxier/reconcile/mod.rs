@@ -190,6 +190,7 @@ impl Reconciler {
         let families = families.as_slice();
         for f in families {
             self.applied.entry(f.desired.family).or_default();
+            report.family_mut(f.desired.family);
             for (policy, n) in &f.desired.no_local_endpoints {
                 *report.no_local_endpoints.entry(*policy).or_default() += n;
             }
@@ -228,7 +229,7 @@ impl Reconciler {
                 report.fail(FailureKind::KernelDump);
             }
         }
-        report.add_step(SyncStep::DumpIpsets, t.elapsed());
+        report.add_shared_step(SyncStep::DumpIpsets, t.elapsed());
         let t = std::time::Instant::now();
         match k.ipvs.services() {
             Ok(s) => snap.services = Some(s),
@@ -237,7 +238,7 @@ impl Reconciler {
                 report.fail(FailureKind::KernelDump);
             }
         }
-        report.add_step(SyncStep::DumpIpvs, t.elapsed());
+        report.add_shared_step(SyncStep::DumpIpvs, t.elapsed());
         let t = std::time::Instant::now();
         self.ensure_dummy(k, report);
         if self.dummy_ok {
@@ -249,7 +250,7 @@ impl Reconciler {
                 }
             }
         }
-        report.add_step(SyncStep::DumpAddresses, t.elapsed());
+        report.add_shared_step(SyncStep::DumpAddresses, t.elapsed());
         snap
     }
 }
