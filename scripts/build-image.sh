@@ -17,6 +17,7 @@
 # (target/release/dist/kube-proxy), KPRS_IMAGE_MIRROR (http://deb.debian.org/debian), KPRS_IMAGE_SECURITY_MIRROR
 # (http://deb.debian.org/debian-security).
 set -euo pipefail
+shopt -s inherit_errexit  # a failing step inside $(build_once ...) stops the build
 cd "$(dirname "$0")/.."
 
 rebuild=0 verify=1

@@ -39,13 +39,18 @@ const T: Duration = Duration::from_secs(2);
 
 /// The name scripts/build-image.sh gives the image.
 fn image_ref() -> String {
-    format!("docker.io/library/kube-proxy-rs:{}", env!("CARGO_PKG_VERSION"))
+    format!(
+        "docker.io/library/kube-proxy-rs:{}",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 /// `$CARGO_TARGET_DIR/image/kube-proxy-rs.oci.tar`.
 fn archive() -> PathBuf {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().expect("target dir").join("image/kube-proxy-rs.oci.tar")
+    tmp.parent()
+        .expect("target dir")
+        .join("image/kube-proxy-rs.oci.tar")
 }
 
 /// False (with a note) when opted out; panics when the image is missing.
@@ -83,7 +88,8 @@ fn json_file(p: &Path) -> Value {
 /// The blob a descriptor points to, under an unpacked archive.
 fn blob(dir: &Path, descriptor: &Value) -> PathBuf {
     let digest = descriptor["digest"].as_str().expect("digest");
-    dir.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))
+    dir.join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"))
 }
 
 /// The DaemonSet of deploy/daemonset.yaml and its kube-proxy container.
@@ -104,16 +110,27 @@ fn daemonset() -> (PodSpec, Container) {
 /// The archive unpacked (outer tar, then every layer in order) into `dir`: (manifest, config, rootfs).
 fn unpack(dir: &Path) -> (Value, Value, PathBuf) {
     std::fs::create_dir_all(dir).expect("mkdir");
-    run(Command::new("tar").arg("-xf").arg(archive()).arg("-C").arg(dir));
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(archive())
+        .arg("-C")
+        .arg(dir));
     let index = json_file(&dir.join("index.json"));
     let entry = &index["manifests"][0];
-    assert_eq!(entry["annotations"]["io.containerd.image.name"], image_ref().as_str());
+    assert_eq!(
+        entry["annotations"]["io.containerd.image.name"],
+        image_ref().as_str()
+    );
     let manifest = json_file(&blob(dir, entry));
     let config = json_file(&blob(dir, &manifest["config"]));
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(&rootfs).expect("mkdir rootfs");
     for layer in manifest["layers"].as_array().expect("layers") {
-        run(Command::new("tar").arg("-xzf").arg(blob(dir, layer)).arg("-C").arg(&rootfs));
+        run(Command::new("tar")
+            .arg("-xzf")
+            .arg(blob(dir, layer))
+            .arg("-C")
+            .arg(&rootfs));
     }
     (manifest, config, rootfs)
 }
@@ -136,22 +153,49 @@ fn image_contents_match_the_daemonset() {
     let dir = uml::run_dir("image_contents");
     let (manifest, config, rootfs) = unpack(&dir);
     let docker = json_file(&dir.join("manifest.json"));
-    assert_eq!(docker[0]["RepoTags"][0], image_ref().trim_start_matches("docker.io/library/"));
-    assert_eq!(docker[0]["Layers"].as_array().map(Vec::len), manifest["layers"].as_array().map(Vec::len));
+    assert_eq!(
+        docker[0]["RepoTags"][0],
+        image_ref().trim_start_matches("docker.io/library/")
+    );
+    assert_eq!(
+        docker[0]["Layers"].as_array().map(Vec::len),
+        manifest["layers"].as_array().map(Vec::len)
+    );
 
     let (_, c) = daemonset();
     let command = c.command.clone().expect("DaemonSet command");
-    let entrypoint = config["config"]["Entrypoint"].as_array().expect("Entrypoint");
-    assert_eq!(entrypoint, &vec![json!(command[0])], "image entrypoint vs DaemonSet command");
-    let env: Vec<&str> = config["config"]["Env"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(env.iter().any(|e| e.starts_with("PATH=") && e.contains("/usr/sbin")), "{env:?}");
-    assert_eq!(config["config"]["Labels"]["org.opencontainers.image.title"], "kube-proxy-rs");
+    let entrypoint = config["config"]["Entrypoint"]
+        .as_array()
+        .expect("Entrypoint");
+    assert_eq!(
+        entrypoint,
+        &vec![json!(command[0])],
+        "image entrypoint vs DaemonSet command"
+    );
+    let env: Vec<&str> = config["config"]["Env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        env.iter()
+            .any(|e| e.starts_with("PATH=") && e.contains("/usr/sbin")),
+        "{env:?}"
+    );
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.title"],
+        "kube-proxy-rs"
+    );
 
     // The command's binary is in the image, stripped, and runs with the image's libraries.
     let bin = rootfs.join(command[0].trim_start_matches('/'));
     assert!(bin.is_file(), "{} not in the image", command[0]);
     let sections = run(Command::new("readelf").arg("-S").arg(&bin));
-    assert!(!String::from_utf8_lossy(&sections.stdout).contains(".debug_info"), "binary not stripped");
+    assert!(
+        !String::from_utf8_lossy(&sections.stdout).contains(".debug_info"),
+        "binary not stripped"
+    );
     let version = in_rootfs(&rootfs, &[&command[0], "--version"]);
     assert!(version.contains(env!("CARGO_PKG_VERSION")), "{version}");
     // Both iptables variants (the daemon picks one at run time), ipset and modprobe, runnable.
@@ -160,18 +204,35 @@ fn image_contents_match_the_daemonset() {
         assert!(legacy.contains("(legacy)"), "{legacy}");
         let nft = in_rootfs(&rootfs, &[&format!("/usr/sbin/{tool}-nft"), "--version"]);
         assert!(nft.contains("(nf_tables)"), "{nft}");
-        for suffix in ["-legacy-save", "-legacy-restore", "-nft-save", "-nft-restore"] {
-            assert!(rootfs.join(format!("usr/sbin/{tool}{suffix}")).exists(), "{tool}{suffix}");
+        for suffix in [
+            "-legacy-save",
+            "-legacy-restore",
+            "-nft-save",
+            "-nft-restore",
+        ] {
+            assert!(
+                rootfs.join(format!("usr/sbin/{tool}{suffix}")).exists(),
+                "{tool}{suffix}"
+            );
         }
     }
     assert!(in_rootfs(&rootfs, &["/usr/sbin/ipset", "--version"]).contains("ipset v"));
     assert!(in_rootfs(&rootfs, &["/sbin/modprobe", "--version"]).contains("kmod version"));
-    assert!(rootfs.join("etc/ssl/certs/ca-certificates.crt").metadata().is_ok_and(|m| m.len() > 100_000));
+    assert!(
+        rootfs
+            .join("etc/ssl/certs/ca-certificates.crt")
+            .metadata()
+            .is_ok_and(|m| m.len() > 100_000)
+    );
 
     // Every mount path of the DaemonSet can be mounted (no file in the way of a directory).
     for m in c.volume_mounts.as_deref().unwrap_or_default() {
         let p = rootfs.join(m.mount_path.trim_start_matches('/'));
-        assert!(!p.is_symlink(), "{} is a symlink in the image", m.mount_path);
+        assert!(
+            !p.is_symlink(),
+            "{} is a symlink in the image",
+            m.mount_path
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -187,9 +248,11 @@ struct Containerd {
 impl Containerd {
     /// cgroup v2, overlayfs, containerd; then `ctr images import` of the archive.
     fn start(dir: &Path) -> Containerd {
-        sh("mkdir -p /sys/fs/cgroup && (mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup) \
+        sh(
+            "mkdir -p /sys/fs/cgroup && (mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup) \
             && for c in cpu io memory pids; do echo +$c > /sys/fs/cgroup/cgroup.subtree_control || true; done; \
-            modprobe -d /run/m overlay");
+            modprobe -d /run/m overlay",
+        );
         std::fs::create_dir_all(CTRD).expect("mkdir containerd dir");
         let config = format!(
             "version = 2\nroot = \"{CTRD}/root\"\nstate = \"{CTRD}/state\"\n\
@@ -206,8 +269,15 @@ impl Containerd {
             .expect("spawn containerd");
         let ctrd = Containerd { child };
         let end = Instant::now() + Duration::from_secs(60);
-        while !ctr().arg("version").output().is_ok_and(|o| o.status.success()) {
-            assert!(Instant::now() < end, "containerd did not answer within 60 s");
+        while !ctr()
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            assert!(
+                Instant::now() < end,
+                "containerd did not answer within 60 s"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
         let started = Instant::now();
@@ -254,13 +324,26 @@ fn configmap_dir(e: &E2e, name: &str, extra: &str) -> PathBuf {
 /// /lib/modules being the UML module tree); `argv` replaces the entrypoint as a pod's `command` does.
 fn ctr_run(e: &E2e, configmap: &Path, argv: &[String]) -> Command {
     let (pod, c) = daemonset();
-    assert_eq!(pod.host_network, Some(true), "DaemonSet must use the host network");
+    assert_eq!(
+        pod.host_network,
+        Some(true),
+        "DaemonSet must use the host network"
+    );
     let privileged = c.security_context.as_ref().and_then(|s| s.privileged);
-    assert_eq!(privileged, Some(true), "DaemonSet container must be privileged");
+    assert_eq!(
+        privileged,
+        Some(true),
+        "DaemonSet container must be privileged"
+    );
     let mut cmd = ctr();
     cmd.args(["run", "--rm", "--net-host", "--privileged"]);
     for m in c.volume_mounts.as_deref().unwrap_or_default() {
-        let vol = pod.volumes.as_deref().unwrap_or_default().iter().find(|v| v.name == m.name);
+        let vol = pod
+            .volumes
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|v| v.name == m.name);
         let vol = vol.unwrap_or_else(|| panic!("volume {} not declared", m.name));
         let src = match (&vol.config_map, &vol.host_path) {
             (Some(_), _) => configmap.to_path_buf(),
@@ -273,7 +356,11 @@ fn ctr_run(e: &E2e, configmap: &Path, argv: &[String]) -> Command {
             }
             _ => panic!("volume {}: only configMap and hostPath are mapped", m.name),
         };
-        let mode = if m.read_only == Some(true) { "ro" } else { "rw" };
+        let mode = if m.read_only == Some(true) {
+            "ro"
+        } else {
+            "rw"
+        };
         cmd.arg("--mount").arg(format!(
             "type=bind,src={},dst={},options=rbind:{mode}",
             src.display(),
@@ -290,7 +377,8 @@ fn ctr_run(e: &E2e, configmap: &Path, argv: &[String]) -> Command {
         cmd.args(["--env", &format!("{}={value}", env.name)]);
     }
     let id = format!("kube-proxy-{}", RUNS.fetch_add(1, Ordering::SeqCst));
-    cmd.args(["--env", "NO_COLOR=1", &image_ref(), &id]).args(argv);
+    cmd.args(["--env", "NO_COLOR=1", &image_ref(), &id])
+        .args(argv);
     cmd
 }
 
@@ -331,10 +419,18 @@ fn converged(t: &str) -> bool {
 
 /// ClusterIP and NodePort from a client outside the node, each answered by all three pods.
 fn check_traffic(outside: &common::netns::Pod, when: &str) {
-    let all = vec!["pod-a".to_string(), "pod-b".to_string(), "pod-c".to_string()];
-    let got = answers(9, &format!("ClusterIP {when}"), || outside.tcp_request(ip("10.96.0.10"), 80, T));
+    let all = vec![
+        "pod-a".to_string(),
+        "pod-b".to_string(),
+        "pod-c".to_string(),
+    ];
+    let got = answers(9, &format!("ClusterIP {when}"), || {
+        outside.tcp_request(ip("10.96.0.10"), 80, T)
+    });
     assert_eq!(distinct(&got), all, "ClusterIP {when}: {got:?}");
-    let got = answers(9, &format!("NodePort {when}"), || outside.tcp_request(ip("10.0.0.10"), 30080, T));
+    let got = answers(9, &format!("NodePort {when}"), || {
+        outside.tcp_request(ip("10.0.0.10"), 30080, T)
+    });
     assert_eq!(distinct(&got), all, "NodePort {when}: {got:?}");
 }
 
@@ -342,14 +438,17 @@ fn check_traffic(outside: &common::netns::Pod, when: &str) {
 fn check_probes(e: &E2e) {
     let (_, c) = daemonset();
     for probe in [c.liveness_probe.as_ref(), c.readiness_probe.as_ref()] {
-        let get = probe.and_then(|p| p.http_get.as_ref()).expect("httpGet probe");
+        let get = probe
+            .and_then(|p| p.http_get.as_ref())
+            .expect("httpGet probe");
         let port = match &get.port {
             k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => *p,
             other => panic!("probe port {other:?}: expected a number"),
         };
         let addr = format!("127.0.0.1:{port}").parse().expect("addr");
         let path = get.path.as_deref().unwrap_or("/");
-        let r = http_get(addr, path).unwrap_or_else(|| panic!("probe {path} on {port}: no answer\n{}", e.log()));
+        let r = http_get(addr, path)
+            .unwrap_or_else(|| panic!("probe {path} on {port}: no answer\n{}", e.log()));
         assert_eq!(r.status, 200, "probe {path}: {}", r.body);
     }
 }
@@ -365,10 +464,19 @@ fn assert_clean() {
         assert!(kube.is_empty(), "{save}: KUBE- rules left: {kube:#?}");
     }
     let sets = sh("ipset list -n");
-    assert!(!sets.lines().any(|l| l.starts_with("KUBE-")), "KUBE- sets left: {sets}");
-    assert!(!sh("ip -o link show").contains("kube-ipvs0"), "kube-ipvs0 left");
+    assert!(
+        !sets.lines().any(|l| l.starts_with("KUBE-")),
+        "KUBE- sets left: {sets}"
+    );
+    assert!(
+        !sh("ip -o link show").contains("kube-ipvs0"),
+        "kube-ipvs0 left"
+    );
     let t = ipvs();
-    assert!(!t.lines().any(|l| l.starts_with("-A")), "IPVS services left:\n{t}");
+    assert!(
+        !t.lines().any(|l| l.starts_with("-A")),
+        "IPVS services left:\n{t}"
+    );
 }
 
 fn image_in_guest() {
@@ -392,12 +500,21 @@ fn image_in_guest() {
     assert!(!sh("cat /proc/modules").contains(PROBE_MODULE));
     let argv = vec!["/sbin/modprobe".to_string(), PROBE_MODULE.to_string()];
     run(&mut ctr_run(&e, &e.dir.join("configmap"), &argv));
-    assert!(sh("cat /proc/modules").contains(PROBE_MODULE), "image's modprobe did not load {PROBE_MODULE}");
+    assert!(
+        sh("cat /proc/modules").contains(PROBE_MODULE),
+        "image's modprobe did not load {PROBE_MODULE}"
+    );
 
     // A config the daemon rejects: non-zero exit, the field named.
     let bad = configmap_dir(&e, "configmap-bad", "detectLocalMode: Magic\n");
-    let out = ctr_run(&e, &bad, &daemonset_argv(&e, &[])).output().expect("ctr run");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = ctr_run(&e, &bad, &daemonset_argv(&e, &[]))
+        .output()
+        .expect("ctr run");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!out.status.success(), "bad config accepted:\n{text}");
     assert!(text.contains("detectLocalMode"), "field not named:\n{text}");
 
@@ -410,25 +527,41 @@ fn image_serves_restarts_and_cleans_up(e: &mut E2e, outside: &common::netns::Pod
     e.start_daemon();
     e.wait_ipvs("services programmed by the image's daemon", converged);
     println!("first sync from the image: {:.1?}", started.elapsed());
-    assert!(e.log().contains("kubelet hint chain in legacy"), "backend choice:\n{}", e.log());
+    assert!(
+        e.log().contains("kubelet hint chain in legacy"),
+        "backend choice:\n{}",
+        e.log()
+    );
     check_traffic(outside, "from the image");
     check_probes(e);
     assert!(has_vs(&ipvs(), "-t", "10.0.0.10:30080"));
 
     // Restart from the image: the new daemon adopts what the first one programmed (same state, traffic).
     let status = e.stop_daemon();
-    assert!(status.success(), "SIGTERM through ctr: {status}\n{}", e.log());
+    assert!(
+        status.success(),
+        "SIGTERM through ctr: {status}\n{}",
+        e.log()
+    );
     let before = KernelState::read();
     e.start_daemon();
     let after = KernelState::read();
-    assert_eq!(before, after, "restart changed the kernel state:\n{}", before.diff(&after));
+    assert_eq!(
+        before,
+        after,
+        "restart changed the kernel state:\n{}",
+        before.diff(&after)
+    );
     check_traffic(outside, "after the restart");
     let status = e.stop_daemon();
     assert!(status.success(), "{status}");
 
     // --cleanup from the image leaves nothing of ours; kubelet's hint chain stays.
     let (status, out) = e.cleanup();
-    assert!(status.success(), "cleanup from the image failed ({status}):\n{out}");
+    assert!(
+        status.success(),
+        "cleanup from the image failed ({status}):\n{out}"
+    );
     assert_clean();
     println!("--- logs ---\n{}", e.all_logs());
 }

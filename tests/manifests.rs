@@ -846,13 +846,30 @@ fn daemonset_names_the_image_the_build_script_produces() {
         .to_string();
     let deploy = load_deploy();
     let ds = the(&deploy.daemon_sets, "DaemonSet");
-    let c = &ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
-    assert_eq!(c.image.as_deref(), Some(format!("kube-proxy-rs:{version}").as_str()));
+    let c = &ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some(format!("kube-proxy-rs:{version}").as_str())
+    );
     let k = single_doc(&read("deploy/kustomization.yaml"), "kustomization.yaml");
-    assert_eq!(k["images"][0]["newTag"], version.as_str(), "kustomization tag");
+    assert_eq!(
+        k["images"][0]["newTag"],
+        version.as_str(),
+        "kustomization tag"
+    );
     let script = read("scripts/build-image.sh");
     assert!(
-        script.contains("NAME=docker.io/library/${KPRS_IMAGE_NAME:-kube-proxy-rs}:${KPRS_IMAGE_TAG:-$VERSION}"),
+        script.contains(
+            "NAME=docker.io/library/${KPRS_IMAGE_NAME:-kube-proxy-rs}:${KPRS_IMAGE_TAG:-$VERSION}"
+        ),
         "build-image.sh names the image kube-proxy-rs:<Cargo version>"
     );
     assert!(script.contains(&format!("ENTRYPOINT={BINARY_PATH}")));

@@ -1,5 +1,5 @@
 # Sourced by scripts/build-image.sh: assembles and prunes the image's root file system from Debian packages.
-# Functions only; the caller sets MIRROR, SECURITY_MIRROR, SUITE, PACKAGES_FILE and EPOCH.
+# Functions only; the caller sets MIRROR, SECURITY_MIRROR, SUITE, PACKAGES_FILE, EPOCH and OUT.
 
 # The packages of scripts/image/packages.txt (comments and blank lines dropped), comma-separated.
 image_packages() {
@@ -21,8 +21,9 @@ fetch_rootfs() {
     else
       echo "build-image: mmdebstrap failed:" >&2
     fi
-    grep -E '^(E|W):' "$log" | head -8 >&2 || tail -8 "$log" >&2
-    echo "build-image: full log: $log" >&2
+    grep -E '^E:' "$log" | head -6 >&2 || tail -6 "$log" >&2
+    cp "$log" "$OUT/mmdebstrap.log"
+    echo "build-image: full log: $OUT/mmdebstrap.log" >&2
     return 1
   fi
 }
