@@ -6,7 +6,6 @@ pub mod graceful;
 pub mod plan;
 pub mod reconcile;
 pub mod report;
-pub mod startup;
 pub mod sync;
 #[cfg(test)]
 mod sync_tests;

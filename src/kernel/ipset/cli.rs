@@ -11,9 +11,9 @@
 use super::entry::canonical_entry;
 use super::save::{parse_list_terse, parse_save};
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
-use crate::cluster::model::IpFamily;
 use crate::kernel::iptables::exec;
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How many times one batch is re-sent without a failing line before giving up.

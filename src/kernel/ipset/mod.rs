@@ -1,7 +1,7 @@
 //! ipsets, through the `ipset` tool in batch mode.
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The set types kube-proxy uses.

@@ -9,10 +9,10 @@
 
 use super::Iptables;
 use super::rules::{self, STANDARD_TARGETS};
-use crate::cluster::model::IpFamily;
 use crate::kernel::ipset::IpSetType;
 use crate::kernel::ipset::fake::FakeIpSets;
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 

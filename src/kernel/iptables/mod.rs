@@ -1,7 +1,7 @@
 //! iptables through `iptables-save` / `iptables-restore` (and the ip6tables ones).
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
+use crate::net::IpFamily;
 
 /// The iptables (or ip6tables) tables of the kernel.
 pub trait Iptables: Send {

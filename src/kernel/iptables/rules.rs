@@ -1,7 +1,7 @@
 //! Tokenizing, normalizing and printing iptables rules the way `iptables-save` does (for the fake and for
 //! comparing rules).
 
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 

@@ -4,8 +4,8 @@
 //! same socket. [`NetlinkIpvs::apply`] sends many changes per datagram and reads their ACKs afterwards.
 
 use super::codec::{self, IpvsAttr, IpvsMessage, cmd};
-use super::socket::{NlError, NlSocket};
 use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsTimeouts};
+use crate::kernel::netlink::{NlError, NlSocket};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_generic::GenlMessage;
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
