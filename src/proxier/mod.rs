@@ -9,6 +9,7 @@ pub mod report;
 pub mod sync;
 #[cfg(test)]
 mod sync_tests;
+#[cfg(any(test, feature = "testkit"))]
 #[doc(hidden)]
 pub mod testkit;
 

@@ -1,5 +1,6 @@
 //! UDP conntrack cleanup over netlink.
 
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod netlink;
 

@@ -91,5 +91,6 @@ pub trait IpSets: Send {
 
 pub mod cli;
 pub mod entry;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod save;

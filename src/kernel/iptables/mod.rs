@@ -57,6 +57,7 @@ fn save_each<I: Iptables + ?Sized>(
 
 pub mod cli;
 pub mod exec;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod rules;
 

@@ -4,6 +4,7 @@
 //! the in-memory one. The netlink transport is the shared `crate::kernel::netlink::NlSocket`.
 
 pub mod codec;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod netlink;
 
