@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the demo and the kernel tests need (User-Mode Linux kernel, ipvsadm, ipset,
-# iptables, kmod, curl, iproute2), skipping those already installed. Used by scripts/test.sh and scripts/demo.sh.
+# iptables, kmod, curl, iproute2, conntrack for the conntrack test's independent check), skipping those
+# already installed. Used by scripts/test.sh and scripts/demo.sh.
 set -euo pipefail
 
-need=(user-mode-linux ipvsadm ipset iptables kmod curl iproute2)
+need=(user-mode-linux ipvsadm ipset iptables kmod curl iproute2 conntrack)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
