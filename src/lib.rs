@@ -9,4 +9,5 @@ pub mod metrics;
 pub mod net;
 pub mod proxier;
 pub mod runner;
+pub mod scheduler;
 pub mod server;

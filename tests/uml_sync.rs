@@ -8,7 +8,7 @@ use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
 use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
 use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
-use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
+use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
 use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
@@ -52,7 +52,7 @@ fn backends(log: &Arc<Mutex<Log>>) -> Backends {
             log: log.clone(),
         }),
         ipsets: Box::new(Rec {
-            inner: IpsetCli::new(),
+            inner: NetlinkIpSets::new().unwrap(),
             log: log.clone(),
         }),
         iptables: Box::new(Rec {
@@ -203,7 +203,7 @@ fn desired(family: IpFamily) -> DesiredState {
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
         family,
-        scheduler: "rr".into(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: Default::default(),
@@ -244,7 +244,7 @@ fn scenario_input(full: bool) -> SyncInput {
     };
     let family = |family| {
         let mut config = config(family);
-        config.scheduler = String::new();
+        config.scheduler = kube_proxy_rs::scheduler::Scheduler::default();
         if family == IpFamily::V4 {
             config.local_detector = LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]);
         }
