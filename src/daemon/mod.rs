@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod events;
 pub mod node;
+pub mod prepare;
 pub mod sync;
 pub mod watch_config;
 

@@ -6,10 +6,10 @@ pub mod graceful;
 pub mod plan;
 pub mod reconcile;
 pub mod report;
-pub mod startup;
 pub mod sync;
 #[cfg(test)]
 mod sync_tests;
+#[cfg(any(test, feature = "testkit"))]
 #[doc(hidden)]
 pub mod testkit;
 

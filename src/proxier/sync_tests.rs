@@ -1076,13 +1076,13 @@ fn rejected_ipset_entries_are_counted_not_retried_every_sync() {
 }
 
 mod startup {
-    use crate::kernel::KernelResult;
-    use crate::kernel::ipvs::IpvsTimeouts;
-    use crate::kernel::sysctl::fake::FakeSysctl;
-    use crate::proxier::startup::{
+    use crate::daemon::prepare::{
         ConntrackHashsize, ConntrackSettings, StartupConfig, conntrack_max,
         needs_conn_reuse_mode_0, prepare_node,
     };
+    use crate::kernel::KernelResult;
+    use crate::kernel::ipvs::IpvsTimeouts;
+    use crate::kernel::sysctl::fake::FakeSysctl;
     use std::time::Duration;
 
     struct Hash(i64, bool);
