@@ -40,7 +40,7 @@ fn service_port(i: usize) -> ServicePort {
         cluster_ips: vec![IpAddr::V4(Ipv4Addr::new(10, 96, hi, lo))],
         port: 80,
         protocol: Protocol::Tcp,
-        node_port: (i % 10 == 0).then(|| 30000 + (i / 10) as u16),
+        node_port: i.is_multiple_of(10).then(|| 30000 + (i / 10) as u16),
         external_ips: vec![],
         load_balancer_ingress: vec![],
         load_balancer_source_ranges: vec![],

@@ -5,7 +5,8 @@
 mod common;
 
 use common::e2e::{
-    ABC, E2e, Options, abc_pods, boot, client, ip, ipvs, real_servers, service, slice,
+    ABC, E2e, Options, abc_pods, boot, client, direct_launch, ip, ipvs, real_servers, service,
+    slice,
 };
 use common::uml::sh;
 use kube_proxy_rs::config::{Invocation, parse_args};
@@ -56,7 +57,11 @@ uml_test!(traffic_counters_per_service_port_and_kind, boot(), {
     let _pods = abc_pods();
     let c = client("client-a", "192.168.10.2", "192.168.10.1");
     let mut e = E2e::start(Options {
-        args: vec!["--ipvs-traffic-metrics".to_string()],
+        launch: |e, args| {
+            let mut cmd = direct_launch(e, args);
+            cmd.arg("--ipvs-traffic-metrics");
+            cmd
+        },
         ..Options::default()
     });
     e.apply(service(

@@ -3,6 +3,9 @@
 
 use crate::cluster::model::IpFamily;
 use crate::config::Options;
+use crate::daemon::prepare::{
+    ConntrackSettings, StartupConfig, StartupReport, SysfsHashsize, prepare_node,
+};
 use crate::kernel::conntrack::netlink::NetlinkConntrack;
 use crate::kernel::ipset::real_ipsets;
 use crate::kernel::iptables::Iptables;
@@ -13,9 +16,6 @@ use crate::kernel::link::rtnetlink::RtnetlinkLinks;
 use crate::kernel::sysctl::procfs::ProcSysctl;
 use crate::proxier::Backends;
 use crate::proxier::cleanup::cleanup_leftovers;
-use crate::proxier::startup::{
-    ConntrackSettings, StartupConfig, StartupReport, SysfsHashsize, prepare_node,
-};
 use anyhow::{Context, bail};
 use std::time::Duration;
 

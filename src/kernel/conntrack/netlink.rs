@@ -2,9 +2,9 @@
 //! blocking socket. Dumps one family's table and keeps UDP flows; deletes a flow by its original tuple.
 
 use super::{Conntrack, ConntrackFlow};
-use crate::cluster::model::IpFamily;
-use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
+use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use netlink_packet_core::{NetlinkDeserializable, NetlinkHeader};
 use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol as CtProto, Tuple,

@@ -224,7 +224,7 @@ mod tests {
         cli.types.learn(
             "KUBE-CLUSTER-IP",
             "hash:ip,port",
-            Some(crate::cluster::model::IpFamily::V4),
+            Some(crate::net::IpFamily::V4),
         );
         cli.types.learn("KUBE-NODE-PORT-TCP", "bitmap:port", None);
         cli.types.learn("F", "hash:net", None);

@@ -1,8 +1,8 @@
 //! ipsets: the backend trait, entry validation, and two real backends: the kernel's ipset netlink
 //! protocol (what the daemon uses) and the `ipset` tool (fallback).
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The set types kube-proxy uses.
@@ -94,6 +94,7 @@ pub trait IpSets: Send {
 pub mod cli;
 pub mod codec;
 pub mod entry;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod netlink;
 pub mod save;

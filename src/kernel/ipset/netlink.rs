@@ -15,9 +15,9 @@ use super::codec::{
 use super::text::{elem_of, render};
 use super::types::{SetTypes, op_set};
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
-use crate::cluster::model::IpFamily;
-use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
+use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use netlink_packet_core::NLM_F_EXCL;
 use netlink_sys::protocols::NETLINK_NETFILTER;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -139,8 +139,8 @@ fn port_text(e: &Elem) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::model::IpFamily;
     use crate::kernel::ipset::entry::canonical_entry;
+    use crate::net::IpFamily;
 
     #[test]
     fn canonical_text_round_trips_through_elements() {

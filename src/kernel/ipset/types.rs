@@ -4,7 +4,7 @@
 use super::entry::canonical_entry;
 use super::save::parse_type;
 use super::{IpSetOp, IpSetSpec, IpSetType};
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use std::collections::BTreeMap;
 
 /// Sets seen so far (created, saved or listed).

@@ -1,6 +1,7 @@
 //! The kube-ipvs0 dummy link, its addresses and the node's local addresses (rtnetlink).
 
 pub mod changes;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod rtnetlink;
 

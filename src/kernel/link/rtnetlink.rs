@@ -7,7 +7,7 @@
 
 use super::Links;
 use super::changes::{ChangeWatch, RTM_NEWADDR, RTM_NEWLINK};
-use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
+use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_core::{
     NLM_F_CREATE, NLM_F_EXCL, NetlinkDeserializable, NetlinkHeader, NlasIterator,
