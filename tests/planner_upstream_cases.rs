@@ -1,11 +1,11 @@
 //! Cases taken from upstream pkg/proxy/ipvs/proxier_test.go (and the behaviour of syncProxyRules /
 //! writeIptablesRules they pin down), replayed through the pure planner.
-mod planner_support;
+mod common;
 
+use common::planner::*;
 use kube_proxy_rs::cluster::model::{IpFamily, LoadBalancerIngress, Protocol};
 use kube_proxy_rs::kernel::ipvs::{FLAG_MH_PORT, FLAG_PERSISTENT};
 use kube_proxy_rs::proxier::plan::{LocalDetector, plan};
-use planner_support::*;
 use std::collections::BTreeMap;
 
 fn vs(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {

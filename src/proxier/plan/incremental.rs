@@ -5,7 +5,7 @@
 //!
 //! [`plan`]: super::plan
 
-use super::ipsets::SetKind;
+use super::ipsets::{PerSet, SetKind};
 use super::{
     Context, Contribution, NodeFacts, PlanConfig, health_check, iptables, no_local_counts,
     rules_payload, set_names,
@@ -240,7 +240,7 @@ struct Fresh {
 impl Fresh {
     fn from(name: &ServiceName, mut c: Contribution) -> Fresh {
         let mut entries: Vec<(SetKind, String)> = Vec::new();
-        for (kind, list) in SetKind::ALL.into_iter().zip(c.sets) {
+        for (kind, list) in c.sets {
             entries.extend(list.into_iter().map(|e| (kind, e)));
         }
         entries.sort_unstable();
@@ -288,17 +288,17 @@ struct Planned {
     node: NodeFacts,
     cfg: PlanConfig,
     ctx: Context,
-    set_names: [String; 17],
+    set_names: PerSet<String>,
     services: HashMap<ServiceName, Stored>,
     /// Services contributing each virtual server, sorted: the greatest name wins, as in the full plan.
     vs_owners: HashMap<IpvsServiceKey, Vec<ServiceName>>,
-    set_refs: [HashMap<String, u32>; 17],
+    set_refs: PerSet<HashMap<String, u32>>,
     bound_refs: HashMap<IpAddr, u32>,
     lb_rules: BTreeMap<ServiceName, Vec<(IpAddr, Protocol, u16)>>,
     no_local_internal: usize,
     no_local_external: usize,
     health: BTreeMap<ServiceName, HealthCheckService>,
-    non_empty: [bool; 17],
+    non_empty: PerSet<bool>,
     state: DesiredState,
 }
 
@@ -388,7 +388,7 @@ impl Planned {
             no_local_internal: 0,
             no_local_external: 0,
             health: BTreeMap::new(),
-            non_empty: [false; 17],
+            non_empty: PerSet::default(),
             state: empty_state(cfg.family),
         }
     }
@@ -504,7 +504,7 @@ impl Planned {
         // Entries in both old and new keep their counts; only the differences are counted and touched.
         let (gone, came) = sorted_difference(old.entries, &new.entries);
         for (kind, e) in gone {
-            let refs = &mut self.set_refs[kind.index()];
+            let refs = &mut self.set_refs[kind];
             if let Some(n) = refs.get_mut(&e) {
                 *n -= 1;
                 if *n == 0 {
@@ -514,7 +514,7 @@ impl Planned {
             t.entries.push((kind, e));
         }
         for (kind, e) in came {
-            *self.set_refs[kind.index()].entry(e.clone()).or_insert(0) += 1;
+            *self.set_refs[kind].entry(e.clone()).or_insert(0) += 1;
             t.entries.push((kind, e));
         }
         let (gone, came) = sorted_difference(old.bound, &new.bound);
@@ -630,8 +630,8 @@ impl Planned {
             return;
         }
         for (kind, e) in entries {
-            let want = self.set_refs[kind.index()].contains_key(&e);
-            toggle(&mut self.state, &self.set_names[kind.index()], e, want, d);
+            let want = self.set_refs[kind].contains_key(&e);
+            toggle(&mut self.state, &self.set_names[kind], e, want, d);
         }
         for a in &bound {
             let want = self.bound_refs.contains_key(a);
@@ -646,7 +646,7 @@ impl Planned {
                 self.state.bound_addresses.remove(a);
                 d.addresses_removed.insert(*a);
             }
-            let name = &self.set_names[SetKind::IpvsIps.index()];
+            let name = &self.set_names[SetKind::IpvsIps];
             toggle(&mut self.state, name, a.to_string(), want, d);
         }
     }
@@ -655,19 +655,19 @@ impl Planned {
     fn fill_sets(&mut self, mut entries: Vec<(SetKind, String)>) {
         entries.sort_unstable();
         entries.dedup();
-        let mut per_kind: [Vec<String>; 17] = Default::default();
+        let mut per_kind: PerSet<Vec<String>> = PerSet::default();
         for (kind, e) in entries {
-            per_kind[kind.index()].push(e);
+            per_kind[kind].push(e);
         }
         self.state.bound_addresses = self.bound_refs.keys().copied().collect();
-        per_kind[SetKind::IpvsIps.index()] = self
+        per_kind[SetKind::IpvsIps] = self
             .state
             .bound_addresses
             .iter()
             .map(|a| a.to_string())
             .collect();
-        for (i, list) in per_kind.into_iter().enumerate() {
-            if let Some(set) = self.state.ipsets.get_mut(&self.set_names[i]) {
+        for (kind, list) in per_kind {
+            if let Some(set) = self.state.ipsets.get_mut(&self.set_names[kind]) {
                 // Sorted input: the set is built in linear time.
                 set.entries = list.into_iter().collect();
             }
@@ -686,10 +686,10 @@ impl Planned {
         let state = &mut self.state;
         let names = &self.set_names;
         let cfg = &self.cfg;
-        let non_empty: [bool; 17] = std::array::from_fn(|i| {
+        let non_empty = names.map(|name| {
             state
                 .ipsets
-                .get(&names[i])
+                .get(name)
                 .is_some_and(|s| !s.entries.is_empty())
         });
         if force_payload || lb_rules || non_empty != self.non_empty {

@@ -40,27 +40,21 @@ fn node_facts(variant: u64) -> NodeFacts {
         node_port_ips.push(ip("192.168.1.10"));
     }
     NodeFacts {
-        node_name: NODE.into(),
         zone: Some("zone-a".into()),
-        node_ips: vec![ip("192.168.0.10"), ip("fd00::10")],
         node_port_ips,
         // One shared external IP is already local: it must not be bound.
         local_addresses: vec![ip("192.168.0.10"), ip("fd00::10"), ip("203.0.113.1")],
+        ..NodeFacts::new(NODE, vec![ip("192.168.0.10"), ip("fd00::10")])
     }
 }
 
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
-        family,
-        scheduler: String::new(),
-        masquerade_all: false,
-        masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec![
             "10.244.0.0/16".parse().unwrap(),
             "fd10::/64".parse().unwrap(),
         ]),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(family)
     }
 }
 
@@ -124,16 +118,14 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
                 }
             }
         }
-        out.push(ServicePort {
-            name: ServicePortName {
-                namespace: name.namespace.clone(),
-                name: name.name.clone(),
-                port_name,
-                protocol,
-            },
-            cluster_ips: cluster_ips.clone(),
-            port: rng.pick(&[80, 443, 53]),
+        let spn = ServicePortName {
+            namespace: name.namespace.clone(),
+            name: name.name.clone(),
+            port_name,
             protocol,
+        };
+        let port = rng.pick(&[80, 443, 53]);
+        out.push(ServicePort {
             node_port: has_np.then(|| 30080 + rng.below(4) as u16),
             external_ips,
             load_balancer_ingress,
@@ -142,6 +134,7 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
             external_policy_local: etp_local,
             internal_policy_local: itp_local,
             health_check_node_port: hc,
+            ..ServicePort::new(spn, cluster_ips.clone(), port)
         });
     }
     out
@@ -308,18 +301,9 @@ fn shared_external_ip_stays_bound_until_last_user_goes() {
             protocol: Protocol::Tcp,
         };
         let sp = ServicePort {
-            name: spn.clone(),
-            cluster_ips: vec![ip(cip)],
-            port: 80,
-            protocol: Protocol::Tcp,
             node_port: Some(30080),
             external_ips: vec![ip("203.0.113.9")],
-            load_balancer_ingress: vec![],
-            load_balancer_source_ranges: vec![],
-            session_affinity_timeout: None,
-            external_policy_local: false,
-            internal_policy_local: false,
-            health_check_node_port: None,
+            ..ServicePort::new(spn.clone(), vec![ip(cip)], 80)
         };
         (spn, Arc::new(sp))
     };
