@@ -477,8 +477,38 @@ impl Planned {
         t: &mut Touched,
     ) {
         let old = self.services.remove(name).unwrap_or_default();
+        self.replace_owner(name, &old.vs_keys, &new.vs_keys, t);
+        self.count_entries(old.entries, &new.entries, t);
+        self.count_bound(old.bound, &new.bound, t);
+        if old.no_local_internal != new.no_local_internal
+            || old.no_local_external != new.no_local_external
+        {
+            t.no_local = true;
+            self.no_local_internal = self.no_local_internal + usize::from(new.no_local_internal)
+                - usize::from(old.no_local_internal);
+            self.no_local_external = self.no_local_external + usize::from(new.no_local_external)
+                - usize::from(old.no_local_external);
+        }
+        self.replace_rules(name, lb, health, t);
+        let empty = new.vs_keys.is_empty()
+            && new.entries.is_empty()
+            && new.bound.is_empty()
+            && !new.no_local_internal
+            && !new.no_local_external;
+        if !empty {
+            self.services.insert(name.clone(), new);
+        }
+    }
 
-        for k in &old.vs_keys {
+    /// Moves `name` from the owners of its old virtual servers to those of its new ones.
+    fn replace_owner(
+        &mut self,
+        name: &ServiceName,
+        old: &[IpvsServiceKey],
+        new: &[IpvsServiceKey],
+        t: &mut Touched,
+    ) {
+        for k in old {
             if let Some(owners) = self.vs_owners.get_mut(k) {
                 if let Ok(i) = owners.binary_search(name) {
                     owners.remove(i);
@@ -489,7 +519,7 @@ impl Planned {
             }
             t.vs.insert(*k);
         }
-        for k in &new.vs_keys {
+        for k in new {
             // Almost always a single owner: no spare capacity.
             let owners = self
                 .vs_owners
@@ -500,9 +530,16 @@ impl Planned {
             }
             t.vs.insert(*k);
         }
+    }
 
-        // Entries in both old and new keep their counts; only the differences are counted and touched.
-        let (gone, came) = sorted_difference(old.entries, &new.entries);
+    /// Entries in both old and new keep their counts; only the differences are counted and touched.
+    fn count_entries(
+        &mut self,
+        old: Vec<(SetKind, String)>,
+        new: &[(SetKind, String)],
+        t: &mut Touched,
+    ) {
+        let (gone, came) = sorted_difference(old, new);
         for (kind, e) in gone {
             let refs = &mut self.set_refs[kind];
             if let Some(n) = refs.get_mut(&e) {
@@ -517,7 +554,11 @@ impl Planned {
             *self.set_refs[kind].entry(e.clone()).or_insert(0) += 1;
             t.entries.push((kind, e));
         }
-        let (gone, came) = sorted_difference(old.bound, &new.bound);
+    }
+
+    /// The same for bound addresses.
+    fn count_bound(&mut self, old: Vec<IpAddr>, new: &[IpAddr], t: &mut Touched) {
+        let (gone, came) = sorted_difference(old, new);
         for a in gone {
             if let Some(n) = self.bound_refs.get_mut(&a) {
                 *n -= 1;
@@ -531,17 +572,16 @@ impl Planned {
             *self.bound_refs.entry(a).or_insert(0) += 1;
             t.bound.push(a);
         }
+    }
 
-        if old.no_local_internal != new.no_local_internal
-            || old.no_local_external != new.no_local_external
-        {
-            t.no_local = true;
-            self.no_local_internal = self.no_local_internal + usize::from(new.no_local_internal)
-                - usize::from(old.no_local_internal);
-            self.no_local_external = self.no_local_external + usize::from(new.no_local_external)
-                - usize::from(old.no_local_external);
-        }
-
+    /// Replaces the service's LB out-filter rules and health check, marking what changed.
+    fn replace_rules(
+        &mut self,
+        name: &ServiceName,
+        lb: Vec<(IpAddr, Protocol, u16)>,
+        health: Option<HealthCheckService>,
+        t: &mut Touched,
+    ) {
         let old_lb = self.lb_rules.get(name).map(Vec::as_slice).unwrap_or(&[]);
         if old_lb != lb.as_slice() {
             t.lb_rules = true;
@@ -551,22 +591,12 @@ impl Planned {
                 self.lb_rules.insert(name.clone(), lb);
             }
         }
-
         if self.health.get(name) != health.as_ref() {
             t.health = true;
             match health {
                 Some(h) => self.health.insert(name.clone(), h),
                 None => self.health.remove(name),
             };
-        }
-
-        let empty = new.vs_keys.is_empty()
-            && new.entries.is_empty()
-            && new.bound.is_empty()
-            && !new.no_local_internal
-            && !new.no_local_external;
-        if !empty {
-            self.services.insert(name.clone(), new);
         }
     }
 

@@ -197,43 +197,7 @@ fn run(seed: u64, steps: usize) {
     let mut prev: [Option<DesiredState>; 2] = [None, None];
     let mut node_variant = 0;
     for step in 0..steps {
-        let mut changed = BTreeSet::new();
-        for _ in 0..1 + rng.below(3) {
-            let i = rng.below(names.len() as u64);
-            let name = &names[i as usize];
-            changed.insert(name.clone());
-            match rng.below(10) {
-                // New or updated service (ports replaced), with fresh endpoints.
-                0..=3 => {
-                    remove_service(&mut sm, &mut em, name);
-                    for sp in random_service(&mut rng, name, i) {
-                        if rng.chance(85) {
-                            em.insert(sp.name.clone(), Arc::new(random_endpoints(&mut rng)));
-                        }
-                        sm.insert(sp.name.clone(), Arc::new(sp));
-                    }
-                }
-                // Service deleted.
-                4 => remove_service(&mut sm, &mut em, name),
-                // Endpoints of one port changed or removed.
-                _ => {
-                    let ports: Vec<ServicePortName> = sm
-                        .keys()
-                        .filter(|k| same_service(k, name))
-                        .cloned()
-                        .collect();
-                    if ports.is_empty() {
-                        continue;
-                    }
-                    let p = rng.pick(&ports);
-                    if rng.chance(15) {
-                        em.remove(&p);
-                    } else {
-                        em.insert(p, Arc::new(random_endpoints(&mut rng)));
-                    }
-                }
-            }
-        }
+        let changed = random_changes(&mut rng, &names, &mut sm, &mut em);
         if rng.chance(3) {
             node_variant += 1;
         }
@@ -244,40 +208,92 @@ fn run(seed: u64, steps: usize) {
             let (state, delta) =
                 planner.update(&sm, &em, &node, cfg, (!everything).then_some(&changed));
             let full = plan(&sm, &em, &node, cfg);
-            assert_eq!(
-                *state, full,
-                "seed {seed} step {step} family {f:?}: incremental state differs from plan()"
-            );
-            let mut expected = match &prev[f] {
-                Some(p) => DesiredDelta::between(Some(p), state),
-                None => DesiredDelta::default(),
-            };
-            expected.full = delta.full;
-            assert_eq!(
-                delta, expected,
-                "seed {seed} step {step} family {f}: delta is not the exact difference"
-            );
-            let applied = match &prev[f] {
-                Some(p) => {
-                    let mut a = p.clone();
-                    delta.apply(&mut a);
-                    a
-                }
-                // The first delta is empty: `between` gives what it would be from an empty state.
-                None => {
-                    assert!(delta.full && delta.is_empty());
-                    let mut e = empty_state(cfg.family);
-                    DesiredDelta::between(None, state).apply(&mut e);
-                    e
-                }
-            };
-            assert_eq!(
-                applied, full,
-                "seed {seed} step {step} family {f}: previous state + delta != new state"
-            );
+            let at = format!("seed {seed} step {step} family {f}");
+            check_update(&at, state, &delta, &full, prev[f].as_ref(), cfg.family);
             prev[f] = Some(full);
         }
     }
+}
+
+/// One to three random changes (service added or updated, deleted, or one port's endpoints changed);
+/// returns the services they touched.
+fn random_changes(
+    rng: &mut Rng,
+    names: &[ServiceName],
+    sm: &mut ServiceMap,
+    em: &mut EndpointsMap,
+) -> BTreeSet<ServiceName> {
+    let mut changed = BTreeSet::new();
+    for _ in 0..1 + rng.below(3) {
+        let i = rng.below(names.len() as u64);
+        let name = &names[i as usize];
+        changed.insert(name.clone());
+        match rng.below(10) {
+            // New or updated service (ports replaced), with fresh endpoints.
+            0..=3 => {
+                remove_service(sm, em, name);
+                for sp in random_service(rng, name, i) {
+                    if rng.chance(85) {
+                        em.insert(sp.name.clone(), Arc::new(random_endpoints(rng)));
+                    }
+                    sm.insert(sp.name.clone(), Arc::new(sp));
+                }
+            }
+            // Service deleted.
+            4 => remove_service(sm, em, name),
+            // Endpoints of one port changed or removed.
+            _ => {
+                let ports: Vec<ServicePortName> = sm
+                    .keys()
+                    .filter(|k| same_service(k, name))
+                    .cloned()
+                    .collect();
+                if ports.is_empty() {
+                    continue;
+                }
+                let p = rng.pick(&ports);
+                if rng.chance(15) {
+                    em.remove(&p);
+                } else {
+                    em.insert(p, Arc::new(random_endpoints(rng)));
+                }
+            }
+        }
+    }
+    changed
+}
+
+/// The incremental `state` equals the `full` plan, and `delta` is exactly the difference from `prev`.
+fn check_update(
+    at: &str,
+    state: &DesiredState,
+    delta: &DesiredDelta,
+    full: &DesiredState,
+    prev: Option<&DesiredState>,
+    family: IpFamily,
+) {
+    assert_eq!(state, full, "{at}: incremental state differs from plan()");
+    let mut expected = match prev {
+        Some(p) => DesiredDelta::between(Some(p), state),
+        None => DesiredDelta::default(),
+    };
+    expected.full = delta.full;
+    assert_eq!(*delta, expected, "{at}: delta is not the exact difference");
+    let applied = match prev {
+        Some(p) => {
+            let mut a = p.clone();
+            delta.apply(&mut a);
+            a
+        }
+        // The first delta is empty: `between` gives what it would be from an empty state.
+        None => {
+            assert!(delta.full && delta.is_empty());
+            let mut e = empty_state(family);
+            DesiredDelta::between(None, state).apply(&mut e);
+            e
+        }
+    };
+    assert_eq!(applied, *full, "{at}: previous state + delta != new state");
 }
 
 #[test]
