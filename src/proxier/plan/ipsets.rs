@@ -170,11 +170,6 @@ impl<T> PerSet<T> {
         PerSet(SetKind::ALL.map(f))
     }
 
-    /// `(kind, value)` pairs in upstream's table order.
-    pub fn iter(&self) -> impl Iterator<Item = (SetKind, &T)> {
-        SetKind::ALL.into_iter().zip(&self.0)
-    }
-
     /// The value of each kind mapped through `f`.
     pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> PerSet<U> {
         PerSet::from_fn(|k| f(&self[k]))
