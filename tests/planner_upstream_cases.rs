@@ -1135,7 +1135,7 @@ const CASES: &[Case] = &[
     },
     // Scheduler mh sets the mh-port flag (source hash with port), alongside persistence.
     Case {
-        config: |c| c.scheduler = "mh".into(),
+        config: |c| c.scheduler = kube_proxy_rs::scheduler::Scheduler::Mh,
         want: Want {
             vs_attrs: Some(&[
                 (FLAG_MH_PORT, 0, "mh"),

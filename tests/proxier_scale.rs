@@ -89,7 +89,7 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
 
 fn run(p: &mut Proxier, d: &DesiredState, full: bool) -> SyncReport {
     let config = PlanConfig {
-        scheduler: "rr".into(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
         ..PlanConfig::new(IpFamily::V4)
     };
     let start = Instant::now();

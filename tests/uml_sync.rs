@@ -7,7 +7,7 @@ use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
 use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
 use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
-use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
+use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
 use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
@@ -51,7 +51,7 @@ fn backends(log: &Arc<Mutex<Log>>) -> Backends {
             log: log.clone(),
         }),
         ipsets: Box::new(Rec {
-            inner: IpsetCli::new(),
+            inner: NetlinkIpSets::new().unwrap(),
             log: log.clone(),
         }),
         iptables: Box::new(Rec {
@@ -201,7 +201,7 @@ fn desired(family: IpFamily) -> DesiredState {
 
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
-        scheduler: "rr".into(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
         ..PlanConfig::new(family)
     }
 }

@@ -34,7 +34,7 @@ fn key(addr: &str, port: u16, protocol: Protocol) -> IpvsServiceKey {
 
 fn config() -> PlanConfig {
     PlanConfig {
-        scheduler: "rr".into(),
+        scheduler: crate::scheduler::Scheduler::Rr,
         ..PlanConfig::new(IpFamily::V4)
     }
 }

@@ -74,8 +74,9 @@ impl Reconciler {
                     applied.addresses.difference(want).copied().collect(),
                 ),
             };
-            for ip in to_add {
-                match k.links.add_address(DUMMY_DEVICE, ip) {
+            let added = k.links.add_addresses(DUMMY_DEVICE, &to_add);
+            for (ip, result) in to_add.into_iter().zip(added) {
+                match result {
                     Ok(_) => {
                         report.addresses.added += 1;
                         applied.addresses.insert(ip);
@@ -86,8 +87,9 @@ impl Reconciler {
                     }
                 }
             }
-            for ip in to_del {
-                match k.links.del_address(DUMMY_DEVICE, ip) {
+            let deleted = k.links.del_addresses(DUMMY_DEVICE, &to_del);
+            for (ip, result) in to_del.into_iter().zip(deleted) {
+                match result {
                     Ok(_) => {
                         report.addresses.deleted += 1;
                         applied.addresses.remove(&ip);
