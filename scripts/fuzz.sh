@@ -1,0 +1,6 @@
+#!/bin/sh
+# Long fuzz run of every parser/decoder target: scripts/fuzz.sh [CASES-PER-TARGET] [SEED] [TARGET-FILTER]
+# Prints `fuzz: TARGET cases N panics P seconds T` per target; exit status 1 if any case failed.
+set -eu
+cd "$(dirname "$0")/.."
+exec nice -n 10 cargo bench --bench fuzz -- "${1:-1000000}" ${2:+"$2"} ${3:+"$3"}
