@@ -1,5 +1,6 @@
 //! The long fuzz run: `cargo bench --bench fuzz -- [CASES] [SEED] [TARGET-FILTER]` (or `scripts/fuzz.sh`).
-//! Prints one line per target, `fuzz: TARGET cases N panics P seconds T`, and exits non-zero if any case
+//! `FUZZ_SECONDS=S` stops each target after S seconds (the line then shows the cases reached).
+//! TARGET-FILTER is a comma-separated list of name parts. Prints one line per target, `fuzz: TARGET cases N panics P seconds T`, and exits non-zero if any case
 //! failed (each failure is printed with its case number and input, replayable with the same seed).
 
 #[path = "../tests/common/fuzz/mod.rs"]
@@ -22,14 +23,20 @@ fn main() {
             .unwrap_or(1)
     });
     let filter = args.get(2).map(String::as_str);
+    let budget = std::env::var("FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(std::time::Duration::from_secs);
     println!("fuzz: seed {seed} cases per target {cases}");
+    // Failures are reported with their message and input; the default hook would print each backtrace.
+    std::panic::set_hook(Box::new(|_| {}));
     let corpus = fuzz::Corpus::load();
     let mut failures = 0;
     for t in fuzz::TARGETS
         .iter()
-        .filter(|t| filter.is_none_or(|f| t.name.contains(f)))
+        .filter(|t| filter.is_none_or(|f| f.split(',').any(|f| t.name.contains(f))))
     {
-        let r = fuzz::run_target(t, &corpus, seed, cases);
+        let r = fuzz::run_target_for(t, &corpus, seed, cases, budget);
         println!(
             "{}  ({:.0} cases/s, slowest case {} {:?})",
             r.line(),

@@ -38,6 +38,8 @@ pub struct Limits {
     pub max_buf_size: usize,
     /// Largest number of headers in a request head.
     pub max_headers: usize,
+    /// On shutdown, how long an open connection may take to finish its request.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
@@ -48,6 +50,7 @@ impl Default for Limits {
             max_connections: 512,
             max_buf_size: 16 * 1024,
             max_headers: 100,
+            shutdown_grace: Duration::from_secs(1),
         }
     }
 }
@@ -136,14 +139,14 @@ async fn serve_connection<S, B>(
         _ = age => tracing::debug!("closing a connection: too old"),
         _ = stopped(&mut stop) => {
             conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(limits.header_read_timeout, conn).await;
+            let _ = tokio::time::timeout(limits.shutdown_grace, conn).await;
         }
     }
 }
 
 /// Accepts on `listener` and serves each connection with a clone of `service` under `limits` until
-/// `shutdown` completes; then stops accepting, shuts open connections down gracefully and waits for them
-/// (each for at most [`Limits::header_read_timeout`]).
+/// `shutdown` completes; then stops accepting (closing the listener), shuts open connections down
+/// gracefully and waits for them (each for at most [`Limits::shutdown_grace`]).
 pub async fn serve<S, B, F>(
     listener: tokio::net::TcpListener,
     service: S,

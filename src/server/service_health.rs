@@ -171,6 +171,49 @@ impl ServiceHealthServer {
         }
     }
 
+    /// Binds `port` on every address and starts serving it for `name`. On a failure whatever was bound
+    /// is dropped (closed), so a retry can take the port.
+    fn open(&self, name: &ServiceName, port: u16) -> Result<Instance, ListenFailure> {
+        let mut bound = Vec::new();
+        for addr in self.addresses(port) {
+            let l = bind_tcp(addr).map_err(|e| ListenFailure {
+                service: name.clone(),
+                port,
+                address: addr,
+                kind: e.kind(),
+                error: e.to_string(),
+            })?;
+            bound.push(l);
+        }
+        tracing::info!(service = %name, port, "opening health check");
+        let endpoints = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Shared {
+            service: name.clone(),
+            endpoints: endpoints.clone(),
+            health: self.health.clone(),
+        });
+        let listeners = bound
+            .into_iter()
+            .map(|l| {
+                let address = l
+                    .local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
+                let (stop, rx) = watch::channel(false);
+                let task = tokio::spawn(accept_loop(l, shared.clone(), rx));
+                Listener {
+                    address,
+                    stop,
+                    task,
+                }
+            })
+            .collect();
+        Ok(Instance {
+            port,
+            endpoints,
+            listeners,
+        })
+    }
+
     /// Makes `services` (service → healthCheckNodePort) the active set: listeners of services gone or
     /// whose port changed are closed (and their ports released) before new ones are opened; services
     /// already listening on the same port are left alone. Returns the ports that could not be opened;
@@ -205,59 +248,15 @@ impl ServiceHealthServer {
             if self.services().contains_key(name) {
                 continue;
             }
-            let mut bound = Vec::new();
-            let mut failed = None;
-            for addr in self.addresses(port) {
-                match bind_tcp(addr) {
-                    Ok(l) => bound.push(l),
-                    Err(e) => {
-                        failed = Some(ListenFailure {
-                            service: name.clone(),
-                            port,
-                            address: addr,
-                            kind: e.kind(),
-                            error: e.to_string(),
-                        });
-                        break;
-                    }
+            match self.open(name, port) {
+                Ok(inst) => {
+                    self.services().insert(name.clone(), inst);
+                }
+                Err(f) => {
+                    tracing::error!(service = %name, port, error = %f.error, "failed to start health check");
+                    failures.push(f);
                 }
             }
-            if let Some(f) = failed {
-                // Whatever was bound for this service is dropped (closed) so a retry can take the port.
-                tracing::error!(service = %name, port, error = %f.error, "failed to start health check");
-                failures.push(f);
-                continue;
-            }
-            tracing::info!(service = %name, port, "opening health check");
-            let endpoints = Arc::new(AtomicUsize::new(0));
-            let shared = Arc::new(Shared {
-                service: name.clone(),
-                endpoints: endpoints.clone(),
-                health: self.health.clone(),
-            });
-            let listeners = bound
-                .into_iter()
-                .map(|l| {
-                    let address = l
-                        .local_addr()
-                        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
-                    let (stop, rx) = watch::channel(false);
-                    let task = tokio::spawn(accept_loop(l, shared.clone(), rx));
-                    Listener {
-                        address,
-                        stop,
-                        task,
-                    }
-                })
-                .collect();
-            self.services().insert(
-                name.clone(),
-                Instance {
-                    port,
-                    endpoints,
-                    listeners,
-                },
-            );
         }
         failures
     }

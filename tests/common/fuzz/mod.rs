@@ -112,13 +112,29 @@ fn watchdog(name: &'static str, seed: u64, current: Arc<AtomicU64>, done: Arc<At
 
 /// Runs `cases` cases of `t`, seeded with `seed`.
 pub fn run_target(t: &Target, corpus: &Corpus, seed: u64, cases: u64) -> Report {
+    run_target_for(t, corpus, seed, cases, None)
+}
+
+/// As [`run_target`], stopping early once `budget` has passed (the report says how many cases ran).
+pub fn run_target_for(
+    t: &Target,
+    corpus: &Corpus,
+    seed: u64,
+    cases: u64,
+    budget: Option<Duration>,
+) -> Report {
     let current = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     watchdog(t.name, seed, current.clone(), done.clone());
     let start = Instant::now();
     let mut failures = Vec::new();
     let mut slowest = (0, Duration::ZERO);
+    let mut ran = 0;
     for case in 0..cases {
+        if case % 1024 == 0 && budget.is_some_and(|b| start.elapsed() > b) {
+            break;
+        }
+        ran = case + 1;
         current.store(case, Ordering::Relaxed);
         let input = input_of(t, corpus, seed, case);
         let t0 = Instant::now();
@@ -134,7 +150,7 @@ pub fn run_target(t: &Target, corpus: &Corpus, seed: u64, cases: u64) -> Report 
     done.store(true, Ordering::Relaxed);
     Report {
         target: t.name,
-        cases,
+        cases: ran,
         failures,
         seconds: start.elapsed().as_secs_f64(),
         slowest,

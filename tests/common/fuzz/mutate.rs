@@ -178,6 +178,59 @@ pub fn odd_value(rng: &mut Rng, sample: &Value) -> Value {
     }
 }
 
+/// A value of the same JSON type as `node` (or null, which optional fields accept), so the object
+/// still decodes and the conversion behind the decoder is reached.
+fn similar_value(rng: &mut Rng, node: &Value) -> Value {
+    if rng.u8(0..6) == 0 {
+        return Value::Null;
+    }
+    match node {
+        Value::String(_) => Value::String(
+            [
+                "",
+                "::",
+                "10.0.0.1",
+                "10.0.0.1/33",
+                "300.1.1.1",
+                "fd00::1",
+                "TCP",
+                "UDP",
+                "SCTP",
+                "tcp",
+                "ClusterIP",
+                "NodePort",
+                "LoadBalancer",
+                "ExternalName",
+                "Local",
+                "Cluster",
+                "ClientIP",
+                "None",
+                "IPv4",
+                "IPv6",
+                "FQDN",
+                "a-b",
+                "2026-13-45T99:00:00Z",
+                "\u{0}",
+            ][rng.usize(..24)]
+            .to_string(),
+        ),
+        Value::Number(_) => Value::from(
+            [
+                0i64,
+                -1,
+                1,
+                65535,
+                65536,
+                i64::from(i32::MAX) + 1,
+                rng.i64(..),
+            ][rng.usize(..7)],
+        ),
+        Value::Bool(b) => Value::Bool(!b),
+        Value::Array(a) => Value::Array(a.iter().take(rng.usize(..=a.len())).cloned().collect()),
+        Value::Object(_) | Value::Null => node.clone(),
+    }
+}
+
 /// Number of nodes of a JSON value.
 fn size(v: &Value) -> usize {
     1 + match v {
@@ -225,7 +278,7 @@ const KEYS: [&str; 12] = [
 
 /// One structural edit somewhere in `v`: replace a node by an odd value or a copy of another node,
 /// drop or add a key, grow or empty an array.
-fn mutate_json_once(rng: &mut Rng, v: &mut Value) {
+fn mutate_json_once(rng: &mut Rng, v: &mut Value, typed: bool) {
     let total = size(v);
     let donor = node_mut(v, rng.usize(..total))
         .map(|d| d.clone())
@@ -243,27 +296,36 @@ fn mutate_json_once(rng: &mut Rng, v: &mut Value) {
             o.remove(&k);
         }
         (1, Value::Object(o)) => {
-            let key = KEYS[rng.usize(..KEYS.len())].to_string();
-            o.insert(key, odd_value(rng, &donor));
+            // Typed mode adds only unknown keys, which the decoder ignores.
+            let key = if typed {
+                "x-unknown"
+            } else {
+                KEYS[rng.usize(..KEYS.len())]
+            };
+            o.insert(key.to_string(), odd_value(rng, &donor));
         }
         (2, Value::Array(a)) if !a.is_empty() => {
             let i = rng.usize(..a.len());
             let item = a[i].clone();
             a.extend(std::iter::repeat_n(item, rng.usize(1..4)));
         }
-        (3, n) => *n = donor,
+        (3, n) if !typed => *n = donor,
+        (_, n) if typed => *n = similar_value(rng, n),
         (_, n) => *n = odd_value(rng, n),
     }
 }
 
-/// A mutated copy of `sample`, serialized; sometimes byte-mutated after serialization.
+/// A mutated copy of `sample`, serialized; sometimes byte-mutated after serialization. Half the cases
+/// keep every value's type (they reach the conversion), half put odd types anywhere (they exercise the
+/// decoder's rejection).
 pub fn mutate_json(rng: &mut Rng, sample: &Value, max_edits: usize) -> Vec<u8> {
     let mut v = sample.clone();
+    let typed = rng.bool();
     for _ in 0..rng.usize(1..=max_edits.max(1)) {
-        mutate_json_once(rng, &mut v);
+        mutate_json_once(rng, &mut v, typed);
     }
     let mut out = serde_json::to_vec(&v).unwrap_or_default();
-    if rng.u8(0..8) == 0 {
+    if !typed && rng.u8(0..8) == 0 {
         mutate_bytes_once(rng, &mut out, b"");
     }
     out

@@ -294,8 +294,15 @@ fn check_rule_line(line: &str) -> Result<(), String> {
     let _ = rules::target(&words);
     let _ = rules::match_sets(&words).count();
     for family in [IpFamily::V4, IpFamily::V6] {
-        if let Err(e) = rules::normalize(words.get(2..).unwrap_or_default(), family) {
-            named("normalize", e)?;
+        match rules::normalize(words.get(2..).unwrap_or_default(), family) {
+            // Normalized is the form iptables-save prints: normalizing it again changes nothing.
+            Ok(n) => {
+                let again = rules::normalize(&n, family);
+                if again.as_ref() != Ok(&n) {
+                    return Err(format!("normalize not idempotent: {n:?} became {again:?}"));
+                }
+            }
+            Err(e) => named("normalize", e)?,
         }
     }
     Ok(())
