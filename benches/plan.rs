@@ -133,7 +133,7 @@ fn main() {
     };
     let cfg = PlanConfig {
         family: IpFamily::V4,
-        scheduler: String::new(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec!["10.128.0.0/9".parse().unwrap()]),

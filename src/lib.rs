@@ -8,4 +8,5 @@ pub mod kernel;
 pub mod metrics;
 pub mod proxier;
 pub mod runner;
+pub mod scheduler;
 pub mod server;

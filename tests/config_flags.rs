@@ -150,11 +150,12 @@ fn deprecated_and_legacy_flags_are_accepted_with_warnings() {
             o.warnings
         );
     }
-    // --healthz-port=0 disables the health server; the iptables periods don't touch IPVS.
+    // --healthz-port=0 disables the health server; the iptables periods don't touch IPVS and, as
+    // upstream in IPVS mode, are not kept (written as 0s).
     assert_eq!(o.config.healthz_bind_address, "");
     assert_eq!(o.config.metrics_bind_address, "127.0.0.1:10249");
     assert_eq!(o.config.ipvs.sync_period.to_string(), "30s");
-    assert_eq!(o.config.iptables.sync_period.to_string(), "10s");
+    assert_eq!(o.config.iptables.sync_period.to_string(), "0s");
     assert_eq!(o.config.port_range, "30000-31000");
 }
 

@@ -54,167 +54,210 @@ fn defaults_are_valid() {
     assert_valid(|_| {});
 }
 
+/// A change to the default configuration.
+type Change = fn(&mut ProxyConfig);
+
+/// Each change alone gives exactly one error, containing its text.
+fn one_error_each(cases: &[(Change, &str)]) {
+    for (change, expected) in cases {
+        assert_one(change, expected);
+    }
+}
+
+/// Each change alone leaves the configuration valid.
+fn valid_each(cases: &[Change]) {
+    for change in cases {
+        assert_valid(change);
+    }
+}
+
 #[test]
 fn sync_periods() {
-    assert_one(
-        |c| c.ipvs.sync_period = d("-1s"),
-        "ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0",
-    );
-    assert_one(
-        |c| c.ipvs.min_sync_period = d("-1s"),
-        "ipvs.minSyncPeriod: Invalid value: \"-1s\"",
-    );
-    assert_one(
-        |c| c.ipvs.min_sync_period = d("1m"),
-        "ipvs.syncPeriod: Invalid value: \"1m0s\": must be greater than or equal to ipvs.minSyncPeriod",
-    );
-    assert_valid(|c| c.ipvs.min_sync_period = d("30s"));
-    assert_one(
-        |c| c.config_sync_period = d("-5m"),
-        "configSyncPeriod: Invalid value: \"-5m0s\"",
-    );
-    // iptables-mode periods are not used in IPVS mode.
-    assert_valid(|c| c.iptables.sync_period = d("-1s"));
+    one_error_each(&[
+        (
+            |c| c.ipvs.sync_period = d("-1s"),
+            "ipvs.syncPeriod: Invalid value: \"-1s\": must be greater than 0",
+        ),
+        (
+            |c| c.ipvs.min_sync_period = d("-1s"),
+            "ipvs.minSyncPeriod: Invalid value: \"-1s\"",
+        ),
+        (
+            |c| c.ipvs.min_sync_period = d("1m"),
+            "ipvs.syncPeriod: Invalid value: \"1m0s\": must be greater than or equal to ipvs.minSyncPeriod",
+        ),
+        (
+            |c| c.config_sync_period = d("-5m"),
+            "configSyncPeriod: Invalid value: \"-5m0s\"",
+        ),
+    ]);
+    valid_each(&[
+        |c| c.ipvs.min_sync_period = d("30s"),
+        // iptables-mode periods are not used in IPVS mode.
+        |c| c.iptables.sync_period = d("-1s"),
+    ]);
 }
 
 #[test]
 fn ipvs_timeouts_and_scheduler() {
-    assert_one(|c| c.ipvs.tcp_timeout = d("-1s"), "ipvs.tcpTimeout");
-    assert_one(|c| c.ipvs.tcp_fin_timeout = d("-1s"), "ipvs.tcpFinTimeout");
-    assert_one(|c| c.ipvs.udp_timeout = d("-1s"), "ipvs.udpTimeout");
+    one_error_each(&[
+        (|c| c.ipvs.tcp_timeout = d("-1s"), "ipvs.tcpTimeout"),
+        (|c| c.ipvs.tcp_fin_timeout = d("-1s"), "ipvs.tcpFinTimeout"),
+        (|c| c.ipvs.udp_timeout = d("-1s"), "ipvs.udpTimeout"),
+        (
+            |c| c.ipvs.scheduler = "RR".into(),
+            "ipvs.scheduler: Invalid value: \"RR\"",
+        ),
+        (|c| c.ipvs.scheduler = "fancy".into(), "ipvs.scheduler"),
+    ]);
     for s in [
         "", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
+        "twos",
     ] {
         assert_valid(|c| c.ipvs.scheduler = s.into());
     }
-    assert_one(
-        |c| c.ipvs.scheduler = "RR".into(),
-        "ipvs.scheduler: Invalid value: \"RR\"",
-    );
-    assert_one(|c| c.ipvs.scheduler = "fancy".into(), "ipvs.scheduler");
 }
 
 #[test]
 fn masquerade_bit_and_oom_score_adj() {
-    assert_valid(|c| c.iptables.masquerade_bit = Some(0));
-    assert_valid(|c| c.iptables.masquerade_bit = Some(31));
-    assert_one(
-        |c| c.iptables.masquerade_bit = Some(32),
-        "iptables.masqueradeBit: Invalid value: 32: must be within the range [0, 31]",
-    );
-    assert_one(
-        |c| c.iptables.masquerade_bit = Some(-1),
-        "iptables.masqueradeBit",
-    );
-    assert_valid(|c| c.oom_score_adj = Some(-1000));
-    assert_valid(|c| c.oom_score_adj = Some(1000));
-    assert_one(
-        |c| c.oom_score_adj = Some(1001),
-        "oomScoreAdj: Invalid value: 1001: must be within the range [-1000, 1000]",
-    );
-    assert_one(|c| c.oom_score_adj = Some(-1001), "oomScoreAdj");
+    one_error_each(&[
+        (
+            |c| c.iptables.masquerade_bit = Some(32),
+            "iptables.masqueradeBit: Invalid value: 32: must be within the range [0, 31]",
+        ),
+        (
+            |c| c.iptables.masquerade_bit = Some(-1),
+            "iptables.masqueradeBit",
+        ),
+        (
+            |c| c.oom_score_adj = Some(1001),
+            "oomScoreAdj: Invalid value: 1001: must be within the range [-1000, 1000]",
+        ),
+        (|c| c.oom_score_adj = Some(-1001), "oomScoreAdj"),
+    ]);
+    valid_each(&[
+        |c| c.iptables.masquerade_bit = Some(0),
+        |c| c.iptables.masquerade_bit = Some(31),
+        |c| c.oom_score_adj = Some(-1000),
+        |c| c.oom_score_adj = Some(1000),
+    ]);
 }
 
 #[test]
 fn bind_addresses() {
-    assert_one(
-        |c| c.bind_address = "not-an-ip".into(),
-        "bindAddress: Invalid value: \"not-an-ip\"",
-    );
-    assert_one(
-        |c| c.healthz_bind_address = "0.0.0.0".into(),
-        "healthzBindAddress: Invalid value: \"0.0.0.0\": must be IP:port",
-    );
-    assert_one(
-        |c| c.healthz_bind_address = "host:80".into(),
-        "healthzBindAddress: Invalid value: \"host\": must be a valid IP",
-    );
-    assert_one(
-        |c| c.metrics_bind_address = "1.2.3.4:0".into(),
-        "metricsBindAddress: Invalid value: \"0\": must be a valid port",
-    );
-    assert_one(
-        |c| c.metrics_bind_address = "1.2.3.4:65536".into(),
-        "metricsBindAddress",
-    );
-    assert_valid(|c| c.metrics_bind_address = "[::1]:10249".into());
-    assert_valid(|c| c.healthz_bind_address = String::new());
-    assert_valid(|c| c.metrics_bind_address = String::new());
+    one_error_each(&[
+        (
+            |c| c.bind_address = "not-an-ip".into(),
+            "bindAddress: Invalid value: \"not-an-ip\"",
+        ),
+        (
+            |c| c.healthz_bind_address = "0.0.0.0".into(),
+            "healthzBindAddress: Invalid value: \"0.0.0.0\": must be IP:port",
+        ),
+        (
+            |c| c.healthz_bind_address = "host:80".into(),
+            "healthzBindAddress: Invalid value: \"host\": must be a valid IP",
+        ),
+        (
+            |c| c.metrics_bind_address = "1.2.3.4:0".into(),
+            "metricsBindAddress: Invalid value: \"0\": must be a valid port",
+        ),
+        (
+            |c| c.metrics_bind_address = "1.2.3.4:65536".into(),
+            "metricsBindAddress",
+        ),
+    ]);
+    valid_each(&[
+        |c| c.metrics_bind_address = "[::1]:10249".into(),
+        |c| c.healthz_bind_address = String::new(),
+        |c| c.metrics_bind_address = String::new(),
+    ]);
 }
 
 #[test]
 fn cluster_cidr() {
-    assert_valid(|c| c.cluster_cidr = "10.0.0.0/8".into());
-    assert_valid(|c| c.cluster_cidr = "10.0.0.0/8,fd00::/48".into());
-    assert_one(
-        |c| c.cluster_cidr = "10.0.0.0/33".into(),
-        "clusterCIDR[0]: Invalid value: \"10.0.0.0/33\"",
-    );
-    assert_one(
-        |c| c.cluster_cidr = "10.0.0.0/8,10.1.0.0/16".into(),
-        "at most one per IP family",
-    );
-    assert_one(
-        |c| c.cluster_cidr = "fd00::/48,fd01::/48".into(),
-        "clusterCIDR",
-    );
-    assert_one(
-        |c| c.cluster_cidr = "10.0.0.0/8,fd00::/48,10.1.0.0/16".into(),
-        "clusterCIDR",
-    );
-    assert_one(
-        |c| c.cluster_cidr = "10.0.0.0/8,nope".into(),
-        "clusterCIDR[1]: Invalid value: \"nope\"",
-    );
-    // Not used (and, as upstream, not checked) in the other detect-local modes.
-    assert_valid(|c| {
-        c.detect_local_mode = "NodeCIDR".into();
-        c.cluster_cidr = "junk".into();
-    });
+    one_error_each(&[
+        (
+            |c| c.cluster_cidr = "10.0.0.0/33".into(),
+            "clusterCIDR[0]: Invalid value: \"10.0.0.0/33\"",
+        ),
+        (
+            |c| c.cluster_cidr = "10.0.0.0/8,10.1.0.0/16".into(),
+            "at most one per IP family",
+        ),
+        (
+            |c| c.cluster_cidr = "fd00::/48,fd01::/48".into(),
+            "clusterCIDR",
+        ),
+        (
+            |c| c.cluster_cidr = "10.0.0.0/8,fd00::/48,10.1.0.0/16".into(),
+            "clusterCIDR",
+        ),
+        (
+            |c| c.cluster_cidr = "10.0.0.0/8,nope".into(),
+            "clusterCIDR[1]: Invalid value: \"nope\"",
+        ),
+    ]);
+    valid_each(&[
+        |c| c.cluster_cidr = "10.0.0.0/8".into(),
+        |c| c.cluster_cidr = "10.0.0.0/8,fd00::/48".into(),
+        // Not used (and, as upstream, not checked) in the other detect-local modes.
+        |c| {
+            c.detect_local_mode = "NodeCIDR".into();
+            c.cluster_cidr = "junk".into();
+        },
+    ]);
 }
 
 #[test]
 fn detect_local() {
-    assert_one(
-        |c| c.detect_local_mode = "Magic".into(),
-        "detectLocalMode: Unsupported value: \"Magic\"",
-    );
-    assert_one(
-        |c| c.detect_local_mode = "BridgeInterface".into(),
-        "detectLocal.bridgeInterface",
-    );
-    assert_one(
-        |c| c.detect_local_mode = "InterfaceNamePrefix".into(),
-        "detectLocal.interfaceNamePrefix",
-    );
-    assert_valid(|c| {
-        c.detect_local_mode = "BridgeInterface".into();
-        c.detect_local.bridge_interface = "cbr0".into();
-    });
-    assert_valid(|c| {
-        c.detect_local_mode = "InterfaceNamePrefix".into();
-        c.detect_local.interface_name_prefix = "veth".into();
-    });
-    assert_valid(|c| c.detect_local_mode = "NodeCIDR".into());
+    one_error_each(&[
+        (
+            |c| c.detect_local_mode = "Magic".into(),
+            "detectLocalMode: Unsupported value: \"Magic\"",
+        ),
+        (
+            |c| c.detect_local_mode = "BridgeInterface".into(),
+            "detectLocal.bridgeInterface",
+        ),
+        (
+            |c| c.detect_local_mode = "InterfaceNamePrefix".into(),
+            "detectLocal.interfaceNamePrefix",
+        ),
+    ]);
+    valid_each(&[
+        |c| {
+            c.detect_local_mode = "BridgeInterface".into();
+            c.detect_local.bridge_interface = "cbr0".into();
+        },
+        |c| {
+            c.detect_local_mode = "InterfaceNamePrefix".into();
+            c.detect_local.interface_name_prefix = "veth".into();
+        },
+        |c| c.detect_local_mode = "NodeCIDR".into(),
+    ]);
 }
 
 #[test]
 fn node_port_addresses() {
-    assert_valid(|c| c.node_port_addresses = Some(vec!["primary".into()]));
-    assert_valid(|c| {
-        c.node_port_addresses = Some(vec!["localhost".into(), "all".into(), "10.0.0.0/8".into()])
-    });
-    assert_valid(|c| {
-        c.node_port_addresses = Some(vec!["192.168.1.7/24".into(), "fd00::/64".into()])
-    });
-    assert_one(
-        |c| c.node_port_addresses = Some(vec!["10.0.0.0/8".into(), "10.0.0.1".into()]),
-        "nodePortAddresses[1]: Invalid value: \"10.0.0.1\"",
-    );
-    assert_one(
-        |c| c.node_port_addresses = Some(vec!["Primary".into()]),
-        "nodePortAddresses[0]",
-    );
+    one_error_each(&[
+        (
+            |c| c.node_port_addresses = Some(vec!["10.0.0.0/8".into(), "10.0.0.1".into()]),
+            "nodePortAddresses[1]: Invalid value: \"10.0.0.1\"",
+        ),
+        (
+            |c| c.node_port_addresses = Some(vec!["Primary".into()]),
+            "nodePortAddresses[0]",
+        ),
+    ]);
+    valid_each(&[
+        |c| c.node_port_addresses = Some(vec!["primary".into()]),
+        |c| {
+            c.node_port_addresses =
+                Some(vec!["localhost".into(), "all".into(), "10.0.0.0/8".into()])
+        },
+        |c| c.node_port_addresses = Some(vec!["192.168.1.7/24".into(), "fd00::/64".into()]),
+    ]);
 }
 
 #[test]
@@ -233,58 +276,64 @@ fn exclude_cidrs() {
 
 #[test]
 fn conntrack() {
-    assert_one(
-        |c| c.conntrack.max_per_core = Some(-1),
-        "conntrack.maxPerCore: Invalid value: -1",
-    );
-    assert_one(|c| c.conntrack.min = Some(-1), "conntrack.min");
-    assert_one(
-        |c| c.conntrack.tcp_established_timeout = Some(d("-1s")),
-        "conntrack.tcpEstablishedTimeout",
-    );
-    assert_one(
-        |c| c.conntrack.tcp_close_wait_timeout = Some(d("-1s")),
-        "conntrack.tcpCloseWaitTimeout",
-    );
-    assert_one(
-        |c| c.conntrack.udp_timeout = d("-1s"),
-        "conntrack.udpTimeout",
-    );
-    assert_one(
-        |c| c.conntrack.udp_stream_timeout = d("-1s"),
-        "conntrack.udpStreamTimeout",
-    );
-    assert_valid(|c| {
+    one_error_each(&[
+        (
+            |c| c.conntrack.max_per_core = Some(-1),
+            "conntrack.maxPerCore: Invalid value: -1",
+        ),
+        (|c| c.conntrack.min = Some(-1), "conntrack.min"),
+        (
+            |c| c.conntrack.tcp_established_timeout = Some(d("-1s")),
+            "conntrack.tcpEstablishedTimeout",
+        ),
+        (
+            |c| c.conntrack.tcp_close_wait_timeout = Some(d("-1s")),
+            "conntrack.tcpCloseWaitTimeout",
+        ),
+        (
+            |c| c.conntrack.udp_timeout = d("-1s"),
+            "conntrack.udpTimeout",
+        ),
+        (
+            |c| c.conntrack.udp_stream_timeout = d("-1s"),
+            "conntrack.udpStreamTimeout",
+        ),
+    ]);
+    valid_each(&[|c| {
         c.conntrack.max_per_core = Some(0);
         c.conntrack.tcp_established_timeout = Some(GoDuration::ZERO);
-    });
+    }]);
 }
 
 #[test]
 fn client_connection_mode_and_misc() {
-    assert_one(
-        |c| c.client_connection.burst = -1,
-        "clientConnection.burst: Invalid value: -1",
-    );
-    assert_one(
-        |c| c.client_connection.qps = f32::NAN,
-        "clientConnection.qps",
-    );
-    assert_one(
-        |c| c.mode = "iptables".into(),
-        "mode: Invalid value: \"iptables\": this binary implements only IPVS mode",
-    );
-    assert_one(|c| c.port_range = "2000-300".into(), "portRange");
-    assert_valid(|c| c.port_range = "300-2000".into());
-    assert_one(
-        |c| c.show_hidden_metrics_for_version = "v1".into(),
-        "showHiddenMetricsForVersion",
-    );
-    assert_valid(|c| c.show_hidden_metrics_for_version = "1.35".into());
-    assert_one(
-        |c| c.logging.format = "xml".into(),
-        "logging.format: Unsupported value: \"xml\"",
-    );
+    one_error_each(&[
+        (
+            |c| c.client_connection.burst = -1,
+            "clientConnection.burst: Invalid value: -1",
+        ),
+        (
+            |c| c.client_connection.qps = f32::NAN,
+            "clientConnection.qps",
+        ),
+        (
+            |c| c.mode = "iptables".into(),
+            "mode: Invalid value: \"iptables\": this binary implements only IPVS mode",
+        ),
+        (|c| c.port_range = "2000-300".into(), "portRange"),
+        (
+            |c| c.show_hidden_metrics_for_version = "v1".into(),
+            "showHiddenMetricsForVersion",
+        ),
+        (
+            |c| c.logging.format = "xml".into(),
+            "logging.format: Unsupported value: \"xml\"",
+        ),
+    ]);
+    valid_each(&[
+        |c| c.port_range = "300-2000".into(),
+        |c| c.show_hidden_metrics_for_version = "1.35".into(),
+    ]);
 }
 
 #[test]

@@ -91,7 +91,7 @@ fn node() -> NodeFacts {
 fn config() -> PlanConfig {
     PlanConfig {
         family: IpFamily::V4,
-        scheduler: String::new(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec!["10.128.0.0/9".parse().unwrap()]),

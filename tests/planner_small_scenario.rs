@@ -61,7 +61,7 @@ fn ref_node() -> NodeFacts {
 fn ref_cfg(family: IpFamily) -> PlanConfig {
     PlanConfig {
         family,
-        scheduler: String::new(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: match family {

@@ -641,7 +641,7 @@ fn mh_scheduler_flag() {
     b.session_affinity_timeout = Some(60);
     let (sm, em) = maps(vec![a, b], vec![]);
     let mut c = cfg(IpFamily::V4);
-    c.scheduler = "mh".into();
+    c.scheduler = kube_proxy_rs::scheduler::Scheduler::Mh;
     let d = plan(&sm, &em, &node(&[]), &c);
     let flags: Vec<(u32, u32, String)> = d
         .virtual_servers

@@ -90,7 +90,7 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
 fn run(p: &mut Proxier, d: &DesiredState, full: bool) -> SyncReport {
     let config = PlanConfig {
         family: IpFamily::V4,
-        scheduler: "rr".into(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: Default::default(),

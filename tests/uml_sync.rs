@@ -203,7 +203,7 @@ fn desired(family: IpFamily) -> DesiredState {
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
         family,
-        scheduler: "rr".into(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: Default::default(),
@@ -244,7 +244,7 @@ fn scenario_input(full: bool) -> SyncInput {
     };
     let family = |family| {
         let mut config = config(family);
-        config.scheduler = String::new();
+        config.scheduler = kube_proxy_rs::scheduler::Scheduler::default();
         if family == IpFamily::V4 {
             config.local_detector = LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]);
         }

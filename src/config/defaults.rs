@@ -68,6 +68,29 @@ pub fn apply_defaults(c: &mut ProxyConfig) {
     if c.kind.is_empty() {
         c.kind = KIND.to_string();
     }
+    default_servers(c);
+    c.oom_score_adj.get_or_insert(OOM_SCORE_ADJ);
+    default_mode_sections(c);
+    c.conntrack.max_per_core.get_or_insert(32 * 1024);
+    c.conntrack.min.get_or_insert(128 * 1024);
+    c.conntrack
+        .tcp_established_timeout
+        .get_or_insert(GoDuration::from_secs(24 * 3600));
+    c.conntrack
+        .tcp_close_wait_timeout
+        .get_or_insert(GoDuration::from_secs(3600));
+    if c.config_sync_period.is_zero() {
+        c.config_sync_period = GoDuration::from_secs(15 * 60);
+    }
+    default_client(c);
+    if c.detect_local_mode.is_empty() {
+        c.detect_local_mode = DETECT_LOCAL_MODE.to_string();
+    }
+    default_logging(c);
+}
+
+/// `bindAddress` and the server addresses that follow its family.
+fn default_servers(c: &mut ProxyConfig) {
     if c.bind_address.is_empty() {
         c.bind_address = "0.0.0.0".to_string();
     }
@@ -87,8 +110,10 @@ pub fn apply_defaults(c: &mut ProxyConfig) {
     } else {
         append_port_if_needed(&c.metrics_bind_address, METRICS_PORT)
     };
-    c.oom_score_adj.get_or_insert(OOM_SCORE_ADJ);
+}
 
+/// The per-mode sections' periods and mark bits.
+fn default_mode_sections(c: &mut ProxyConfig) {
     if c.iptables.sync_period.is_zero() {
         c.iptables.sync_period = GoDuration::from_secs(30);
     }
@@ -109,19 +134,10 @@ pub fn apply_defaults(c: &mut ProxyConfig) {
         c.nftables.min_sync_period = GoDuration::from_secs(1);
     }
     c.nftables.masquerade_bit.get_or_insert(MASQUERADE_BIT);
+}
 
-    c.conntrack.max_per_core.get_or_insert(32 * 1024);
-    c.conntrack.min.get_or_insert(128 * 1024);
-    c.conntrack
-        .tcp_established_timeout
-        .get_or_insert(GoDuration::from_secs(24 * 3600));
-    c.conntrack
-        .tcp_close_wait_timeout
-        .get_or_insert(GoDuration::from_secs(3600));
-
-    if c.config_sync_period.is_zero() {
-        c.config_sync_period = GoDuration::from_secs(15 * 60);
-    }
+/// component-base's client connection defaults.
+fn default_client(c: &mut ProxyConfig) {
     if c.client_connection.content_type.is_empty() {
         c.client_connection.content_type = CONTENT_TYPE.to_string();
     }
@@ -131,11 +147,10 @@ pub fn apply_defaults(c: &mut ProxyConfig) {
     if c.client_connection.burst == 0 {
         c.client_connection.burst = 10;
     }
-    if c.detect_local_mode.is_empty() {
-        c.detect_local_mode = DETECT_LOCAL_MODE.to_string();
-    }
+}
 
-    // component-base's recommended logging configuration.
+/// component-base's recommended logging configuration.
+fn default_logging(c: &mut ProxyConfig) {
     if c.logging.format.is_empty() {
         c.logging.format = "text".to_string();
     }
@@ -147,6 +162,19 @@ pub fn apply_defaults(c: &mut ProxyConfig) {
             opts.info_buffer_size = Quantity::default();
         }
     }
+}
+
+/// Keep what upstream's internal configuration keeps once the mode is known. It holds one sync period
+/// pair and one `masqueradeAll`, read from and written back to the active mode's section only
+/// (`pkg/proxy/apis/config/v1alpha1/conversion.go`), so in IPVS mode upstream runs with, and
+/// `--write-config-to` writes, `0s` for the iptables and nftables periods and `false` for
+/// `nftables.masqueradeAll`.
+pub fn keep_active_mode_only(c: &mut ProxyConfig) {
+    c.iptables.sync_period = GoDuration::ZERO;
+    c.iptables.min_sync_period = GoDuration::ZERO;
+    c.nftables.sync_period = GoDuration::ZERO;
+    c.nftables.min_sync_period = GoDuration::ZERO;
+    c.nftables.masquerade_all = false;
 }
 
 #[cfg(test)]

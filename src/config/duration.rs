@@ -83,61 +83,7 @@ impl GoDuration {
         }
         let mut total: u128 = 0;
         while !s.is_empty() {
-            // Integer part.
-            let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
-            let int_digits = &s[..int_len];
-            s = &s[int_len..];
-            // Optional fraction.
-            let mut frac_digits = "";
-            if let Some(rest) = s.strip_prefix('.') {
-                let frac_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-                frac_digits = &rest[..frac_len];
-                s = &rest[frac_len..];
-                if int_len == 0 && frac_len == 0 {
-                    return Err(invalid());
-                }
-            } else if int_len == 0 {
-                return Err(invalid());
-            }
-            // Unit: everything up to the next digit or '.'.
-            let unit_len = s
-                .char_indices()
-                .find(|(_, c)| *c == '.' || c.is_ascii_digit())
-                .map_or(s.len(), |(i, _)| i);
-            let unit = &s[..unit_len];
-            s = &s[unit_len..];
-            if unit.is_empty() {
-                return Err(DurationError::MissingUnit(input.to_string()));
-            }
-            let scale = match unit {
-                "ns" => NS,
-                "us" | "\u{b5}s" | "\u{3bc}s" => US,
-                "ms" => MS,
-                "s" => SEC,
-                "m" => MIN,
-                "h" => HOUR,
-                _ => {
-                    return Err(DurationError::UnknownUnit {
-                        unit: unit.to_string(),
-                        input: input.to_string(),
-                    });
-                }
-            };
-            let int_val: u128 = if int_digits.is_empty() {
-                0
-            } else {
-                int_digits.parse().map_err(|_| invalid())?
-            };
-            let mut value = int_val.checked_mul(scale).ok_or_else(invalid)?;
-            // Fraction: truncate like Go (it rounds down the sub-nanosecond remainder).
-            let mut frac_scale = scale;
-            for d in frac_digits.bytes() {
-                frac_scale /= 10;
-                if frac_scale == 0 {
-                    break;
-                }
-                value += u128::from(d - b'0') * frac_scale;
-            }
+            let value = parse_term(&mut s, input)?;
             total = total.checked_add(value).ok_or_else(invalid)?;
             if total > (i64::MAX as u128) + u128::from(neg) {
                 return Err(invalid());
@@ -151,6 +97,67 @@ impl GoDuration {
         };
         Ok(GoDuration(nanos))
     }
+}
+
+/// One `<number>[.<fraction>]<unit>` term of a Go duration, in nanoseconds; advances `s` past it.
+fn parse_term(s: &mut &str, input: &str) -> Result<u128, DurationError> {
+    let invalid = || DurationError::Invalid(input.to_string());
+    // Integer part.
+    let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
+    let int_digits = &s[..int_len];
+    *s = &s[int_len..];
+    // Optional fraction.
+    let mut frac_digits = "";
+    if let Some(rest) = s.strip_prefix('.') {
+        let frac_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        frac_digits = &rest[..frac_len];
+        *s = &rest[frac_len..];
+        if int_len == 0 && frac_len == 0 {
+            return Err(invalid());
+        }
+    } else if int_len == 0 {
+        return Err(invalid());
+    }
+    // Unit: everything up to the next digit or '.'.
+    let unit_len = s
+        .char_indices()
+        .find(|(_, c)| *c == '.' || c.is_ascii_digit())
+        .map_or(s.len(), |(i, _)| i);
+    let unit = &s[..unit_len];
+    *s = &s[unit_len..];
+    if unit.is_empty() {
+        return Err(DurationError::MissingUnit(input.to_string()));
+    }
+    let scale = match unit {
+        "ns" => NS,
+        "us" | "\u{b5}s" | "\u{3bc}s" => US,
+        "ms" => MS,
+        "s" => SEC,
+        "m" => MIN,
+        "h" => HOUR,
+        _ => {
+            return Err(DurationError::UnknownUnit {
+                unit: unit.to_string(),
+                input: input.to_string(),
+            });
+        }
+    };
+    let int_val: u128 = if int_digits.is_empty() {
+        0
+    } else {
+        int_digits.parse().map_err(|_| invalid())?
+    };
+    let mut value = int_val.checked_mul(scale).ok_or_else(invalid)?;
+    // Fraction: truncate like Go (it rounds down the sub-nanosecond remainder).
+    let mut frac_scale = scale;
+    for d in frac_digits.bytes() {
+        frac_scale /= 10;
+        if frac_scale == 0 {
+            break;
+        }
+        value += u128::from(d - b'0') * frac_scale;
+    }
+    Ok(value)
 }
 
 /// Integer part of `value / scale` followed by the fraction without trailing zeros.

@@ -131,19 +131,17 @@ pub fn load(path: &Path) -> Result<Decoded, FileError> {
     decode_inner(&text, Some(&display))
 }
 
-/// Encode a configuration as YAML, with `apiVersion` and `kind` set.
+/// Encode a configuration as YAML, with `apiVersion` and `kind` set, in exactly the text upstream's
+/// `--write-config-to` produces for the same values (see [`super::go_yaml`]).
 pub fn encode(config: &ProxyConfig) -> Result<String, FileError> {
     let mut config = config.clone();
     config.api_version = API_VERSION.to_string();
     config.kind = KIND.to_string();
-    let mut text = serde_saphyr::to_string(&config).map_err(|e| FileError::Write {
+    let value = serde_json::to_value(&config).map_err(|e| FileError::Write {
         path: String::new(),
         message: e.to_string(),
     })?;
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    Ok(text)
+    Ok(super::go_yaml::to_string(&value))
 }
 
 /// Write a configuration as YAML to `path` (`/dev/stdout` works).

@@ -230,7 +230,7 @@ pub struct Flags {
     /// Shortest interval between IPVS syncs; 0 syncs on every Service/EndpointSlice change. Ignored with --config.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub ipvs_min_sync_period: Option<GoDuration>,
-    /// IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, mh, fo, ovf; empty means rr). Ignored with --config.
+    /// IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos; empty means rr). Ignored with --config.
     #[arg(long, value_name = "NAME")]
     pub ipvs_scheduler: Option<String>,
     /// Comma-separated CIDRs whose IPVS services are never deleted by syncs (--cleanup still flushes IPVS). Ignored with --config.
@@ -393,88 +393,53 @@ impl Flags {
 
     /// Names of the flags that only fill the configuration (ignored when `--config` is set).
     pub fn config_flags_given(&self) -> Vec<&'static str> {
-        let checks: [(&'static str, bool); 41] = [
-            ("feature-gates", !self.feature_gates.is_empty()),
-            ("kubeconfig", self.kubeconfig.is_some()),
-            (
-                "kube-api-content-type",
-                self.kube_api_content_type.is_some(),
-            ),
-            ("kube-api-burst", self.kube_api_burst.is_some()),
-            ("kube-api-qps", self.kube_api_qps.is_some()),
-            ("bind-address", self.bind_address.is_some()),
-            ("healthz-bind-address", self.healthz_bind_address.is_some()),
-            ("metrics-bind-address", self.metrics_bind_address.is_some()),
-            (
-                "bind-address-hard-fail",
-                self.bind_address_hard_fail.is_some(),
-            ),
-            ("profiling", self.profiling.is_some()),
-            (
-                "show-hidden-metrics-for-version",
-                self.show_hidden_metrics_for_version.is_some(),
-            ),
-            ("proxy-mode", self.proxy_mode.is_some()),
-            (
-                "iptables-masquerade-bit",
-                self.iptables_masquerade_bit.is_some(),
-            ),
-            ("masquerade-all", self.masquerade_all.is_some()),
-            (
-                "iptables-localhost-nodeports",
-                self.iptables_localhost_nodeports.is_some(),
-            ),
-            ("iptables-sync-period", self.iptables_sync_period.is_some()),
-            (
-                "iptables-min-sync-period",
-                self.iptables_min_sync_period.is_some(),
-            ),
-            ("ipvs-sync-period", self.ipvs_sync_period.is_some()),
-            ("ipvs-min-sync-period", self.ipvs_min_sync_period.is_some()),
-            ("ipvs-scheduler", self.ipvs_scheduler.is_some()),
-            ("ipvs-exclude-cidrs", !self.ipvs_exclude_cidrs.is_empty()),
-            ("ipvs-strict-arp", self.ipvs_strict_arp.is_some()),
-            ("ipvs-tcp-timeout", self.ipvs_tcp_timeout.is_some()),
-            ("ipvs-tcpfin-timeout", self.ipvs_tcpfin_timeout.is_some()),
-            ("ipvs-udp-timeout", self.ipvs_udp_timeout.is_some()),
-            ("detect-local-mode", self.detect_local_mode.is_some()),
-            ("pod-bridge-interface", self.pod_bridge_interface.is_some()),
-            (
-                "pod-interface-name-prefix",
-                self.pod_interface_name_prefix.is_some(),
-            ),
-            ("cluster-cidr", self.cluster_cidr.is_some()),
-            ("nodeport-addresses", !self.nodeport_addresses.is_empty()),
-            ("oom-score-adj", self.oom_score_adj.is_some()),
-            (
-                "conntrack-max-per-core",
-                self.conntrack_max_per_core.is_some(),
-            ),
-            ("conntrack-min", self.conntrack_min.is_some()),
-            (
-                "conntrack-tcp-timeout-established",
-                self.conntrack_tcp_timeout_established.is_some(),
-            ),
-            (
-                "conntrack-tcp-timeout-close-wait",
-                self.conntrack_tcp_timeout_close_wait.is_some(),
-            ),
-            (
-                "conntrack-tcp-be-liberal",
-                self.conntrack_tcp_be_liberal.is_some(),
-            ),
-            (
-                "conntrack-udp-timeout",
-                self.conntrack_udp_timeout.is_some(),
-            ),
-            (
-                "conntrack-udp-timeout-stream",
-                self.conntrack_udp_timeout_stream.is_some(),
-            ),
-            ("config-sync-period", self.config_sync_period.is_some()),
-            ("healthz-port", self.healthz_port.is_some()),
-            ("metrics-port", self.metrics_port.is_some()),
-        ];
+        // `name => given` pairs, one line each.
+        macro_rules! given {
+            ($($name:literal => $given:expr,)*) => { [$(($name, $given)),*] };
+        }
+        let checks: [(&'static str, bool); 41] = given! {
+            "feature-gates" => !self.feature_gates.is_empty(),
+            "kubeconfig" => self.kubeconfig.is_some(),
+            "kube-api-content-type" => self.kube_api_content_type.is_some(),
+            "kube-api-burst" => self.kube_api_burst.is_some(),
+            "kube-api-qps" => self.kube_api_qps.is_some(),
+            "bind-address" => self.bind_address.is_some(),
+            "healthz-bind-address" => self.healthz_bind_address.is_some(),
+            "metrics-bind-address" => self.metrics_bind_address.is_some(),
+            "bind-address-hard-fail" => self.bind_address_hard_fail.is_some(),
+            "profiling" => self.profiling.is_some(),
+            "show-hidden-metrics-for-version" => self.show_hidden_metrics_for_version.is_some(),
+            "proxy-mode" => self.proxy_mode.is_some(),
+            "iptables-masquerade-bit" => self.iptables_masquerade_bit.is_some(),
+            "masquerade-all" => self.masquerade_all.is_some(),
+            "iptables-localhost-nodeports" => self.iptables_localhost_nodeports.is_some(),
+            "iptables-sync-period" => self.iptables_sync_period.is_some(),
+            "iptables-min-sync-period" => self.iptables_min_sync_period.is_some(),
+            "ipvs-sync-period" => self.ipvs_sync_period.is_some(),
+            "ipvs-min-sync-period" => self.ipvs_min_sync_period.is_some(),
+            "ipvs-scheduler" => self.ipvs_scheduler.is_some(),
+            "ipvs-exclude-cidrs" => !self.ipvs_exclude_cidrs.is_empty(),
+            "ipvs-strict-arp" => self.ipvs_strict_arp.is_some(),
+            "ipvs-tcp-timeout" => self.ipvs_tcp_timeout.is_some(),
+            "ipvs-tcpfin-timeout" => self.ipvs_tcpfin_timeout.is_some(),
+            "ipvs-udp-timeout" => self.ipvs_udp_timeout.is_some(),
+            "detect-local-mode" => self.detect_local_mode.is_some(),
+            "pod-bridge-interface" => self.pod_bridge_interface.is_some(),
+            "pod-interface-name-prefix" => self.pod_interface_name_prefix.is_some(),
+            "cluster-cidr" => self.cluster_cidr.is_some(),
+            "nodeport-addresses" => !self.nodeport_addresses.is_empty(),
+            "oom-score-adj" => self.oom_score_adj.is_some(),
+            "conntrack-max-per-core" => self.conntrack_max_per_core.is_some(),
+            "conntrack-min" => self.conntrack_min.is_some(),
+            "conntrack-tcp-timeout-established" => self.conntrack_tcp_timeout_established.is_some(),
+            "conntrack-tcp-timeout-close-wait" => self.conntrack_tcp_timeout_close_wait.is_some(),
+            "conntrack-tcp-be-liberal" => self.conntrack_tcp_be_liberal.is_some(),
+            "conntrack-udp-timeout" => self.conntrack_udp_timeout.is_some(),
+            "conntrack-udp-timeout-stream" => self.conntrack_udp_timeout_stream.is_some(),
+            "config-sync-period" => self.config_sync_period.is_some(),
+            "healthz-port" => self.healthz_port.is_some(),
+            "metrics-port" => self.metrics_port.is_some(),
+        };
         checks
             .into_iter()
             .filter_map(|(name, given)| given.then_some(name))

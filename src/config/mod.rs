@@ -8,6 +8,8 @@
 //! - only IPVS mode: an empty `mode` means `ipvs` (with a warning), any other mode is an error;
 //! - error paths are the YAML field paths (`ipvs.syncPeriod`), not Go struct names;
 //! - unknown feature gates are accepted (upstream rejects them);
+//! - `ipvs.scheduler` must name a stock kernel scheduler (see [`crate::scheduler`]); upstream has
+//!   accepted any name since 1.27 and fails at start-up when the kernel lacks it;
 //! - `nodePortAddresses` accepts any mix of CIDRs and `primary`/`localhost`/`all` (newest upstream);
 //! - `showHiddenMetricsForVersion` is checked for the `<major>.<minor>` form only;
 //! - legacy klog flags and the removed `--proxy-port-range`/`--udp-timeout` are accepted
@@ -17,6 +19,7 @@ pub mod defaults;
 pub mod duration;
 pub mod file;
 pub mod flags;
+pub mod go_yaml;
 pub mod options;
 pub mod types;
 pub mod validate;

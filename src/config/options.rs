@@ -1,13 +1,15 @@
 //! Resolution of flags and configuration file into the [`Options`] the daemon runs with,
 //! with upstream's precedence, plus typed accessors for the daemon.
 
-use super::defaults::{append_port_if_needed, apply_defaults};
+use super::defaults::{append_port_if_needed, apply_defaults, keep_active_mode_only};
+use super::duration::GoDuration;
 use super::file::{self, FileError};
 use super::flags::{Flags, normalize_args, split_list};
 use super::types::{ProxyConfig, Quantity};
 use super::validate::{ValidationErrors, parse_cidr, validate};
 use crate::cluster::model::IpFamily;
 use crate::proxier::plan::LocalDetector;
+use crate::scheduler::Scheduler;
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use ipnet::IpNet;
@@ -165,13 +167,10 @@ impl ProxyConfig {
             .collect()
     }
 
-    /// IPVS scheduler with the default applied (`""` is `rr`).
-    pub fn scheduler(&self) -> &str {
-        if self.ipvs.scheduler.is_empty() {
-            "rr"
-        } else {
-            &self.ipvs.scheduler
-        }
+    /// IPVS scheduler with the default applied (`""` is `rr`); validation refuses unknown names, so
+    /// the default stands in only for a configuration that was never validated.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler::parse_or_default(&self.ipvs.scheduler).unwrap_or_default()
     }
 
     /// The SNAT mark bit (`iptables.masqueradeBit`, default 14).
@@ -320,9 +319,8 @@ where
     resolve(flags).map(|o| Invocation::Run(Box::new(o)))
 }
 
-/// Apply upstream's precedence: a config file wins over flags except `--hostname-override`,
-/// `--master`, logging flags and action flags. Then default, resolve the mode and validate.
-pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
+/// Warnings about legacy, removed, deprecated and iptables-only flags that were given.
+fn flag_warnings(flags: &Flags) -> Vec<String> {
     let mut warnings = Vec::new();
     for name in flags.legacy_flags_given() {
         warnings.push(format!(
@@ -364,7 +362,13 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
             ));
         }
     }
+    warnings
+}
 
+/// Apply upstream's precedence: a config file wins over flags except `--hostname-override`,
+/// `--master`, logging flags and action flags. Then default, resolve the mode and validate.
+pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
+    let mut warnings = flag_warnings(&flags);
     let mut config = match &flags.config {
         Some(path) => {
             let decoded = file::load(path)?;
@@ -401,6 +405,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         );
         config.mode = "ipvs".to_string();
     }
+    keep_active_mode_only(&mut config);
     validate(&config)?;
 
     let node_name = if config.hostname_override.trim().is_empty() {
@@ -445,132 +450,35 @@ fn apply_disabled_servers(f: &Flags, c: &mut ProxyConfig) {
     }
 }
 
+/// Defaults upstream gives `--ipvs-sync-period` / `--ipvs-min-sync-period`: its flags take their
+/// defaults from the configuration built before the mode is known, i.e. from the iptables section
+/// (30s / 1s). A flags-only IPVS node therefore syncs at most once a second unless told otherwise,
+/// while a configuration file's unset `ipvs.minSyncPeriod` stays 0s.
+pub const FLAGS_SYNC_PERIOD: GoDuration = GoDuration::from_secs(30);
+/// See [`FLAGS_SYNC_PERIOD`].
+pub const FLAGS_MIN_SYNC_PERIOD: GoDuration = GoDuration::from_secs(1);
+
+/// `dst = src` when the flag was given.
+fn set<T: Clone>(dst: &mut T, src: &Option<T>) {
+    if let Some(v) = src {
+        *dst = v.clone();
+    }
+}
+
+/// `dst = Some(src)` when the flag was given (upstream's pointer fields).
+fn set_some<T: Clone>(dst: &mut Option<T>, src: &Option<T>) {
+    if src.is_some() {
+        dst.clone_from(src);
+    }
+}
+
 /// Build the configuration from flags alone (no `--config`).
 fn config_from_flags(f: &Flags) -> ProxyConfig {
     let mut c = ProxyConfig::default();
-    for gates in &f.feature_gates {
-        for (name, value) in gates {
-            c.feature_gates.insert(name.clone(), *value);
-        }
-    }
-    let cc = &mut c.client_connection;
-    if let Some(v) = &f.kubeconfig {
-        cc.kubeconfig = v.clone();
-    }
-    if let Some(v) = &f.kube_api_content_type {
-        cc.content_type = v.clone();
-    }
-    if let Some(v) = f.kube_api_burst {
-        cc.burst = v;
-    }
-    if let Some(v) = f.kube_api_qps {
-        cc.qps = v;
-    }
-    if let Some(v) = &f.bind_address {
-        c.bind_address = v.clone();
-    }
-    if let Some(v) = &f.healthz_bind_address {
-        c.healthz_bind_address = v.clone();
-    }
-    if let Some(v) = &f.metrics_bind_address {
-        c.metrics_bind_address = v.clone();
-    }
-    if let Some(v) = f.bind_address_hard_fail {
-        c.bind_address_hard_fail = v;
-    }
-    if let Some(v) = f.profiling {
-        c.enable_profiling = v;
-    }
-    if let Some(v) = &f.show_hidden_metrics_for_version {
-        c.show_hidden_metrics_for_version = v.clone();
-    }
-    if let Some(v) = &f.proxy_mode {
-        c.mode = v.clone();
-    }
-    if let Some(v) = f.iptables_masquerade_bit {
-        c.iptables.masquerade_bit = Some(v);
-    }
-    if let Some(v) = f.masquerade_all {
-        c.iptables.masquerade_all = v;
-    }
-    if let Some(v) = f.iptables_localhost_nodeports {
-        c.iptables.localhost_node_ports = Some(v);
-    }
-    if let Some(v) = f.iptables_sync_period {
-        c.iptables.sync_period = v;
-    }
-    if let Some(v) = f.iptables_min_sync_period {
-        c.iptables.min_sync_period = v;
-    }
-    if let Some(v) = f.ipvs_sync_period {
-        c.ipvs.sync_period = v;
-    }
-    if let Some(v) = f.ipvs_min_sync_period {
-        c.ipvs.min_sync_period = v;
-    }
-    if let Some(v) = &f.ipvs_scheduler {
-        c.ipvs.scheduler = v.clone();
-    }
-    if !f.ipvs_exclude_cidrs.is_empty() {
-        c.ipvs.exclude_cidrs = Some(split_list(&f.ipvs_exclude_cidrs));
-    }
-    if let Some(v) = f.ipvs_strict_arp {
-        c.ipvs.strict_arp = v;
-    }
-    if let Some(v) = f.ipvs_tcp_timeout {
-        c.ipvs.tcp_timeout = v;
-    }
-    if let Some(v) = f.ipvs_tcpfin_timeout {
-        c.ipvs.tcp_fin_timeout = v;
-    }
-    if let Some(v) = f.ipvs_udp_timeout {
-        c.ipvs.udp_timeout = v;
-    }
-    if let Some(v) = &f.detect_local_mode {
-        c.detect_local_mode = v.clone();
-    }
-    if let Some(v) = &f.pod_bridge_interface {
-        c.detect_local.bridge_interface = v.clone();
-    }
-    if let Some(v) = &f.pod_interface_name_prefix {
-        c.detect_local.interface_name_prefix = v.clone();
-    }
-    if let Some(v) = &f.cluster_cidr {
-        c.cluster_cidr = v.clone();
-    }
-    if !f.nodeport_addresses.is_empty() {
-        c.node_port_addresses = Some(split_list(&f.nodeport_addresses));
-    }
-    if let Some(v) = f.oom_score_adj {
-        c.oom_score_adj = Some(v);
-    }
-    if let Some(v) = f.conntrack_max_per_core {
-        c.conntrack.max_per_core = Some(v);
-    }
-    if let Some(v) = f.conntrack_min {
-        c.conntrack.min = Some(v);
-    }
-    if let Some(v) = f.conntrack_tcp_timeout_established {
-        c.conntrack.tcp_established_timeout = Some(v);
-    }
-    if let Some(v) = f.conntrack_tcp_timeout_close_wait {
-        c.conntrack.tcp_close_wait_timeout = Some(v);
-    }
-    if let Some(v) = f.conntrack_tcp_be_liberal {
-        c.conntrack.tcp_be_liberal = v;
-    }
-    if let Some(v) = f.conntrack_udp_timeout {
-        c.conntrack.udp_timeout = v;
-    }
-    if let Some(v) = f.conntrack_udp_timeout_stream {
-        c.conntrack.udp_stream_timeout = v;
-    }
-    if let Some(v) = f.config_sync_period {
-        c.config_sync_period = v;
-    }
-    if let Some(v) = &f.proxy_port_range {
-        c.port_range = v.clone();
-    }
+    general_flags(f, &mut c);
+    ipvs_flags(f, &mut c);
+    local_traffic_flags(f, &mut c);
+    conntrack_flags(f, &mut c);
     // Deprecated port flags only apply when neither --config nor --write-config-to is used.
     if f.write_config_to.is_none() {
         if let Some(port) = f.healthz_port {
@@ -581,6 +489,89 @@ fn config_from_flags(f: &Flags) -> ProxyConfig {
         }
     }
     c
+}
+
+/// API client, servers, mode, masquerading and the other top-level flags.
+fn general_flags(f: &Flags, c: &mut ProxyConfig) {
+    for (name, value) in f.feature_gates.iter().flatten() {
+        c.feature_gates.insert(name.clone(), *value);
+    }
+    let cc = &mut c.client_connection;
+    set(&mut cc.kubeconfig, &f.kubeconfig);
+    set(&mut cc.content_type, &f.kube_api_content_type);
+    set(&mut cc.burst, &f.kube_api_burst);
+    set(&mut cc.qps, &f.kube_api_qps);
+    set(&mut c.bind_address, &f.bind_address);
+    set(&mut c.healthz_bind_address, &f.healthz_bind_address);
+    set(&mut c.metrics_bind_address, &f.metrics_bind_address);
+    set(&mut c.bind_address_hard_fail, &f.bind_address_hard_fail);
+    set(&mut c.enable_profiling, &f.profiling);
+    set(
+        &mut c.show_hidden_metrics_for_version,
+        &f.show_hidden_metrics_for_version,
+    );
+    set(&mut c.mode, &f.proxy_mode);
+    set_some(&mut c.iptables.masquerade_bit, &f.iptables_masquerade_bit);
+    set(&mut c.iptables.masquerade_all, &f.masquerade_all);
+    set_some(
+        &mut c.iptables.localhost_node_ports,
+        &f.iptables_localhost_nodeports,
+    );
+    set_some(&mut c.oom_score_adj, &f.oom_score_adj);
+    set(&mut c.config_sync_period, &f.config_sync_period);
+    set(&mut c.port_range, &f.proxy_port_range);
+    // --iptables-sync-period / --iptables-min-sync-period apply to iptables mode only: as upstream,
+    // they are not kept (resolve warns about them).
+}
+
+/// The `--ipvs-*` flags; the sync periods get upstream's flag defaults.
+fn ipvs_flags(f: &Flags, c: &mut ProxyConfig) {
+    let ipvs = &mut c.ipvs;
+    ipvs.sync_period = f.ipvs_sync_period.unwrap_or(FLAGS_SYNC_PERIOD);
+    ipvs.min_sync_period = f.ipvs_min_sync_period.unwrap_or(FLAGS_MIN_SYNC_PERIOD);
+    set(&mut ipvs.scheduler, &f.ipvs_scheduler);
+    if !f.ipvs_exclude_cidrs.is_empty() {
+        ipvs.exclude_cidrs = Some(split_list(&f.ipvs_exclude_cidrs));
+    }
+    set(&mut ipvs.strict_arp, &f.ipvs_strict_arp);
+    set(&mut ipvs.tcp_timeout, &f.ipvs_tcp_timeout);
+    set(&mut ipvs.tcp_fin_timeout, &f.ipvs_tcpfin_timeout);
+    set(&mut ipvs.udp_timeout, &f.ipvs_udp_timeout);
+}
+
+/// Local-traffic detection and NodePort addresses.
+fn local_traffic_flags(f: &Flags, c: &mut ProxyConfig) {
+    set(&mut c.detect_local_mode, &f.detect_local_mode);
+    set(
+        &mut c.detect_local.bridge_interface,
+        &f.pod_bridge_interface,
+    );
+    set(
+        &mut c.detect_local.interface_name_prefix,
+        &f.pod_interface_name_prefix,
+    );
+    set(&mut c.cluster_cidr, &f.cluster_cidr);
+    if !f.nodeport_addresses.is_empty() {
+        c.node_port_addresses = Some(split_list(&f.nodeport_addresses));
+    }
+}
+
+/// The `--conntrack-*` flags.
+fn conntrack_flags(f: &Flags, c: &mut ProxyConfig) {
+    let ct = &mut c.conntrack;
+    set_some(&mut ct.max_per_core, &f.conntrack_max_per_core);
+    set_some(&mut ct.min, &f.conntrack_min);
+    set_some(
+        &mut ct.tcp_established_timeout,
+        &f.conntrack_tcp_timeout_established,
+    );
+    set_some(
+        &mut ct.tcp_close_wait_timeout,
+        &f.conntrack_tcp_timeout_close_wait,
+    );
+    set(&mut ct.tcp_be_liberal, &f.conntrack_tcp_be_liberal);
+    set(&mut ct.udp_timeout, &f.conntrack_udp_timeout);
+    set(&mut ct.udp_stream_timeout, &f.conntrack_udp_timeout_stream);
 }
 
 /// Logging flags override the configuration (file or flags), as upstream's copyLogsFromFlags.

@@ -59,6 +59,17 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// Write a float32 as upstream does (Go's JSON encoding, then YAML): integral values as integers,
+/// others with their shortest float32 digits.
+fn go_float32<S: Serializer>(v: &f32, serializer: S) -> Result<S::Ok, S::Error> {
+    const I64_RANGE: f32 = 9.2e18;
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < I64_RANGE {
+        serializer.serialize_i64(*v as i64)
+    } else {
+        serializer.serialize_f64(v.to_string().parse().unwrap_or(f64::from(*v)))
+    }
+}
+
 /// A resource quantity such as `"0"` or `"1Mi"` (kept as text; only logging uses it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quantity(pub String);
@@ -238,7 +249,7 @@ config_structs! {
         #[serde(deserialize_with = "go_string")]
         pub kubeconfig: String,
         /// Client-side queries per second.
-        #[serde(deserialize_with = "nullable")]
+        #[serde(deserialize_with = "nullable", serialize_with = "go_float32")]
         pub qps: f32,
     }
 
@@ -285,8 +296,9 @@ config_structs! {
         /// iptables-mode minimum resync interval (ignored).
         #[serde(deserialize_with = "nullable")]
         pub min_sync_period: GoDuration,
-        /// SNAT with the node's InternalIP (iptables mode only; ignored).
-        #[serde(rename = "snatNodeInternalIP")]
+        /// SNAT with the node's InternalIP (iptables mode only; ignored). Read for compatibility but
+        /// never written: no upstream release has the key.
+        #[serde(rename = "snatNodeInternalIP", skip_serializing)]
         pub snat_node_internal_ip: Option<bool>,
         /// iptables-mode full resync interval (ignored).
         #[serde(deserialize_with = "nullable")]

@@ -4,14 +4,10 @@
 use super::defaults::split_host_port;
 use super::duration::GoDuration;
 use super::types::ProxyConfig;
+use crate::scheduler::Scheduler;
 use ipnet::IpNet;
 use std::fmt;
 use std::net::IpAddr;
-
-/// IPVS schedulers the kernel may provide (`""` means `rr`).
-pub const SCHEDULERS: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf",
-];
 
 /// Supported `detectLocalMode` values (`""` means `ClusterCIDR`).
 pub const LOCAL_MODES: &[&str] = &[
@@ -162,7 +158,6 @@ fn valid_port_range(s: &str) -> bool {
 /// Validate a defaulted configuration whose `mode` has been resolved.
 pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     let mut e = Errs(Vec::new());
-
     for name in c.feature_gates.keys() {
         if name.trim().is_empty() {
             e.invalid(
@@ -172,7 +167,6 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             );
         }
     }
-
     if let Some(bit) = c.iptables.masquerade_bit
         && !(0..=31).contains(&bit)
     {
@@ -182,8 +176,40 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             "must be within the range [0, 31]",
         );
     }
+    validate_ipvs(c, &mut e);
+    validate_conntrack(c, &mut e);
+    if let Some(v) = c.oom_score_adj
+        && !(-1000..=1000).contains(&v)
+    {
+        e.invalid(
+            "oomScoreAdj",
+            v.to_string(),
+            "must be within the range [-1000, 1000]",
+        );
+    }
+    if c.mode != "ipvs" {
+        e.invalid(
+            "mode",
+            q(&c.mode),
+            "this binary implements only IPVS mode: must be \"ipvs\" or blank",
+        );
+    }
+    validate_client(c, &mut e);
+    validate_servers(c, &mut e);
+    validate_addresses(c, &mut e);
+    validate_detect_local(c, &mut e);
+    if !matches!(c.logging.format.as_str(), "" | "text" | "json") {
+        e.not_supported("logging.format", &c.logging.format, &["json", "text"]);
+    }
+    if e.0.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationErrors(e.0))
+    }
+}
 
-    // IPVS mode: ipvs.syncPeriod/minSyncPeriod are the proxier's sync periods.
+/// The `ipvs` section: in IPVS mode its sync periods are the proxier's.
+fn validate_ipvs(c: &ProxyConfig, e: &mut Errs) {
     let ipvs = &c.ipvs;
     if ipvs.sync_period.as_nanos() <= 0 {
         e.invalid(
@@ -192,13 +218,7 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             "must be greater than 0",
         );
     }
-    if ipvs.min_sync_period.is_negative() {
-        e.invalid(
-            "ipvs.minSyncPeriod",
-            dq(ipvs.min_sync_period),
-            "must be greater than or equal to 0",
-        );
-    }
+    e.non_negative_duration("ipvs.minSyncPeriod", ipvs.min_sync_period);
     if ipvs.sync_period.as_nanos() > 0 && ipvs.min_sync_period > ipvs.sync_period {
         e.invalid(
             "ipvs.syncPeriod",
@@ -209,13 +229,14 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     e.non_negative_duration("ipvs.tcpTimeout", ipvs.tcp_timeout);
     e.non_negative_duration("ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout);
     e.non_negative_duration("ipvs.udpTimeout", ipvs.udp_timeout);
-    if !ipvs.scheduler.is_empty() && !SCHEDULERS.contains(&ipvs.scheduler.as_str()) {
+    if Scheduler::parse_or_default(&ipvs.scheduler).is_err() {
         e.invalid(
             "ipvs.scheduler",
             q(&ipvs.scheduler),
             format!(
-                "must be one of [{}], blank means the default algorithm method (currently rr)",
-                SCHEDULERS.join(" ")
+                "must be one of [{}], blank means the default algorithm method (currently {})",
+                Scheduler::names(),
+                Scheduler::default()
             ),
         );
     }
@@ -228,25 +249,19 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             );
         }
     }
+}
 
+fn validate_conntrack(c: &ProxyConfig, e: &mut Errs) {
     let ct = &c.conntrack;
-    if let Some(v) = ct.max_per_core
-        && v < 0
-    {
-        e.invalid(
-            "conntrack.maxPerCore",
-            v.to_string(),
-            "must be greater than or equal to 0",
-        );
-    }
-    if let Some(v) = ct.min
-        && v < 0
-    {
-        e.invalid(
-            "conntrack.min",
-            v.to_string(),
-            "must be greater than or equal to 0",
-        );
+    for (field, value) in [
+        ("conntrack.maxPerCore", ct.max_per_core),
+        ("conntrack.min", ct.min),
+    ] {
+        if let Some(v) = value
+            && v < 0
+        {
+            e.invalid(field, v.to_string(), "must be greater than or equal to 0");
+        }
     }
     if let Some(d) = ct.tcp_established_timeout {
         e.non_negative_duration("conntrack.tcpEstablishedTimeout", d);
@@ -256,25 +271,10 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     }
     e.non_negative_duration("conntrack.udpTimeout", ct.udp_timeout);
     e.non_negative_duration("conntrack.udpStreamTimeout", ct.udp_stream_timeout);
+}
 
-    if let Some(v) = c.oom_score_adj
-        && !(-1000..=1000).contains(&v)
-    {
-        e.invalid(
-            "oomScoreAdj",
-            v.to_string(),
-            "must be within the range [-1000, 1000]",
-        );
-    }
-
-    if c.mode != "ipvs" {
-        e.invalid(
-            "mode",
-            q(&c.mode),
-            "this binary implements only IPVS mode: must be \"ipvs\" or blank",
-        );
-    }
-
+/// `clientConnection` and `configSyncPeriod`.
+fn validate_client(c: &ProxyConfig, e: &mut Errs) {
     if c.client_connection.burst < 0 {
         e.invalid(
             "clientConnection.burst",
@@ -289,7 +289,6 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             "must be a finite number",
         );
     }
-
     if c.config_sync_period.as_nanos() <= 0 {
         e.invalid(
             "configSyncPeriod",
@@ -297,7 +296,10 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             "must be greater than 0",
         );
     }
+}
 
+/// `bindAddress`, the two server addresses and `showHiddenMetricsForVersion`.
+fn validate_servers(c: &ProxyConfig, e: &mut Errs) {
     if c.bind_address.parse::<IpAddr>().is_err() {
         e.invalid(
             "bindAddress",
@@ -311,25 +313,6 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     if !c.metrics_bind_address.is_empty() {
         e.host_port("metricsBindAddress", &c.metrics_bind_address);
     }
-
-    if !valid_port_range(&c.port_range) {
-        e.invalid(
-            "portRange",
-            q(&c.port_range),
-            "must be a valid port range (e.g. 300-2000)",
-        );
-    }
-
-    for (i, addr) in c.node_port_addresses.iter().flatten().enumerate() {
-        if !NODE_PORT_KEYWORDS.contains(&addr.as_str()) && parse_cidr(addr).is_none() {
-            e.invalid(
-                format!("nodePortAddresses[{i}]"),
-                q(addr),
-                "must be a valid CIDR or one of 'primary', 'localhost', 'all'",
-            );
-        }
-    }
-
     let v = &c.show_hidden_metrics_for_version;
     if !v.is_empty() {
         let ok = v
@@ -343,17 +326,25 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
             );
         }
     }
+}
 
-    validate_detect_local(c, &mut e);
-
-    if !matches!(c.logging.format.as_str(), "" | "text" | "json") {
-        e.not_supported("logging.format", &c.logging.format, &["json", "text"]);
+/// `portRange` and `nodePortAddresses`.
+fn validate_addresses(c: &ProxyConfig, e: &mut Errs) {
+    if !valid_port_range(&c.port_range) {
+        e.invalid(
+            "portRange",
+            q(&c.port_range),
+            "must be a valid port range (e.g. 300-2000)",
+        );
     }
-
-    if e.0.is_empty() {
-        Ok(())
-    } else {
-        Err(ValidationErrors(e.0))
+    for (i, addr) in c.node_port_addresses.iter().flatten().enumerate() {
+        if !NODE_PORT_KEYWORDS.contains(&addr.as_str()) && parse_cidr(addr).is_none() {
+            e.invalid(
+                format!("nodePortAddresses[{i}]"),
+                q(addr),
+                "must be a valid CIDR or one of 'primary', 'localhost', 'all'",
+            );
+        }
     }
 }
 

@@ -66,7 +66,7 @@ impl SyncSettings {
                     family,
                     PlanConfig {
                         family,
-                        scheduler: c.scheduler().to_string(),
+                        scheduler: c.scheduler(),
                         masquerade_all: c.iptables.masquerade_all,
                         masquerade_bit: c.masquerade_bit(),
                         local_detector: Default::default(),

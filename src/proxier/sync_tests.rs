@@ -35,7 +35,7 @@ fn key(addr: &str, port: u16, protocol: Protocol) -> IpvsServiceKey {
 fn config() -> PlanConfig {
     PlanConfig {
         family: IpFamily::V4,
-        scheduler: "rr".into(),
+        scheduler: crate::scheduler::Scheduler::Rr,
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: Default::default(),

@@ -98,7 +98,7 @@ pub fn maps(
 pub fn cfg(family: IpFamily) -> PlanConfig {
     PlanConfig {
         family,
-        scheduler: String::new(),
+        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: LocalDetector::None,

@@ -52,7 +52,7 @@ fn node_facts(variant: u64) -> NodeFacts {
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
         family,
-        scheduler: String::new(),
+        scheduler: crate::scheduler::Scheduler::default(),
         masquerade_all: false,
         masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec![

@@ -1,14 +1,10 @@
 //! IPVS virtual servers and their real servers, as upstream's `syncService` / `syncEndpoint` build them.
 
 use crate::cluster::model::{Endpoint, IpFamily, Protocol, ServicePort};
-use crate::kernel::ipvs::{
-    FLAG_MH_PORT, FLAG_PERSISTENT, IpvsDestination, IpvsService, IpvsServiceKey,
-};
+use crate::kernel::ipvs::{FLAG_PERSISTENT, IpvsDestination, IpvsService, IpvsServiceKey};
+use crate::scheduler::Scheduler;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-
-/// Scheduler used when none is configured.
-pub const DEFAULT_SCHEDULER: &str = "rr";
 
 /// Real servers keyed by (address, port).
 pub type Destinations = BTreeMap<(IpAddr, u16), IpvsDestination>;
@@ -32,20 +28,18 @@ pub struct VsTemplate<'a> {
 }
 
 impl<'a> VsTemplate<'a> {
-    /// Template for `svc` with `scheduler` (already defaulted): persistence for ClientIP affinity and the
-    /// mh-port flag for the `mh` scheduler.
-    pub fn new(svc: &ServicePort, scheduler: &'a str, family: IpFamily) -> Self {
+    /// Template for `svc` with `scheduler`: persistence for ClientIP affinity and the scheduler's
+    /// default flags (mh-port for `mh`, as upstream).
+    pub fn new(svc: &ServicePort, scheduler: Scheduler, family: IpFamily) -> Self {
         let mut flags = 0;
         let mut timeout = 0;
         if let Some(t) = svc.session_affinity_timeout {
             flags |= FLAG_PERSISTENT;
             timeout = t;
         }
-        if scheduler == "mh" {
-            flags |= FLAG_MH_PORT;
-        }
+        flags |= scheduler.default_flags();
         VsTemplate {
-            scheduler,
+            scheduler: scheduler.name(),
             flags,
             timeout,
             netmask: netmask(family),

@@ -14,9 +14,10 @@ use crate::cluster::select::{Categorized, categorize};
 use crate::proxier::desired::{
     DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService,
 };
+use crate::scheduler::Scheduler;
 use ipnet::IpNet;
 use ipsets::{SetKind, entry, ip_port, ip_port_ip, ip_port_net};
-use ipvs::{DEFAULT_SCHEDULER, VsTemplate, destinations};
+use ipvs::{VsTemplate, destinations};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -39,8 +40,8 @@ pub enum LocalDetector {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanConfig {
     pub family: IpFamily,
-    /// IPVS scheduler; empty means `rr`.
-    pub scheduler: String,
+    /// The node's IPVS scheduler.
+    pub scheduler: Scheduler,
     pub masquerade_all: bool,
     /// Mark bit for masquerading (mark = 1 << bit).
     pub masquerade_bit: u32,
@@ -104,7 +105,7 @@ struct Context {
     family: IpFamily,
     node_name: String,
     zone: Option<String>,
-    scheduler: String,
+    scheduler: Scheduler,
     /// The node's primary IP of this family (LB source-range checks).
     node_ip: Option<IpAddr>,
     /// NodePort addresses of this family, sorted and deduplicated.
@@ -159,11 +160,7 @@ impl Context {
             family,
             node_name: node.node_name.clone(),
             zone: node.zone.clone(),
-            scheduler: if cfg.scheduler.is_empty() {
-                DEFAULT_SCHEDULER.to_string()
-            } else {
-                cfg.scheduler.clone()
-            },
+            scheduler: cfg.scheduler,
             node_ip: node
                 .node_ips
                 .iter()
@@ -208,7 +205,7 @@ impl Context {
         }
 
         let cat = categorize(eps, svc, family, node_name, self.zone.as_deref());
-        let tmpl = VsTemplate::new(svc, &self.scheduler, family);
+        let tmpl = VsTemplate::new(svc, self.scheduler, family);
         let etp_local = svc.external_policy_local();
 
         acc.set(
