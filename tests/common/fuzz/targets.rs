@@ -11,6 +11,7 @@ use fastrand::Rng;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_proxy_rs::cluster::convert;
+use kube_proxy_rs::cluster::decode::{Decoded, Lenient};
 use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::config::{defaults, duration::GoDuration, file, flags, options, validate};
 use kube_proxy_rs::kernel::conntrack::netlink as ct;
@@ -627,8 +628,25 @@ fn gen_service(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
     }
 }
 
+/// The watcher's decode of one object: lenient, per object. Whatever the strict typed decode accepts,
+/// the lenient one accepts too; what it rejects is reported with a reason.
+fn lenient<K: Lenient + Clone>(kind: &str, buf: &[u8]) -> Result<Option<K>, String> {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(buf) else {
+        return Ok(None);
+    };
+    let strict_ok = serde_json::from_value::<K>(value.clone()).is_ok();
+    match Decoded::<K>::from_value(value) {
+        Decoded::Object(k) => Ok(Some(k)),
+        Decoded::Unreadable(u) if strict_ok => Err(format!(
+            "{kind}: strict decode accepts what the lenient one rejects: {}",
+            u.error
+        )),
+        Decoded::Unreadable(u) => named(kind, &u.error).map(|()| None),
+    }
+}
+
 fn check_service(buf: &[u8]) -> Result<(), String> {
-    let Ok(svc) = serde_json::from_slice::<Service>(buf) else {
+    let Some(svc) = lenient::<Service>("Service", buf)? else {
         return Ok(());
     };
     match convert::service_ports(&svc) {
@@ -650,7 +668,7 @@ fn gen_slice(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
 }
 
 fn check_slice(buf: &[u8]) -> Result<(), String> {
-    let Ok(slice) = serde_json::from_slice::<EndpointSlice>(buf) else {
+    let Some(slice) = lenient::<EndpointSlice>("EndpointSlice", buf)? else {
         return Ok(());
     };
     let _ = convert::slice_keys(&slice);
