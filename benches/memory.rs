@@ -163,7 +163,7 @@ fn run(n: usize) {
         links: Box::new(links.clone()),
         conntrack: Box::new(FakeConntrack::new()),
     };
-    let mut proxier = Proxier::with_planner(backends);
+    let mut proxier = Proxier::new(backends);
     let input = SyncInput {
         families: vec![FamilySnapshot {
             services: sm.clone(),

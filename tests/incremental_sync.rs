@@ -122,7 +122,7 @@ fn input(
 #[test]
 fn event_driven_sync_writes_only_the_changed_service() {
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let (sm, mut em) = cluster(200);
     let sm = Arc::new(sm);
     let r = p.sync_proxy_rules(input(&sm, &Arc::new(em.clone()), true, None));
@@ -176,7 +176,7 @@ fn event_driven_sync_writes_only_the_changed_service() {
 #[test]
 fn periodic_sync_repairs_drift_the_event_path_does_not_see() {
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let (sm, em) = cluster(50);
     let (sm, em) = (Arc::new(sm), Arc::new(em));
     p.sync_proxy_rules(input(&sm, &em, true, None));
@@ -220,7 +220,7 @@ fn one_endpoint_change_at_10k_services_figures() {
     const SERVICES: u32 = 10_000;
     const RUNS: u32 = 1000;
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let (sm, mut em) = cluster(SERVICES);
     let sm = Arc::new(sm);
     let t = Instant::now();
@@ -375,7 +375,7 @@ fn assert_kernel_matches_plan(kit: &Kit, sm: &ServiceMap, em: &EndpointsMap, ste
 #[test]
 fn random_event_driven_syncs_keep_the_kernel_equal_to_the_full_plan() {
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let mut rng = Rng(0x5eed_1234_abcd);
     let mut sm = ServiceMap::new();
     let mut em = EndpointsMap::new();

@@ -4,7 +4,7 @@ mod planner_support;
 
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
 use kube_proxy_rs::kernel::ipvs::ForwardMethod;
-use kube_proxy_rs::proxier::desired::DesiredState;
+use kube_proxy_rs::proxier::desired::{DesiredState, TrafficPolicy};
 use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig, plan};
 use planner_support::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -253,8 +253,8 @@ fn bound_addresses_match_kube_ipvs0() {
     assert_eq!(v4.bound_addresses, want);
     assert!(v6.bound_addresses.is_empty());
     assert!(v4.health_checks.is_empty());
-    assert_eq!(v4.no_local_endpoints["internal"], 0);
-    assert_eq!(v4.no_local_endpoints["external"], 0);
+    assert_eq!(v4.no_local_endpoints[&TrafficPolicy::Internal], 0);
+    assert_eq!(v4.no_local_endpoints[&TrafficPolicy::External], 0);
 }
 
 #[test]

@@ -4,6 +4,7 @@ mod planner_support;
 
 use kube_proxy_rs::cluster::model::{IpFamily, LoadBalancerIngress, Protocol};
 use kube_proxy_rs::kernel::ipvs::{FLAG_MH_PORT, FLAG_PERSISTENT};
+use kube_proxy_rs::proxier::desired::TrafficPolicy;
 use kube_proxy_rs::proxier::plan::{LocalDetector, plan};
 use planner_support::*;
 use std::collections::BTreeMap;
@@ -721,8 +722,8 @@ fn internal_traffic_policy() {
         assert_eq!(vs_summary(&d)["172.20.1.1:80/TCP"], strs(dests));
         // No usable local endpoint with ITP Local counts as "internal" even without a fallback.
         let want = u64::from(local && loopback == 0);
-        assert_eq!(d.no_local_endpoints["internal"], want);
-        assert_eq!(d.no_local_endpoints["external"], 0);
+        assert_eq!(d.no_local_endpoints[&TrafficPolicy::Internal], want);
+        assert_eq!(d.no_local_endpoints[&TrafficPolicy::External], 0);
     }
 }
 
@@ -759,8 +760,8 @@ fn no_local_endpoints_fallback_and_metric() {
         let d = plan(&sm, &em, &node(&["100.101.102.103"]), &cfg(IpFamily::V4));
         assert_eq!(
             (
-                d.no_local_endpoints["internal"],
-                d.no_local_endpoints["external"]
+                d.no_local_endpoints[&TrafficPolicy::Internal],
+                d.no_local_endpoints[&TrafficPolicy::External]
             ),
             (want_int, want_ext),
             "itp={itp} etp={etp} local={has_local} any={any}"

@@ -8,7 +8,7 @@ use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
 use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
 use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
-use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
+use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
 use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
@@ -18,7 +18,7 @@ use kube_proxy_rs::kernel::link::rtnetlink::RtnetlinkLinks;
 use kube_proxy_rs::proxier::cleanup::{JUMPS, cleanup_leftovers};
 use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
 use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
-use kube_proxy_rs::proxier::testkit::{Log, Rec};
+use kube_proxy_rs::proxier::testkit::{Applier, Log, Rec};
 use kube_proxy_rs::proxier::{
     Backends, ConntrackHints, FamilyInput, FamilySnapshot, Proxier, SyncInput, SyncReport,
 };
@@ -52,7 +52,7 @@ fn backends(log: &Arc<Mutex<Log>>) -> Backends {
             log: log.clone(),
         }),
         ipsets: Box::new(Rec {
-            inner: IpsetCli::new(),
+            inner: NetlinkIpSets::new().unwrap(),
             log: log.clone(),
         }),
         iptables: Box::new(Rec {
@@ -263,20 +263,18 @@ fn scenario_input(full: bool) -> SyncInput {
     }
 }
 
-/// A proxier that applies hand-built plans (no planner).
-fn direct_proxier(log: &Arc<Mutex<Log>>) -> Proxier {
-    Proxier::new(
-        backends(log),
-        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
-    )
+/// A reconciler that applies hand-built plans (no planner).
+fn direct_proxier(log: &Arc<Mutex<Log>>) -> Applier {
+    Applier::new(backends(log))
 }
 
 /// Applies a v4 plan (event-driven, no NodePort IPs) and asserts the sync had no failure.
-fn apply(p: &mut Proxier, d: &DesiredState) -> SyncReport {
+fn apply(p: &mut Applier, d: &DesiredState) -> SyncReport {
     let c4 = config(IpFamily::V4);
     let r = p.apply(
         &[FamilyInput {
             desired: d,
+            delta: None,
             config: &c4,
             node_port_ips: &[],
         }],
@@ -287,18 +285,20 @@ fn apply(p: &mut Proxier, d: &DesiredState) -> SyncReport {
     r
 }
 
-fn sync(p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool) -> SyncReport {
+fn sync(p: &mut Applier, v4: &DesiredState, v6: &DesiredState, full: bool) -> SyncReport {
     let (c4, c6) = (config(IpFamily::V4), config(IpFamily::V6));
     let nips = [ip(NODE)];
     let r = p.apply(
         &[
             FamilyInput {
                 desired: v4,
+                delta: None,
                 config: &c4,
                 node_port_ips: &nips,
             },
             FamilyInput {
                 desired: v6,
+                delta: None,
                 config: &c6,
                 node_port_ips: &[],
             },
@@ -412,7 +412,7 @@ fn calls(log: &Arc<Mutex<Log>>) -> Vec<String> {
 uml_test!(small_scenario_matches_upstream_and_is_stable, {
     // The whole pipeline: cluster snapshot -> planner -> reconciler -> real kernel.
     let log = Arc::new(Mutex::new(Log::default()));
-    let mut p = Proxier::with_planner(backends(&log));
+    let mut p = Proxier::new(backends(&log));
 
     // First sync: the reference state, rules in place before the first virtual server.
     let r = p.sync_proxy_rules(scenario_input(false));
@@ -466,7 +466,7 @@ uml_test!(small_scenario_matches_upstream_and_is_stable, {
 
     // The hand-built plan of the same scenario (used by the other tests) is what the planner produced.
     assert_eq!(
-        p.last_desired(IpFamily::V4).unwrap().virtual_servers,
+        p.desired(IpFamily::V4).unwrap().virtual_servers,
         desired(IpFamily::V4).virtual_servers
     );
 });

@@ -13,6 +13,6 @@ mod sync_tests;
 #[doc(hidden)]
 pub mod testkit;
 
-pub use reconcile::{Backends, ConntrackHints, FamilyInput};
+pub use reconcile::{Backends, ConntrackHints, FamilyInput, Reconciler};
 pub use report::{FailureKind, SyncReport};
-pub use sync::{FamilySnapshot, PlanFn, Proxier, SyncInput};
+pub use sync::{FamilySnapshot, Proxier, SyncInput};

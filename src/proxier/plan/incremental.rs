@@ -15,7 +15,7 @@ use crate::cluster::model::{
 };
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::proxier::desired::{
-    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule,
+    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule, TrafficPolicy,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -50,7 +50,7 @@ pub struct DesiredDelta {
     /// The new health-check listeners, when they changed.
     pub health_checks: Option<Vec<HealthCheckService>>,
     /// The new no-local-endpoints counts, when they changed.
-    pub no_local_endpoints: Option<BTreeMap<&'static str, u64>>,
+    pub no_local_endpoints: Option<BTreeMap<TrafficPolicy, u64>>,
 }
 
 impl DesiredDelta {

@@ -12,7 +12,7 @@ use crate::cluster::model::{
 };
 use crate::cluster::select::{Categorized, categorize};
 use crate::proxier::desired::{
-    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService,
+    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, TrafficPolicy,
 };
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
@@ -343,11 +343,11 @@ fn health_check(service: ServiceName, hc: &(u16, BTreeSet<IpAddr>)) -> HealthChe
 }
 
 /// The no-local-endpoints metric values.
-fn no_local_counts(internal: usize, external: usize) -> BTreeMap<&'static str, u64> {
-    let mut m = BTreeMap::new();
-    m.insert("internal", internal as u64);
-    m.insert("external", external as u64);
-    m
+fn no_local_counts(internal: usize, external: usize) -> BTreeMap<TrafficPolicy, u64> {
+    BTreeMap::from([
+        (TrafficPolicy::Internal, internal as u64),
+        (TrafficPolicy::External, external as u64),
+    ])
 }
 
 /// Computes everything upstream's IPVS proxier programs for `cfg.family` from the service and endpoint
