@@ -41,13 +41,14 @@ fn raise_fd_limit() -> u64 {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit/setrlimit with a valid, initialised rlimit struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        }
+    // SAFETY: getrlimit with a valid, initialised rlimit struct.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    if got == 0 {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit with a valid, initialised rlimit struct.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+        // SAFETY: as above; reads back what the kernel granted.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     }
     lim.rlim_cur
 }
@@ -197,7 +198,7 @@ async fn serve_all() -> Vec<(&'static str, SocketAddr, &'static str)> {
     );
     hc.sync_endpoints(&BTreeMap::from([(svc, 1)]));
     // The health-check listeners live as long as the server object.
-    std::mem::forget(hc);
+    let _ = Box::leak(Box::new(hc));
     vec![
         ("healthz", healthz.local_addr.unwrap(), "/healthz"),
         ("metrics", metrics_srv.local_addr.unwrap(), "/healthz"),
