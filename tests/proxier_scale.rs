@@ -89,13 +89,8 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
 
 fn run(p: &mut Applier, d: &DesiredState, full: bool) -> SyncReport {
     let config = PlanConfig {
-        family: IpFamily::V4,
         scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: Default::default(),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(IpFamily::V4)
     };
     let start = Instant::now();
     let r = p.apply(

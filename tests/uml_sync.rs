@@ -2,7 +2,6 @@
 //! (/work/shared/reference/small-scenario): same IPVS table, ipsets, iptables/ip6tables rules and kube-ipvs0
 //! addresses; a second sync changes nothing; foreign objects survive; `--cleanup` leaves nothing of ours.
 mod common;
-mod planner_support;
 
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
@@ -17,7 +16,7 @@ use kube_proxy_rs::kernel::link::DUMMY_DEVICE;
 use kube_proxy_rs::kernel::link::rtnetlink::RtnetlinkLinks;
 use kube_proxy_rs::proxier::cleanup::{JUMPS, cleanup_leftovers};
 use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
-use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
+use kube_proxy_rs::proxier::plan::PlanConfig;
 use kube_proxy_rs::proxier::testkit::{Applier, Log, Rec};
 use kube_proxy_rs::proxier::{
     Backends, ConntrackHints, FamilyInput, FamilySnapshot, Proxier, SyncInput, SyncReport,
@@ -202,52 +201,18 @@ fn desired(family: IpFamily) -> DesiredState {
 
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
-        family,
         scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: Default::default(),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(family)
     }
 }
 
 /// objects.yaml (plus the apiserver's default/kubernetes service) as the trackers would hand it over.
 fn scenario_input(full: bool) -> SyncInput {
-    use planner_support::{ep, maps, svc};
-    let tcp = Protocol::Tcp;
-    let kubernetes = svc("default", "kubernetes", "https", tcp, "10.96.0.1", 443);
-    let web_http = svc("default", "web", "http", tcp, "10.96.100.10", 80);
-    let web_alt = svc("default", "web", "alt", tcp, "10.96.100.10", 81);
-    let mut web_np = svc("default", "web-np", "http", tcp, "10.96.100.20", 80);
-    web_np.node_port = Some(30080);
-    let pods = |port| {
-        vec![
-            ep("10.244.0.11", port, Some("ref-node")),
-            ep("10.244.0.12", port, Some("ref-node")),
-        ]
-    };
-    let eps = vec![
-        (kubernetes.name.clone(), vec![ep(NODE, 6443, None)]),
-        (web_http.name.clone(), pods(8080)),
-        (web_alt.name.clone(), pods(8081)),
-        (web_np.name.clone(), pods(8080)),
-    ];
-    let (services, endpoints) = maps(vec![kubernetes, web_http, web_alt, web_np], eps);
-    let (v4, v6) = (ip(NODE), ip("fd00:10::10"));
-    let node = NodeFacts {
-        node_name: "ref-node".into(),
-        zone: None,
-        node_ips: vec![v4, v6],
-        node_port_ips: vec![v4, v6],
-        local_addresses: vec![v4, v6],
-    };
+    use common::planner::{small_scenario, small_scenario_cfg, small_scenario_node};
+    let (services, endpoints) = small_scenario();
+    let node = small_scenario_node();
     let family = |family| {
-        let mut config = config(family);
-        config.scheduler = kube_proxy_rs::scheduler::Scheduler::default();
-        if family == IpFamily::V4 {
-            config.local_detector = LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]);
-        }
+        let config = small_scenario_cfg(family);
         FamilySnapshot {
             services: services.clone().into(),
             endpoints: endpoints.clone().into(),

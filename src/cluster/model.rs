@@ -81,6 +81,26 @@ pub struct ServicePort {
 }
 
 impl ServicePort {
+    /// A ClusterIP service port `name` (its protocol included) at `port` with nothing else set: no node
+    /// port, external addresses, source ranges, affinity or health check, Cluster traffic policies. Set
+    /// the rest with struct update syntax (`ServicePort { node_port: Some(30080), ..ServicePort::new(…) }`).
+    pub fn new(name: ServicePortName, cluster_ips: Vec<IpAddr>, port: u16) -> Self {
+        ServicePort {
+            protocol: name.protocol,
+            name,
+            cluster_ips,
+            port,
+            node_port: None,
+            external_ips: Vec::new(),
+            load_balancer_ingress: Vec::new(),
+            load_balancer_source_ranges: Vec::new(),
+            session_affinity_timeout: None,
+            external_policy_local: false,
+            internal_policy_local: false,
+            health_check_node_port: None,
+        }
+    }
+
     /// The ClusterIP of `family`, if the service has one.
     pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
         self.cluster_ips

@@ -38,13 +38,8 @@ fn key(addr: &str, port: u16, protocol: Protocol) -> IpvsServiceKey {
 
 fn config() -> PlanConfig {
     PlanConfig {
-        family: IpFamily::V4,
         scheduler: crate::scheduler::Scheduler::Rr,
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: Default::default(),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(IpFamily::V4)
     }
 }
 

@@ -2,5 +2,6 @@
 pub mod apiserver;
 pub mod e2e;
 pub mod netns;
+pub mod planner;
 pub mod scale;
 pub mod uml;

@@ -46,9 +46,9 @@ struct LocalCache {
     addrs: Vec<(String, IpAddr)>,
 }
 
-/// A decoded rtnetlink answer: only the fields the backend uses.
+/// A decoded rtnetlink answer: only the fields the backend uses (public for the decoder's fuzz tests).
 #[derive(Debug)]
-enum Answer {
+pub enum Answer {
     Link { index: u32, name: String },
     Addr { index: u32, addr: IpAddr },
     Other,
