@@ -11,3 +11,4 @@ pub mod proxier;
 pub mod runner;
 pub mod scheduler;
 pub mod server;
+pub mod traffic;

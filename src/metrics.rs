@@ -65,6 +65,8 @@ pub struct Metrics {
     conntrack_deleted_entries: IntCounterVec,
     kernel_write_failures: IntCounterVec,
     invalid_objects: IntCounterVec,
+    /// Per-service IPVS traffic counters, rendered at scrape time (`--ipvs-traffic-metrics`).
+    traffic: std::sync::OnceLock<std::sync::Arc<crate::traffic::TrafficMetrics>>,
 }
 
 /// Name (without namespace) and help text of one metric.
@@ -257,6 +259,7 @@ impl Metrics {
             kernel_write_failures: b.extra_counter_vec(KERNEL_WRITE_FAILURES, &["backend"])?,
             invalid_objects: b.extra_counter_vec(INVALID_OBJECTS, &["kind"])?,
             registry,
+            traffic: std::sync::OnceLock::new(),
         };
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(
@@ -389,7 +392,22 @@ impl Metrics {
     pub fn encode(&self) -> Result<String, MetricsError> {
         let mut buf = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
-        Ok(String::from_utf8(buf)?)
+        let mut text = String::from_utf8(buf)?;
+        if let Some(t) = self.traffic.get() {
+            t.render(&mut text);
+        }
+        Ok(text)
+    }
+
+    /// Adds the per-service traffic counters to [`Metrics::encode`] (which then dumps IPVS: call it
+    /// off the async runtime). Only the first call has an effect.
+    pub fn enable_traffic(&self, traffic: std::sync::Arc<crate::traffic::TrafficMetrics>) {
+        let _ = self.traffic.set(traffic);
+    }
+
+    /// The traffic counters, when enabled (the sync loop publishes its index there).
+    pub fn traffic(&self) -> Option<&std::sync::Arc<crate::traffic::TrafficMetrics>> {
+        self.traffic.get()
     }
 
     /// Content type of [`Metrics::encode`]'s output.

@@ -160,6 +160,10 @@ pub struct Flags {
     /// Do the steps needing full root privileges, then exit; a later run then only needs CAP_NET_ADMIN.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub init_only: Option<bool>,
+    /// Not in upstream (kube-proxy-rs only): export per-Service IPVS traffic counters on /metrics, read from
+    /// the kernel at each scrape (default false). Also applies with --config; the file has no such field.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ipvs_traffic_metrics: Option<bool>,
     /// Print version information and exit (`--version=raw` prints it bare).
     #[arg(long, value_name = "true|false|raw", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub version: Option<String>,

@@ -56,6 +56,8 @@ pub struct Options {
     pub cleanup: bool,
     /// `--init-only`: do privileged initialisation and exit.
     pub init_only: bool,
+    /// `--ipvs-traffic-metrics` (not in upstream): per-Service IPVS traffic counters on /metrics.
+    pub ipvs_traffic_metrics: bool,
     /// `--write-config-to`: write the effective configuration there and exit.
     pub write_config_to: Option<PathBuf>,
     /// `--master`: API server URL overriding the kubeconfig's.
@@ -419,6 +421,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         config_path: flags.config.clone(),
         cleanup: flags.cleanup.unwrap_or(false),
         init_only: flags.init_only.unwrap_or(false),
+        ipvs_traffic_metrics: flags.ipvs_traffic_metrics.unwrap_or(false),
         write_config_to: flags.write_config_to.clone(),
         master: flags.master.clone(),
         node_name,

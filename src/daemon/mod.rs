@@ -364,6 +364,14 @@ fn metrics_and_health(
     for &f in families {
         metrics.init_family(f);
     }
+    if options.ipvs_traffic_metrics {
+        // Scrapes get their own netlink socket: a scrape never waits for (or delays) a sync.
+        let ipvs = crate::kernel::ipvs::netlink::NetlinkIpvs::new()
+            .context("opening the IPVS netlink family for --ipvs-traffic-metrics")?;
+        metrics.enable_traffic(Arc::new(crate::traffic::TrafficMetrics::new(Box::new(
+            ipvs,
+        ))));
+    }
     let health = Arc::new(ProxyHealth::with_system_clock(
         options.config.sync_period() * 2,
         metrics.clone(),

@@ -143,6 +143,8 @@ struct SyncJob {
     full: bool,
     hints: ConntrackHints,
     changed: Option<BTreeSet<ServiceName>>,
+    /// Where to publish what this sync programmed (`--ipvs-traffic-metrics`).
+    traffic: Option<Arc<crate::traffic::TrafficMetrics>>,
 }
 
 impl SyncJob {
@@ -161,12 +163,16 @@ impl SyncJob {
             &self.services,
             &self.endpoints,
         );
+        let traffic_index = self.traffic.is_some().then(|| traffic_index(&families));
         let report = p.sync_proxy_rules(SyncInput {
             families,
             full: self.full,
             conntrack: self.hints,
             changed: self.changed,
         });
+        if let (Some(t), Some(index)) = (&self.traffic, traffic_index) {
+            t.publish(index);
+        }
         let mut health_checks: BTreeMap<ServiceName, (u16, usize)> = BTreeMap::new();
         let mut no_local = BTreeMap::new();
         for &family in &self.settings.families {
@@ -365,6 +371,20 @@ fn snapshots_split(
         .collect()
 }
 
+/// What the traffic counters need from a sync's input (shared maps: no copy).
+fn traffic_index(families: &[FamilySnapshot]) -> crate::traffic::TrafficIndex {
+    crate::traffic::TrafficIndex {
+        families: families
+            .iter()
+            .map(|f| crate::traffic::FamilyServices {
+                family: f.config.family,
+                services: f.services.clone(),
+                node_port_ips: f.node.node_port_ips.clone(),
+            })
+            .collect(),
+    }
+}
+
 impl SyncLoop {
     /// A loop over empty maps.
     #[allow(clippy::too_many_arguments)]
@@ -433,6 +453,7 @@ impl SyncLoop {
             full,
             hints,
             changed,
+            traffic: self.metrics.traffic().cloned(),
         };
         let outcome = match tokio::task::spawn_blocking(move || job.run()).await {
             Ok(Ok(o)) => {

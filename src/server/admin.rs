@@ -109,7 +109,19 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 }
 
 async fn metrics(State(s): State<MetricsServerState>) -> Response {
-    match s.metrics.encode() {
+    // Encoding may dump IPVS (traffic counters): keep it off the async workers.
+    let m = s.metrics.clone();
+    let encoded = match tokio::task::spawn_blocking(move || m.encode()).await {
+        Ok(r) => r,
+        Err(e) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                format!("error gathering metrics: {e}\n"),
+            );
+        }
+    };
+    match encoded {
         Ok(body) => text(StatusCode::OK, prometheus::TEXT_FORMAT, body),
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

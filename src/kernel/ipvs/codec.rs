@@ -3,7 +3,7 @@
 //! `IpvsMessage` implements `GenlFamily` so it travels inside `GenlMessage` / `NetlinkMessage`.
 //! Decoding never panics: unknown attributes are kept as raw bytes, short values are errors.
 
-use super::{ForwardMethod, IpvsDestination, IpvsService, IpvsServiceKey};
+use super::{ForwardMethod, IpvsDestination, IpvsService, IpvsServiceKey, IpvsStats};
 use crate::net::Protocol;
 use netlink_packet_core::{
     DecodeError, DefaultNla, Emitable, NLA_F_NESTED, NLA_TYPE_MASK, Nla, NlasIterator,
@@ -61,6 +61,19 @@ mod svc_attr {
     pub const TIMEOUT: u16 = 8;
     pub const NETMASK: u16 = 9;
     pub const PE_NAME: u16 = 11;
+    /// Nested counters with 32-bit connection and packet counts (IPVS_SVC_ATTR_STATS).
+    pub const STATS: u16 = 10;
+    /// Nested 64-bit counters (IPVS_SVC_ATTR_STATS64, kernels since 4.1).
+    pub const STATS64: u16 = 12;
+}
+
+/// Counter attributes inside a stats nest (IPVS_STATS_ATTR_*); rates follow and are not modelled.
+mod stats_attr {
+    pub const CONNS: u16 = 1;
+    pub const INPKTS: u16 = 2;
+    pub const OUTPKTS: u16 = 3;
+    pub const INBYTES: u16 = 4;
+    pub const OUTBYTES: u16 = 5;
 }
 
 /// Destination attributes (IPVS_DEST_ATTR_*).
@@ -103,6 +116,10 @@ pub enum SvcAttr {
     Timeout(u32),
     Netmask(u32),
     PeName(String),
+    /// IPVS_SVC_ATTR_STATS: conns and packets as u32, bytes as u64.
+    Stats(IpvsStats),
+    /// IPVS_SVC_ATTR_STATS64: every counter as u64.
+    Stats64(IpvsStats),
     Other(DefaultNla),
 }
 
@@ -243,11 +260,76 @@ fn parse_svc(buf: &[u8]) -> Result<Vec<SvcAttr>, DecodeError> {
             svc_attr::TIMEOUT => SvcAttr::Timeout(u32_of(v)?),
             svc_attr::NETMASK => SvcAttr::Netmask(u32_of(v)?),
             svc_attr::PE_NAME => SvcAttr::PeName(string_of(v)),
+            svc_attr::STATS => SvcAttr::Stats(parse_stats(v)?),
+            svc_attr::STATS64 => SvcAttr::Stats64(parse_stats(v)?),
             _ => SvcAttr::Other(DefaultNla::new(nla.kind(), v.to_vec())),
         });
     }
     Ok(out)
 }
+
+/// A counter of either width (the 32-bit nest mixes u32 and u64 values).
+fn counter_of(v: &[u8]) -> Result<u64, DecodeError> {
+    match v.len() {
+        4 => u32_of(v).map(u64::from),
+        n if n >= 8 => v
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_ne_bytes)
+            .ok_or_else(|| DecodeError::from("counter attribute")),
+        n => Err(DecodeError::from(format!("counter attribute of {n} bytes"))),
+    }
+}
+
+fn parse_stats(buf: &[u8]) -> Result<IpvsStats, DecodeError> {
+    let mut st = IpvsStats::default();
+    for nla in NlasIterator::new(buf) {
+        let nla = nla?;
+        let field = match nla.kind() & NLA_TYPE_MASK {
+            stats_attr::CONNS => &mut st.conns,
+            stats_attr::INPKTS => &mut st.inpkts,
+            stats_attr::OUTPKTS => &mut st.outpkts,
+            stats_attr::INBYTES => &mut st.inbytes,
+            stats_attr::OUTBYTES => &mut st.outbytes,
+            _ => continue,
+        };
+        *field = counter_of(nla.value())?;
+    }
+    Ok(st)
+}
+
+/// One counter attribute of a stats nest, `wide` selecting a u64 value.
+fn emit_counter(b: &mut [u8], kind: u16, value: u64, wide: bool) -> usize {
+    let len: u16 = if wide { 12 } else { 8 };
+    b[..2].copy_from_slice(&len.to_ne_bytes());
+    b[2..4].copy_from_slice(&kind.to_ne_bytes());
+    if wide {
+        b[4..12].copy_from_slice(&value.to_ne_bytes());
+    } else {
+        let v = u32::try_from(value).unwrap_or(u32::MAX);
+        b[4..8].copy_from_slice(&v.to_ne_bytes());
+    }
+    usize::from(len)
+}
+
+/// Emits a stats nest's counters; `all_wide` for STATS64, else only the byte counters are u64.
+fn emit_stats(b: &mut [u8], st: &IpvsStats, all_wide: bool) {
+    let fields = [
+        (stats_attr::CONNS, st.conns, all_wide),
+        (stats_attr::INPKTS, st.inpkts, all_wide),
+        (stats_attr::OUTPKTS, st.outpkts, all_wide),
+        (stats_attr::INBYTES, st.inbytes, true),
+        (stats_attr::OUTBYTES, st.outbytes, true),
+    ];
+    let mut at = 0;
+    for (kind, value, wide) in fields {
+        at += emit_counter(&mut b[at..], kind, value, wide);
+    }
+}
+
+/// Encoded length of a stats nest's value (see [`emit_stats`]).
+const STATS_LEN: usize = 3 * 8 + 2 * 12;
+const STATS64_LEN: usize = 5 * 12;
 
 fn parse_dest(buf: &[u8]) -> Result<Vec<DestAttr>, DecodeError> {
     let mut out = Vec::new();
@@ -279,6 +361,8 @@ impl Nla for SvcAttr {
             SvcAttr::Fwmark(_) | SvcAttr::Timeout(_) | SvcAttr::Netmask(_) => 4,
             SvcAttr::Flags { .. } => 8,
             SvcAttr::SchedName(s) | SvcAttr::PeName(s) => s.len() + 1,
+            SvcAttr::Stats(_) => STATS_LEN,
+            SvcAttr::Stats64(_) => STATS64_LEN,
             SvcAttr::Other(n) => n.value_len(),
         }
     }
@@ -294,6 +378,8 @@ impl Nla for SvcAttr {
             SvcAttr::Timeout(_) => svc_attr::TIMEOUT,
             SvcAttr::Netmask(_) => svc_attr::NETMASK,
             SvcAttr::PeName(_) => svc_attr::PE_NAME,
+            SvcAttr::Stats(_) => svc_attr::STATS,
+            SvcAttr::Stats64(_) => svc_attr::STATS64,
             SvcAttr::Other(n) => n.kind(),
         }
     }
@@ -313,6 +399,8 @@ impl Nla for SvcAttr {
                 b[..s.len()].copy_from_slice(s.as_bytes());
                 b[s.len()] = 0;
             }
+            SvcAttr::Stats(st) => emit_stats(b, st, false),
+            SvcAttr::Stats64(st) => emit_stats(b, st, true),
             SvcAttr::Other(n) => n.emit_value(b),
         }
     }
@@ -514,6 +602,21 @@ pub fn svc_from_attrs(attrs: &[SvcAttr]) -> Result<Option<IpvsService>, DecodeEr
         timeout,
         netmask,
     }))
+}
+
+/// The traffic counters of dump attributes: the 64-bit nest when present, else the 32-bit one, else
+/// `None` (a kernel that sends neither).
+pub fn svc_stats_from_attrs(attrs: &[SvcAttr]) -> Option<IpvsStats> {
+    let wide = attrs.iter().find_map(|a| match a {
+        SvcAttr::Stats64(s) => Some(*s),
+        _ => None,
+    });
+    wide.or_else(|| {
+        attrs.iter().find_map(|a| match a {
+            SvcAttr::Stats(s) => Some(*s),
+            _ => None,
+        })
+    })
 }
 
 /// Attributes identifying a real server (for DEL_DEST).
@@ -727,6 +830,42 @@ mod tests {
         .unwrap();
         assert!(finished);
         assert_eq!(got, vec![Some(v4), Some(svc6()), None]);
+    }
+
+    /// Stats nests as the kernel sends them: STATS64 wins over STATS; STATS alone (older kernels) is
+    /// read with its mixed widths; neither gives `None`; a short counter is an error.
+    #[test]
+    fn service_stats_nests() {
+        let st = |c| IpvsStats {
+            conns: c,
+            inpkts: 7,
+            outpkts: 5,
+            inbytes: 5_000_000_000,
+            outbytes: 300,
+        };
+        let mut attrs = svc_attrs(&svc6());
+        attrs.push(SvcAttr::Stats(st(3)));
+        attrs.push(SvcAttr::Stats64(st(1 << 40)));
+        let m = IpvsMessage {
+            cmd: cmd::NEW_SERVICE,
+            attrs: vec![IpvsAttr::Service(attrs.clone())],
+        };
+        let buf = frame(m.clone(), 0x1d, 2);
+        // STATS64 nest header: length 4 + 60, type 12; CONNS inside as a u64.
+        assert!(buf.windows(4).any(|w| w == [64, 0, 12, 0]), "{buf:?}");
+        let back = decode(&buf);
+        assert_eq!(back, m);
+        let IpvsAttr::Service(got) = &back.attrs[0] else {
+            panic!()
+        };
+        assert_eq!(svc_stats_from_attrs(got), Some(st(1 << 40)));
+        attrs.pop();
+        assert_eq!(svc_stats_from_attrs(&attrs), Some(st(3)));
+        attrs.pop();
+        assert_eq!(svc_stats_from_attrs(&attrs), None);
+        // A 2-byte CONNS inside a nest.
+        let bad = [12u8, 0, 10, 0, 6, 0, 1, 0, 9, 9, 0, 0];
+        assert!(parse_svc(&bad).is_err());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Clones share one table, so a test can keep a handle while the code under test owns another.
 
 use super::{
-    FLAG_HASHED, ForwardMethod, Ipvs, IpvsDestination, IpvsService, IpvsServiceKey, IpvsTimeouts,
+    FLAG_HASHED, ForwardMethod, Ipvs, IpvsDestination, IpvsService, IpvsServiceKey, IpvsStats,
+    IpvsTimeouts,
 };
 use crate::kernel::{KernelError, KernelResult};
 use std::collections::BTreeMap;
@@ -16,6 +17,8 @@ struct Table {
     timeouts: IpvsTimeouts,
     ops: Vec<String>,
     failures: Vec<(String, KernelError)>,
+    /// Traffic counters set by tests (zero for a service without an entry).
+    stats: BTreeMap<IpvsServiceKey, IpvsStats>,
 }
 
 /// Fake IPVS table. `Clone` shares the same table.
@@ -61,6 +64,17 @@ impl FakeIpvs {
             .ok_or_else(|| KernelError::NotFound(format!("destination {addr}:{port}")))?;
         d.active_conns = active;
         d.inactive_conns = inactive;
+        Ok(())
+    }
+
+    /// Sets the traffic counters [`Ipvs::services_with_stats`] reports for a virtual server (as traffic
+    /// would); they are dropped with the service.
+    pub fn set_stats(&self, key: &IpvsServiceKey, stats: IpvsStats) -> KernelResult<()> {
+        let mut t = self.lock();
+        if !t.services.contains_key(key) {
+            return Err(KernelError::NotFound(format!("service {key}")));
+        }
+        t.stats.insert(*key, stats);
         Ok(())
     }
 
@@ -167,6 +181,7 @@ impl Ipvs for FakeIpvs {
     fn delete_service(&mut self, key: &IpvsServiceKey) -> KernelResult<()> {
         let mut t = self.lock();
         t.begin("delete_service", key.to_string())?;
+        t.stats.remove(key);
         t.services
             .remove(key)
             .map(|_| ())
@@ -263,7 +278,23 @@ impl Ipvs for FakeIpvs {
         let mut t = self.lock();
         t.begin("flush", String::new())?;
         t.services.clear();
+        t.stats.clear();
         Ok(())
+    }
+
+    fn services_with_stats(&mut self) -> KernelResult<Vec<(IpvsServiceKey, IpvsStats)>> {
+        let mut t = self.lock();
+        if let Some(i) = t
+            .failures
+            .iter()
+            .position(|(o, _)| o == "services_with_stats")
+        {
+            return Err(t.failures.remove(i).1);
+        }
+        Ok(t.services
+            .keys()
+            .map(|k| (*k, t.stats.get(k).copied().unwrap_or_default()))
+            .collect())
     }
 
     fn set_timeouts(&mut self, new: IpvsTimeouts) -> KernelResult<()> {

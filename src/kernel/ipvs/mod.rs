@@ -49,6 +49,31 @@ pub struct IpvsService {
     pub netmask: u32,
 }
 
+/// Traffic counters of one virtual server since it was created (IPVS service statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IpvsStats {
+    /// Connections scheduled.
+    pub conns: u64,
+    /// Packets from clients.
+    pub inpkts: u64,
+    /// Packets to clients.
+    pub outpkts: u64,
+    /// Bytes from clients.
+    pub inbytes: u64,
+    /// Bytes to clients.
+    pub outbytes: u64,
+}
+
+impl std::ops::AddAssign for IpvsStats {
+    fn add_assign(&mut self, o: IpvsStats) {
+        self.conns = self.conns.saturating_add(o.conns);
+        self.inpkts = self.inpkts.saturating_add(o.inpkts);
+        self.outpkts = self.outpkts.saturating_add(o.outpkts);
+        self.inbytes = self.inbytes.saturating_add(o.inbytes);
+        self.outbytes = self.outbytes.saturating_add(o.outbytes);
+    }
+}
+
 /// Forwarding method of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ForwardMethod {
@@ -124,6 +149,14 @@ pub trait Ipvs: Send {
     /// Removes every virtual server (only `--cleanup` calls this).
     fn flush(&mut self) -> KernelResult<()>;
     fn set_timeouts(&mut self, t: IpvsTimeouts) -> KernelResult<()>;
+
+    /// Every virtual server with its traffic counters (one dump). Backends without counters answer
+    /// Unsupported.
+    fn services_with_stats(&mut self) -> KernelResult<Vec<(IpvsServiceKey, IpvsStats)>> {
+        Err(crate::kernel::KernelError::Unsupported(
+            "IPVS statistics are not available from this backend".into(),
+        ))
+    }
 
     /// Applies many changes and returns one result per change, in order; a failed change does not stop
     /// the others. The outer error means the transport itself failed. The netlink backend sends several

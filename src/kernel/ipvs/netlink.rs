@@ -4,7 +4,7 @@
 //! same socket. [`NetlinkIpvs::apply`] sends many changes per datagram and reads their ACKs afterwards.
 
 use super::codec::{self, IpvsAttr, IpvsMessage, cmd};
-use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsTimeouts};
+use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsStats, IpvsTimeouts};
 use crate::kernel::netlink::{NlError, NlSocket};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_generic::GenlMessage;
@@ -373,6 +373,29 @@ impl Ipvs for NetlinkIpvs {
 
     fn apply(&mut self, ops: &[IpvsOp]) -> KernelResult<Vec<KernelResult<()>>> {
         NetlinkIpvs::apply(self, ops)
+    }
+
+    fn services_with_stats(&mut self) -> KernelResult<Vec<(IpvsServiceKey, IpvsStats)>> {
+        let answers = self.dump(
+            || "IPVS list service stats".into(),
+            cmd::GET_SERVICE,
+            vec![],
+        )?;
+        let mut out = Vec::with_capacity(answers.len());
+        for attrs in answers.iter().flat_map(|m| &m.attrs) {
+            let IpvsAttr::Service(attrs) = attrs else {
+                continue;
+            };
+            let svc = codec::svc_from_attrs(attrs)
+                .map_err(|e| KernelError::Invalid(format!("IPVS service answer: {e}")))?;
+            if let Some(svc) = svc {
+                out.push((
+                    svc.key,
+                    codec::svc_stats_from_attrs(attrs).unwrap_or_default(),
+                ));
+            }
+        }
+        Ok(out)
     }
 }
 
