@@ -3,4 +3,5 @@ pub mod apiserver;
 pub mod e2e;
 pub mod netns;
 pub mod scale;
+pub mod soak;
 pub mod uml;
