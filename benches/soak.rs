@@ -90,6 +90,7 @@ fn guest(name: &str) -> i32 {
         minutes: field("m").and_then(|v| v.parse().ok()).unwrap_or(10.0),
         seed: field("s").and_then(|v| v.parse().ok()).unwrap_or(1),
         services: field("n").and_then(|v| v.parse().ok()).unwrap_or(300),
+        min_faults: 1,
     };
     match run(&params) {
         Ok(r) => {

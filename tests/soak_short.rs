@@ -1,4 +1,4 @@
-//! A short fixed-seed chaos soak (see `tests/common/soak.rs`): about two minutes of Service churn, traffic
+//! A short fixed-seed chaos soak (see `tests/common/soak.rs`): about two minutes (at least four faults) of Service churn, traffic
 //! to stable Services and faults on the real daemon in a UML guest. Fails when any check fails: the kernel
 //! not back to the expected state after a fault, a foreign object touched, /healthz unhealthy after
 //! recovery, the daemon dead, or a request to a stable Service failing outside the faults that remove its
@@ -20,6 +20,7 @@ uml_test!(
             minutes: 2.0,
             seed: 20_261_125,
             services: 160,
+            min_faults: 4,
         };
         let r = run(&params).expect("soak run");
         let table = r.table();
@@ -28,7 +29,7 @@ uml_test!(
         assert_eq!(r.foreign_touched, 0, "{table}");
         assert_eq!(r.failed_unexpectedly(), 0, "{table}");
         assert!(
-            r.faults() >= 3,
+            r.faults() >= 4,
             "too few faults in the short soak:\n{table}"
         );
         assert!(r.requests_sent > 100, "too little traffic:\n{table}");

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant, SystemTime};
 pub const SYNC_PERIOD_S: u64 = 10;
 /// Allowed recovery time beyond one syncPeriod: a full sync of a few hundred Services takes 10-35 s in UML.
 pub const MARGIN: Duration = Duration::from_secs(60);
-/// Churn phase of one round.
-const CHURN_PHASE: Duration = Duration::from_secs(6);
+/// Churn operations per round (a count, not a time, so that a seed replays the same operations).
+const CHURN_OPS: usize = 50;
 /// Pause between two churn operations.
 const CHURN_EVERY: Duration = Duration::from_millis(100);
 /// Longest wait for the daemon to apply everything queued before a fault.
@@ -51,6 +51,8 @@ pub struct Params {
     pub seed: u64,
     /// Number of churned Services.
     pub services: usize,
+    /// Keep going past `minutes` until at least this many faults were injected.
+    pub min_faults: usize,
 }
 
 /// A small seeded RNG (splitmix64): the same seed gives the same run.
@@ -174,6 +176,8 @@ pub struct Report {
     pub requests_sent: u64,
     /// Failed requests per label (fault kind active at the time, or "none").
     pub requests_failed: BTreeMap<String, u64>,
+    /// First failed request per label (and the last one), with the guest uptime.
+    pub request_errors: BTreeMap<String, String>,
     pub churn_ops: u64,
     pub syncs: f64,
     pub cpu_seconds: f64,
@@ -253,6 +257,9 @@ impl Report {
             self.peak_rss as f64 / 1048576.0,
             self.failures.len()
         );
+        for (l, e) in &self.request_errors {
+            let _ = writeln!(t, "  request error ({l}): {e}");
+        }
         for f in &self.failures {
             let _ = writeln!(t, "  FAILED CHECK: {f}");
         }
@@ -494,6 +501,7 @@ struct TrafficState {
     sent: u64,
     failed: BTreeMap<String, u64>,
     last_error: String,
+    first_errors: BTreeMap<String, String>,
 }
 
 /// A thread in the client netns sending requests to the stable Services until stopped.
@@ -508,6 +516,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Traffic {
+    /// A traffic handle with no thread (before the daemon programmed the stable Services).
+    fn idle() -> Traffic {
+        Traffic {
+            state: Arc::new(Mutex::new(TrafficState::default())),
+            stop: Arc::new(AtomicBool::new(true)),
+            thread: None,
+        }
+    }
+
     fn start() -> Traffic {
         let state = Arc::new(Mutex::new(TrafficState {
             label: "none".into(),
@@ -540,8 +557,10 @@ impl Traffic {
                     let mut g = lock(&st);
                     g.sent += 1;
                     if let Err(e) = r {
-                        *g.failed.entry(label).or_default() += 1;
-                        g.last_error = format!("{e:#}");
+                        let msg = format!("[{:.1}s] {e:#}", uptime());
+                        *g.failed.entry(label.clone()).or_default() += 1;
+                        g.first_errors.entry(label).or_insert_with(|| msg.clone());
+                        g.last_error = msg;
                     }
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -558,13 +577,17 @@ impl Traffic {
         lock(&self.state).label = l.to_string();
     }
 
-    fn finish(mut self) -> (u64, BTreeMap<String, u64>, String) {
+    fn finish(mut self) -> (u64, BTreeMap<String, u64>, BTreeMap<String, String>) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         let g = lock(&self.state);
-        (g.sent, g.failed.clone(), g.last_error.clone())
+        let mut errors = g.first_errors.clone();
+        if !g.last_error.is_empty() {
+            errors.insert("last".into(), g.last_error.clone());
+        }
+        (g.sent, g.failed.clone(), errors)
     }
 }
 
@@ -829,7 +852,7 @@ fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
         e,
         rng,
         load,
-        traffic: Traffic::start(),
+        traffic: Traffic::idle(),
         report: Report {
             minutes: p.minutes,
             seed: p.seed,
@@ -854,6 +877,15 @@ fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
         KIND_NAMES.join(", "),
         t.elapsed()
     ));
+    let stable = [STABLE_TCP, STABLE_NODEPORT].map(|(ip, port)| format!("-a -t {ip}:{port} -r "));
+    let udp = format!("-a -u {}:{} -r ", STABLE_UDP.0, STABLE_UDP.1);
+    s.e.wait_ipvs("the stable Services' real servers", |t| {
+        stable
+            .iter()
+            .chain([&udp])
+            .all(|p| t.lines().filter(|l| l.starts_with(p.as_str())).count() == 3)
+    });
+    s.traffic = Traffic::start();
     Ok((s, pods))
 }
 
@@ -862,11 +894,10 @@ pub fn run(p: &Params) -> Result<Report> {
     let (mut s, _pods) = setup(p)?;
     let end = Instant::now() + Duration::from_secs_f64(p.minutes * 60.0);
     let mut deck: Vec<Fault> = Vec::new();
-    while Instant::now() < end {
+    while Instant::now() < end || s.report.faults() < p.min_faults {
         // Churn.
         s.traffic.label("none");
-        let t = Instant::now();
-        while t.elapsed() < CHURN_PHASE {
+        for _ in 0..CHURN_OPS {
             let (load, e, rng) = (&mut s.load, &s.e, &mut s.rng);
             load.churn_one(e, rng)?;
             s.last_change = unix_now();
@@ -876,7 +907,7 @@ pub fn run(p: &Params) -> Result<Report> {
             Ok(b) => b,
             Err(err) => {
                 s.fail(format!("settle after churn: {err:#}"));
-                if s.e.daemon_exit().is_some() {
+                if s.e.daemon_exit().is_some() || s.report.failures.len() > 20 {
                     break;
                 }
                 continue;
@@ -900,16 +931,14 @@ fn finish(mut s: Soak) -> Result<Report> {
     s.report.cpu_seconds = s.cpu_before + cpu;
     s.report.syncs = s.syncs_before + s.e.sync_count();
     s.report.churn_ops = s.load.ops;
-    let (sent, failed, last_error) = s.traffic.finish();
+    let (sent, failed, errors) = s.traffic.finish();
     s.report.requests_sent = sent;
     s.report.requests_failed = failed;
+    s.report.request_errors = errors;
     let missing = foreign_missing(s.foreign);
     s.report.foreign_touched = missing.len();
     for m in missing {
         s.report.failures.push(m);
-    }
-    if !last_error.is_empty() {
-        println!("last traffic error: {last_error}");
     }
     let table = s.report.table();
     let _ = std::fs::write(s.e.dir.join("soak-results.txt"), &table);
