@@ -7,7 +7,7 @@ use super::model::{
     Endpoint, IpFamily, LoadBalancerIngress, Protocol, ServiceName, ServicePort, ServicePortName,
 };
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -27,6 +27,7 @@ pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10800;
 pub enum ObjectKind {
     Service,
     EndpointSlice,
+    Node,
 }
 
 impl fmt::Display for ObjectKind {
@@ -34,6 +35,7 @@ impl fmt::Display for ObjectKind {
         f.write_str(match self {
             ObjectKind::Service => "Service",
             ObjectKind::EndpointSlice => "EndpointSlice",
+            ObjectKind::Node => "Node",
         })
     }
 }
@@ -72,6 +74,9 @@ pub enum InvalidReason {
     UnknownAddressType(String),
     #[error("missing namespace or name")]
     MissingName,
+    /// The object could not be decoded (a field kube-proxy reads has the wrong type or is missing).
+    #[error("unreadable: {0}")]
+    Unreadable(String),
 }
 
 /// A rejected object: kind, namespace/name and the reason. The object is skipped whole.
@@ -257,8 +262,65 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
     if primary.is_empty() || primary == "None" || svc_type == "ExternalName" {
         return Ok(out);
     }
+    let template = port_template(svc, spec, svc_type, &ctx, &mut out.warnings)?;
+    out.ports = ports_of(spec, &template, &ctx)?;
+    Ok(out)
+}
 
-    // ClusterIPs: spec.clusterIPs when set, else spec.clusterIP; at most one per family.
+/// Everything a service's ports share (the per-port fields left empty).
+fn port_template(
+    svc: &Service,
+    spec: &ServiceSpec,
+    svc_type: &str,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Result<ServicePort, ConvertError> {
+    // In the order upstream validates and warns.
+    let cluster_ips = cluster_ips(spec, ctx)?;
+    let external_ips = parsed_list(&spec.external_ips, parse_ip, "externalIP", ctx, warnings);
+    // Source ranges come from the spec field only: upstream kube-proxy ignores the legacy annotation.
+    let load_balancer_source_ranges = parsed_list(
+        &spec.load_balancer_source_ranges,
+        parse_cidr,
+        "loadBalancerSourceRange",
+        ctx,
+        warnings,
+    );
+    let load_balancer_ingress = load_balancer_ingress(svc, ctx, warnings);
+    let session_affinity_timeout = affinity_timeout(spec, ctx)?;
+    let externally_accessible = matches!(svc_type, "LoadBalancer" | "NodePort")
+        || (svc_type == "ClusterIP" && spec.external_ips.as_ref().is_some_and(|v| !v.is_empty()));
+    let external_policy_local =
+        externally_accessible && spec.external_traffic_policy.as_deref() == Some("Local");
+    let health_check_node_port = if svc_type == "LoadBalancer" && external_policy_local {
+        health_check_node_port(spec, ctx, warnings)?
+    } else {
+        None
+    };
+    Ok(ServicePort {
+        name: ServicePortName {
+            namespace: ctx.namespace.to_string(),
+            name: ctx.name.to_string(),
+            port_name: String::new(),
+            protocol: Protocol::Tcp,
+        },
+        cluster_ips,
+        port: 0,
+        protocol: Protocol::Tcp,
+        node_port: None,
+        external_ips,
+        load_balancer_ingress,
+        load_balancer_source_ranges,
+        session_affinity_timeout,
+        external_policy_local,
+        internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
+        health_check_node_port,
+    })
+}
+
+/// ClusterIPs: `spec.clusterIPs` when set, else `spec.clusterIP`; at most one per family.
+fn cluster_ips(spec: &ServiceSpec, ctx: &Ctx<'_>) -> Result<Vec<IpAddr>, ConvertError> {
+    let primary = spec.cluster_ip.as_deref().unwrap_or_default();
     let raw_ips: Vec<&str> = match &spec.cluster_ips {
         Some(list) if !list.is_empty() => list.iter().map(String::as_str).collect(),
         _ => vec![primary],
@@ -273,37 +335,36 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
         }
         cluster_ips.push(ip);
     }
+    Ok(cluster_ips)
+}
 
-    let external_ips: Vec<IpAddr> = spec
-        .external_ips
-        .iter()
+/// The entries of an optional list that `parse` accepts; each other one is dropped with a warning.
+fn parsed_list<T>(
+    raw: &Option<Vec<String>>,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Vec<T> {
+    raw.iter()
         .flatten()
         .filter_map(|raw| {
-            let ip = parse_ip(raw);
-            if ip.is_none() {
-                out.warnings
-                    .push(ctx.warn(format!("ignoring invalid externalIP {raw:?}")));
+            let parsed = parse(raw);
+            if parsed.is_none() {
+                warnings.push(ctx.warn(format!("ignoring invalid {what} {raw:?}")));
             }
-            ip
+            parsed
         })
-        .collect();
+        .collect()
+}
 
-    // Source ranges come from the spec field only: upstream kube-proxy ignores the legacy annotation.
-    let load_balancer_source_ranges: Vec<IpNet> = spec
-        .load_balancer_source_ranges
-        .iter()
-        .flatten()
-        .filter_map(|raw| {
-            let net = parse_cidr(raw);
-            if net.is_none() {
-                out.warnings
-                    .push(ctx.warn(format!("ignoring invalid loadBalancerSourceRange {raw:?}")));
-            }
-            net
-        })
-        .collect();
-
-    let mut load_balancer_ingress = Vec::new();
+/// The status' load-balancer ingress IPs; invalid ones are dropped with a warning.
+fn load_balancer_ingress(
+    svc: &Service,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Vec<LoadBalancerIngress> {
+    let mut out = Vec::new();
     let ingress = svc
         .status
         .as_ref()
@@ -314,108 +375,113 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
             continue;
         };
         match parse_ip(raw) {
-            Some(ip) => load_balancer_ingress.push(LoadBalancerIngress {
+            Some(ip) => out.push(LoadBalancerIngress {
                 ip,
                 ip_mode_proxy: ing.ip_mode.as_deref().is_some_and(|m| m != "VIP"),
             }),
-            None => out
-                .warnings
+            None => warnings
                 .push(ctx.warn(format!("ignoring invalid load-balancer ingress IP {raw:?}"))),
         }
     }
+    out
+}
 
-    let session_affinity_timeout = if spec.session_affinity.as_deref() == Some("ClientIP") {
-        let configured = spec
-            .session_affinity_config
-            .as_ref()
-            .and_then(|c| c.client_ip.as_ref())
-            .and_then(|c| c.timeout_seconds);
-        match configured {
-            None => Some(DEFAULT_AFFINITY_TIMEOUT),
-            Some(t) if t > 0 => Some(t as u32),
-            Some(t) => return Err(ctx.err(InvalidReason::InvalidAffinityTimeout(t.into()))),
+/// The ClientIP affinity timeout (default 3 hours), `None` without affinity.
+fn affinity_timeout(spec: &ServiceSpec, ctx: &Ctx<'_>) -> Result<Option<u32>, ConvertError> {
+    if spec.session_affinity.as_deref() != Some("ClientIP") {
+        return Ok(None);
+    }
+    let configured = spec
+        .session_affinity_config
+        .as_ref()
+        .and_then(|c| c.client_ip.as_ref())
+        .and_then(|c| c.timeout_seconds);
+    match configured {
+        None => Ok(Some(DEFAULT_AFFINITY_TIMEOUT)),
+        Some(t) if t > 0 => Ok(Some(t.unsigned_abs())),
+        Some(t) => Err(ctx.err(InvalidReason::InvalidAffinityTimeout(t.into()))),
+    }
+}
+
+/// The health-check node port of a LoadBalancer with externalTrafficPolicy Local.
+fn health_check_node_port(
+    spec: &ServiceSpec,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Result<Option<u16>, ConvertError> {
+    match spec.health_check_node_port.unwrap_or(0) {
+        0 => {
+            warnings.push(ctx.warn("service has no healthCheckNodePort".into()));
+            Ok(None)
         }
-    } else {
-        None
-    };
+        p => port_u16(p)
+            .map(Some)
+            .ok_or_else(|| ctx.err(InvalidReason::InvalidHealthCheckNodePort(p.into()))),
+    }
+}
 
-    let externally_accessible = matches!(svc_type, "LoadBalancer" | "NodePort")
-        || (svc_type == "ClusterIP" && spec.external_ips.as_ref().is_some_and(|v| !v.is_empty()));
-    let external_policy_local =
-        externally_accessible && spec.external_traffic_policy.as_deref() == Some("Local");
-    let internal_policy_local = spec.internal_traffic_policy.as_deref() == Some("Local");
-
-    let health_check_node_port = if svc_type == "LoadBalancer" && external_policy_local {
-        match spec.health_check_node_port.unwrap_or(0) {
-            0 => {
-                out.warnings
-                    .push(ctx.warn("service has no healthCheckNodePort".into()));
-                None
-            }
-            p => Some(
-                port_u16(p)
-                    .ok_or_else(|| ctx.err(InvalidReason::InvalidHealthCheckNodePort(p.into())))?,
-            ),
-        }
-    } else {
-        None
-    };
-
+/// One [`ServicePort`] per spec port, from `template`; names and port/protocol pairs must be unique.
+fn ports_of(
+    spec: &ServiceSpec,
+    template: &ServicePort,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<ServicePort>, ConvertError> {
     let mut names = BTreeSet::new();
     let mut numbers = BTreeSet::new();
+    let mut out = Vec::new();
     for p in spec.ports.iter().flatten() {
-        let port_name = p.name.clone().unwrap_or_default();
-        let protocol_raw = p.protocol.as_deref().unwrap_or("TCP");
-        let protocol = Protocol::from_api(protocol_raw).ok_or_else(|| {
-            ctx.err(InvalidReason::UnknownProtocol {
-                port_name: port_name.clone(),
-                protocol: protocol_raw.into(),
-            })
-        })?;
-        let port = port_u16(p.port).ok_or_else(|| {
-            ctx.err(InvalidReason::InvalidPort {
-                port_name: port_name.clone(),
-                value: p.port.into(),
-            })
-        })?;
-        let node_port = match p.node_port.unwrap_or(0) {
-            0 => None,
-            np => Some(port_u16(np).ok_or_else(|| {
-                ctx.err(InvalidReason::InvalidNodePort {
-                    port_name: port_name.clone(),
-                    value: np.into(),
-                })
-            })?),
-        };
-        if !names.insert(port_name.clone()) {
-            return Err(ctx.err(InvalidReason::DuplicatePortName(port_name)));
+        let port = one_port(p, template, ctx)?;
+        if !names.insert(port.name.port_name.clone()) {
+            return Err(ctx.err(InvalidReason::DuplicatePortName(
+                port.name.port_name.clone(),
+            )));
         }
-        if !numbers.insert((port, protocol)) {
+        if !numbers.insert((port.port, port.protocol)) {
             return Err(ctx.err(InvalidReason::DuplicatePort {
-                port,
-                protocol: protocol.as_upper(),
+                port: port.port,
+                protocol: port.protocol.as_upper(),
             }));
         }
-        out.ports.push(ServicePort {
-            name: ServicePortName {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                port_name,
-                protocol,
-            },
-            cluster_ips: cluster_ips.clone(),
-            port,
-            protocol,
-            node_port,
-            external_ips: external_ips.clone(),
-            load_balancer_ingress: load_balancer_ingress.clone(),
-            load_balancer_source_ranges: load_balancer_source_ranges.clone(),
-            session_affinity_timeout,
-            external_policy_local,
-            internal_policy_local,
-            health_check_node_port,
-        });
+        out.push(port);
     }
+    Ok(out)
+}
+
+/// One spec port: protocol, port and node port checked, the rest from `template`.
+fn one_port(
+    p: &k8s_openapi::api::core::v1::ServicePort,
+    template: &ServicePort,
+    ctx: &Ctx<'_>,
+) -> Result<ServicePort, ConvertError> {
+    let port_name = p.name.clone().unwrap_or_default();
+    let protocol_raw = p.protocol.as_deref().unwrap_or("TCP");
+    let protocol = Protocol::from_api(protocol_raw).ok_or_else(|| {
+        ctx.err(InvalidReason::UnknownProtocol {
+            port_name: port_name.clone(),
+            protocol: protocol_raw.into(),
+        })
+    })?;
+    let port = port_u16(p.port).ok_or_else(|| {
+        ctx.err(InvalidReason::InvalidPort {
+            port_name: port_name.clone(),
+            value: p.port.into(),
+        })
+    })?;
+    let node_port = match p.node_port.unwrap_or(0) {
+        0 => None,
+        np => Some(port_u16(np).ok_or_else(|| {
+            ctx.err(InvalidReason::InvalidNodePort {
+                port_name: port_name.clone(),
+                value: np.into(),
+            })
+        })?),
+    };
+    let mut out = template.clone();
+    out.name.port_name = port_name;
+    out.name.protocol = protocol;
+    out.port = port;
+    out.protocol = protocol;
+    out.node_port = node_port;
     Ok(out)
 }
 
@@ -464,7 +530,32 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
     };
     let service = service.ok_or_else(|| ctx.err(InvalidReason::MissingServiceName))?;
     let mut warnings = Vec::new();
+    let ports = slice_ports(slice, &ctx, &mut warnings)?;
+    let only_port = match ports.as_slice() {
+        [p] => p.port,
+        _ => 0,
+    };
+    let endpoints = slice_endpoints(slice, family, only_port, &ctx, &mut warnings)?;
 
+    Ok(Some(SliceInfo {
+        service: ServiceName {
+            namespace: namespace.clone(),
+            name: service,
+        },
+        slice_name,
+        ports,
+        endpoints: Arc::new(endpoints),
+        trigger_time: trigger_time(slice),
+        warnings,
+    }))
+}
+
+/// The ports of a slice, sorted; nameless or numberless ones are dropped with a warning.
+fn slice_ports(
+    slice: &EndpointSlice,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Result<Vec<SlicePort>, ConvertError> {
     let mut ports = Vec::new();
     let mut names = BTreeSet::new();
     let mut numbers = BTreeSet::new();
@@ -507,11 +598,17 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
     }
     ports.sort();
     ports.shrink_to_fit();
-    let only_port = match ports.as_slice() {
-        [p] => p.port,
-        _ => 0,
-    };
+    Ok(ports)
+}
 
+/// The endpoints of a slice of address family `family`, sorted; each carries `port`.
+fn slice_endpoints(
+    slice: &EndpointSlice,
+    family: IpFamily,
+    port: u16,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConvertWarning>,
+) -> Result<Vec<Endpoint>, ConvertError> {
     let mut endpoints = Vec::with_capacity(slice.endpoints.len());
     for ep in &slice.endpoints {
         let Some(raw) = ep.addresses.first() else {
@@ -526,40 +623,34 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
                 address_type: slice.address_type.clone(),
             }));
         }
-        let cond = ep.conditions.as_ref();
-        let ready = cond.and_then(|c| c.ready).unwrap_or(true);
-        let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
-        let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
-        let hints = ep.hints.as_ref();
-        endpoints.push(Endpoint {
-            ip,
-            port: only_port,
-            ready,
-            serving,
-            terminating,
-            node_name: ep.node_name.as_deref().map(Arc::from),
-            zone: ep.zone.as_deref().map(Arc::from),
-            hints_for_nodes: hints
-                .and_then(|h| h.for_nodes.as_ref())
-                .filter(|v| !v.is_empty())
-                .map(|v| v.iter().map(|n| Arc::from(n.name.as_str())).collect()),
-            hints_for_zones: hints
-                .and_then(|h| h.for_zones.as_ref())
-                .filter(|v| !v.is_empty())
-                .map(|v| v.iter().map(|z| Arc::from(z.name.as_str())).collect()),
-        });
+        endpoints.push(endpoint(ep, ip, port));
     }
     endpoints.sort();
+    Ok(endpoints)
+}
 
-    Ok(Some(SliceInfo {
-        service: ServiceName {
-            namespace: namespace.clone(),
-            name: service,
-        },
-        slice_name,
-        ports,
-        endpoints: Arc::new(endpoints),
-        trigger_time: trigger_time(slice),
-        warnings,
-    }))
+/// One endpoint: conditions (ready by default, serving as ready, not terminating) and hints.
+fn endpoint(ep: &k8s_openapi::api::discovery::v1::Endpoint, ip: IpAddr, port: u16) -> Endpoint {
+    let cond = ep.conditions.as_ref();
+    let ready = cond.and_then(|c| c.ready).unwrap_or(true);
+    let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
+    let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
+    let hints = ep.hints.as_ref();
+    Endpoint {
+        ip,
+        port,
+        ready,
+        serving,
+        terminating,
+        node_name: ep.node_name.as_deref().map(Arc::from),
+        zone: ep.zone.as_deref().map(Arc::from),
+        hints_for_nodes: hints
+            .and_then(|h| h.for_nodes.as_ref())
+            .filter(|v| !v.is_empty())
+            .map(|v| v.iter().map(|n| Arc::from(n.name.as_str())).collect()),
+        hints_for_zones: hints
+            .and_then(|h| h.for_zones.as_ref())
+            .filter(|v| !v.is_empty())
+            .map(|v| v.iter().map(|z| Arc::from(z.name.as_str())).collect()),
+    }
 }

@@ -2,6 +2,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod decode;
 pub mod model;
 pub mod select;
 pub mod tracker;

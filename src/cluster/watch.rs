@@ -1,10 +1,14 @@
 //! Watchers on Services, EndpointSlices and the own Node, feeding the change trackers.
 //!
-//! A watcher error never ends a stream: it is logged, the watcher backs off and relists. A relist
-//! (`Init` … `InitDone`) deletes objects that vanished meanwhile. Each recorded change calls the
-//! `sync_requested` notifier.
+//! Objects are decoded one at a time and leniently ([`Decoded`]): an object that cannot be read is
+//! reported (warning, counter, the notifier's Event and metric) and treated as a malformed object is,
+//! never as a stream error. A watcher error never ends a stream: it is logged, the watcher backs off
+//! and relists. A relist (`Init` … `InitDone`) deletes objects that vanished meanwhile. Each recorded
+//! change calls the `sync_requested` notifier. One generic loop (`run_watcher`) serves all three
+//! kinds; a `Handler` per kind says what a change means.
 
-use super::convert::ConvertError;
+use super::convert::{ConvertError, InvalidReason, ObjectKind};
+use super::decode::{Decoded, Lenient, Unreadable};
 use super::model::{EndpointsMap, ServiceMap};
 use super::tracker::{
     EndpointsChangeTracker, EndpointsUpdateResult, ServiceChangeTracker, ServiceUpdateResult,
@@ -14,8 +18,10 @@ use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -395,17 +401,194 @@ fn keyed<K: kube::Resource + Default>(key: &Key) -> K {
     obj
 }
 
-fn report(kind: &str, outcome: &TrackOutcome, notifier: &Notifier, invalid: &AtomicU64) {
-    for w in &outcome.warnings {
-        tracing::warn!(kind, "{w}");
+/// Logs, counts and announces (through the notifier) what conversion or decoding rejected.
+#[derive(Clone)]
+struct Reporter {
+    notifier: Notifier,
+    invalid: Arc<AtomicU64>,
+}
+
+impl Reporter {
+    /// Reports the warnings and error of one tracked change, and requests a sync when one is pending.
+    fn outcome(&self, kind: ObjectKind, outcome: &TrackOutcome) {
+        for w in &outcome.warnings {
+            tracing::warn!(kind = %kind, "{w}");
+        }
+        if let Some(e) = &outcome.error {
+            self.invalid(e);
+        }
+        if outcome.pending {
+            (self.notifier.sync_requested)();
+        }
     }
-    if let Some(e) = &outcome.error {
-        tracing::warn!(kind, error = %e, "ignoring invalid object");
-        invalid.fetch_add(1, Ordering::Relaxed);
-        (notifier.invalid_object)(e);
+
+    /// Reports one rejected object: a warning, the counter, and the notifier's callback (Event, metric).
+    fn invalid(&self, e: &ConvertError) {
+        tracing::warn!(kind = %e.kind, error = %e, "ignoring invalid object");
+        self.invalid.fetch_add(1, Ordering::Relaxed);
+        (self.notifier.invalid_object)(e);
     }
-    if outcome.pending {
-        (notifier.sync_requested)();
+}
+
+/// The error reported for an object of `kind` that could not be decoded.
+pub fn unreadable_error(kind: ObjectKind, u: &Unreadable) -> ConvertError {
+    ConvertError {
+        kind,
+        namespace: u.meta.namespace.clone().unwrap_or_default(),
+        name: u.meta.name.clone().unwrap_or_default(),
+        reason: InvalidReason::Unreadable(u.error.clone()),
+    }
+}
+
+/// What one watcher does with the object changes of its kind.
+trait Handler<K>: Send + 'static {
+    /// The kind watched (logs, Events, metrics).
+    const KIND: ObjectKind;
+
+    /// An object was added or updated (`cur` set) or deleted (`cur` None); `prev` is the cached one.
+    fn change(&mut self, prev: Option<&K>, cur: Option<&K>);
+
+    /// An object could not be read (already reported); `prev` is its cached state. By default it is
+    /// treated as absent, as a malformed object is.
+    fn unreadable(&mut self, prev: Option<&K>) {
+        self.change(prev, None);
+    }
+
+    /// The first full list completed.
+    fn listed(&mut self) {}
+}
+
+struct ServiceHandler {
+    trackers: Arc<Trackers>,
+    reporter: Reporter,
+}
+
+impl Handler<Service> for ServiceHandler {
+    const KIND: ObjectKind = ObjectKind::Service;
+
+    fn change(&mut self, prev: Option<&Service>, cur: Option<&Service>) {
+        let outcome = lock(&self.trackers.services).update(prev, cur);
+        self.reporter.outcome(Self::KIND, &outcome);
+    }
+
+    fn listed(&mut self) {
+        (self.reporter.notifier.sync_requested)();
+    }
+}
+
+struct SliceHandler {
+    trackers: Arc<Trackers>,
+    reporter: Reporter,
+}
+
+impl Handler<EndpointSlice> for SliceHandler {
+    const KIND: ObjectKind = ObjectKind::EndpointSlice;
+
+    fn change(&mut self, prev: Option<&EndpointSlice>, cur: Option<&EndpointSlice>) {
+        let outcome = {
+            let mut t = lock(&self.trackers.endpoints);
+            match (prev, cur) {
+                (_, Some(cur)) => t.update(cur, false),
+                (Some(prev), None) => t.update(prev, true),
+                (None, None) => return,
+            }
+        };
+        self.reporter.outcome(Self::KIND, &outcome);
+    }
+
+    fn listed(&mut self) {
+        (self.reporter.notifier.sync_requested)();
+    }
+}
+
+struct NodeHandler {
+    node: tokio_watch::Sender<Option<Arc<NodeInfo>>>,
+    notifier: Notifier,
+}
+
+impl Handler<Node> for NodeHandler {
+    const KIND: ObjectKind = ObjectKind::Node;
+
+    fn change(&mut self, _prev: Option<&Node>, cur: Option<&Node>) {
+        let info = cur.map(|n| Arc::new(node_info(n)));
+        let changed = self.node.send_if_modified(|slot| {
+            if *slot != info {
+                *slot = info;
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            (self.notifier.sync_requested)();
+        }
+    }
+
+    /// An unreadable Node keeps its last readable state (the daemon needs its addresses).
+    fn unreadable(&mut self, _prev: Option<&Node>) {}
+}
+
+/// A readable object, or an empty one carrying an unreadable object's namespace/name.
+fn readable_or_keyed<K: Resource + Clone + Default>(d: &Decoded<K>) -> Cow<'_, K> {
+    match d {
+        Decoded::Object(k) => Cow::Borrowed(k),
+        Decoded::Unreadable(u) => Cow::Owned(keyed(&key_of(&u.meta))),
+    }
+}
+
+/// Passes one cached change to `handler`, reporting an unreadable current object first.
+fn dispatch<K, H>(
+    handler: &mut H,
+    reporter: &Reporter,
+    prev: Option<&Decoded<K>>,
+    cur: Option<&Decoded<K>>,
+) where
+    K: Resource + Clone + Default,
+    H: Handler<K>,
+{
+    let prev = prev.map(readable_or_keyed);
+    let prev = prev.as_deref();
+    match cur {
+        Some(Decoded::Object(k)) => handler.change(prev, Some(k)),
+        Some(Decoded::Unreadable(u)) => {
+            reporter.invalid(&unreadable_error(H::KIND, u));
+            handler.unreadable(prev);
+        }
+        None => handler.change(prev, None),
+    }
+}
+
+/// One watcher: list + watch of `api`, each event through `cache` to `handler`; `listed` turns true
+/// after the first full list. A stream error is logged and the watcher backs off (and relists when
+/// it must); an object it cannot read never is a stream error.
+async fn run_watcher<K, H>(
+    api: Api<Decoded<K>>,
+    config: watcher::Config,
+    mut cache: EventCache<Decoded<K>>,
+    mut handler: H,
+    reporter: Reporter,
+    listed: tokio_watch::Sender<bool>,
+) where
+    K: Lenient + Resource<DynamicType = ()> + Clone + Default + std::fmt::Debug + Send + 'static,
+    H: Handler<K>,
+{
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    while let Some(item) = stream.next().await {
+        let event = match item {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(kind = %H::KIND, error = %e, "watch failed, backing off and relisting");
+                continue;
+            }
+        };
+        let was_listed = cache.listed();
+        cache.handle(event, |prev, cur| {
+            dispatch(&mut handler, &reporter, prev, cur)
+        });
+        if cache.listed() && !was_listed {
+            listed.send_replace(true);
+            handler.listed();
+        }
     }
 }
 
@@ -416,126 +599,61 @@ pub fn start(
     trackers: Arc<Trackers>,
     notifier: Notifier,
 ) -> (Stores, Synced) {
-    let invalid = Arc::new(AtomicU64::new(0));
+    let reporter = Reporter {
+        notifier: notifier.clone(),
+        invalid: Arc::new(AtomicU64::new(0)),
+    };
     let (svc_tx, svc_rx) = tokio_watch::channel(false);
     let (eps_tx, eps_rx) = tokio_watch::channel(false);
     let (node_synced_tx, node_synced_rx) = tokio_watch::channel(false);
     let (node_tx, node_rx) = tokio_watch::channel(None);
-
-    let mut tasks = Vec::new();
-
-    {
-        let api: Api<Service> = Api::all(client.clone());
-        let trackers = trackers.clone();
-        let notifier = notifier.clone();
-        let invalid = invalid.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<Service>::keys_only();
-            let mut stream = watcher(api, service_watch_config()).default_backoff().boxed();
-            while let Some(item) = stream.next().await {
-                let event = match item {
-                    Ok(e) => e,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Service watch failed, backing off and relisting");
-                        continue;
-                    }
-                };
-                let was_listed = cache.listed();
-                cache.handle(event, |prev, cur| {
-                    let outcome = lock(&trackers.services).update(prev, cur);
-                    report("Service", &outcome, &notifier, &invalid);
-                });
-                if cache.listed() && !was_listed {
-                    svc_tx.send_replace(true);
-                    (notifier.sync_requested)();
-                }
-            }
-        }));
-    }
-
-    {
-        let api: Api<EndpointSlice> = Api::all(client.clone());
-        let trackers = trackers.clone();
-        let notifier = notifier.clone();
-        let invalid = invalid.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<EndpointSlice>::keys_only();
-            let mut stream = watcher(api, slice_watch_config()).default_backoff().boxed();
-            while let Some(item) = stream.next().await {
-                let event = match item {
-                    Ok(e) => e,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "EndpointSlice watch failed, backing off and relisting");
-                        continue;
-                    }
-                };
-                let was_listed = cache.listed();
-                cache.handle(event, |prev, cur| {
-                    let mut t = lock(&trackers.endpoints);
-                    let outcome = match (prev, cur) {
-                        (_, Some(cur)) => t.update(cur, false),
-                        (Some(prev), None) => t.update(prev, true),
-                        (None, None) => return,
-                    };
-                    drop(t);
-                    report("EndpointSlice", &outcome, &notifier, &invalid);
-                });
-                if cache.listed() && !was_listed {
-                    eps_tx.send_replace(true);
-                    (notifier.sync_requested)();
-                }
-            }
-        }));
-    }
-
-    {
-        let api: Api<Node> = Api::all(client);
-        let notifier = notifier.clone();
-        let node_name = node_name.to_string();
-        tasks.push(tokio::spawn(async move {
-            let mut cache = EventCache::<Node>::default();
-            let mut stream = watcher(api, node_watch_config(&node_name))
-                .default_backoff()
-                .boxed();
-            while let Some(item) = stream.next().await {
-                let event = match item {
-                    Ok(e) => e,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Node watch failed, backing off and relisting");
-                        continue;
-                    }
-                };
-                cache.handle(event, |_, cur| {
-                    let info = cur.map(|n| Arc::new(node_info(n)));
-                    let changed = node_tx.send_if_modified(|slot| {
-                        if *slot != info {
-                            *slot = info;
-                            true
-                        } else {
-                            false
-                        }
-                    });
-                    if changed {
-                        (notifier.sync_requested)();
-                    }
-                });
-                if cache.listed() {
-                    node_synced_tx.send_if_modified(|v| !std::mem::replace(v, true));
-                }
-            }
-        }));
-    }
-
-    (
-        Stores {
-            node: node_rx,
-            invalid_objects: invalid,
-            tasks,
-        },
-        Synced {
-            services: svc_rx,
-            endpoint_slices: eps_rx,
-            node: node_synced_rx,
-        },
-    )
+    let services = ServiceHandler {
+        trackers: trackers.clone(),
+        reporter: reporter.clone(),
+    };
+    let slices = SliceHandler {
+        trackers,
+        reporter: reporter.clone(),
+    };
+    let node = NodeHandler {
+        node: node_tx,
+        notifier,
+    };
+    let tasks = vec![
+        tokio::spawn(run_watcher(
+            Api::all(client.clone()),
+            service_watch_config(),
+            EventCache::keys_only(),
+            services,
+            reporter.clone(),
+            svc_tx,
+        )),
+        tokio::spawn(run_watcher(
+            Api::all(client.clone()),
+            slice_watch_config(),
+            EventCache::keys_only(),
+            slices,
+            reporter.clone(),
+            eps_tx,
+        )),
+        tokio::spawn(run_watcher(
+            Api::all(client),
+            node_watch_config(node_name),
+            EventCache::default(),
+            node,
+            reporter.clone(),
+            node_synced_tx,
+        )),
+    ];
+    let stores = Stores {
+        node: node_rx,
+        invalid_objects: reporter.invalid,
+        tasks,
+    };
+    let synced = Synced {
+        services: svc_rx,
+        endpoint_slices: eps_rx,
+        node: node_synced_rx,
+    };
+    (stores, synced)
 }

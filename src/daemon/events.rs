@@ -1,8 +1,11 @@
 //! Kubernetes Events (events.k8s.io/v1) about the own Node, sent in the background so callers never wait
 //! on the API server.
 
+use crate::cluster::convert::ConvertError;
+use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Reporting controller of every event.
@@ -78,5 +81,18 @@ impl Events {
             action: action.to_string(),
             note,
         });
+    }
+}
+
+/// The daemon's answer to an object the watchers rejected (malformed or unreadable): the
+/// `invalid_objects_total{kind}` counter and a Warning Event `Invalid<Kind>` naming it and why.
+pub fn on_invalid_object(
+    metrics: Arc<Metrics>,
+    events: Events,
+) -> impl Fn(&ConvertError) + Send + Sync + 'static {
+    move |e| {
+        let kind = e.kind.to_string();
+        metrics.inc_invalid_object(&kind);
+        events.warning(&format!("Invalid{kind}"), "Sync", Some(e.to_string()));
     }
 }

@@ -16,9 +16,9 @@ use crate::kernel::iptables::cli::IptablesCli;
 use crate::metrics::Metrics;
 use crate::proxier::Proxier;
 use crate::proxier::graceful::CHECK_INTERVAL;
-use crate::runner::{RunnerConfig, bounded_frequency_runner};
+use crate::runner::{Runner, RunnerConfig, RunnerHandle, bounded_frequency_runner};
 use crate::server::{
-    MetricsServerState, ProxyHealth, ServiceHealthServer, start_healthz_server,
+    MetricsServerState, ProxyHealth, ServerHandle, ServiceHealthServer, start_healthz_server,
     start_metrics_server,
 };
 use anyhow::{Context, anyhow};
@@ -26,6 +26,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch as tokio_watch};
+use tokio::task::JoinHandle;
 
 /// Hidden environment variable shortening the graceful-termination check interval (Go duration; tests).
 pub const GRACEFUL_INTERVAL_ENV: &str = "KUBE_PROXY_RS_GRACEFUL_CHECK_INTERVAL";
@@ -124,14 +125,19 @@ fn watch_node(
     });
 }
 
-/// Runs the daemon until it is told to stop; `Ok` for a clean stop (signal), `Err` otherwise.
-pub async fn run(options: Options) -> anyhow::Result<()> {
-    let options = Arc::new(options);
-    // Read the config file before anything else: an edit from now on makes the daemon exit.
-    let config_snapshot = options.config_path.as_deref().map(watch_config::snapshot);
-    let c = &options.config;
-    set_oom_score(c.oom_score_adj);
+/// What the daemon learned before touching the kernel: the API client, the Event publisher and the
+/// own Node as it was at start.
+struct Cluster {
+    client: kube::Client,
+    events: events::Events,
+    initial: Option<NodeInfo>,
+    node_cidr_mode: bool,
+}
 
+/// Connects to the API server, announces the start and waits for the own Node (and, in NodeCIDR
+/// mode, for its podCIDRs).
+async fn connect(options: &Options) -> anyhow::Result<Cluster> {
+    let c = &options.config;
     let client = build_client(&ClientOptions {
         kubeconfig: Some(c.client_connection.kubeconfig.clone().into()),
         master: options.master.clone(),
@@ -140,11 +146,11 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         burst: c.client_connection.burst,
     })
     .await?;
-    let node_name = options.node_name.clone();
-    let events = events::Events::start(client.clone(), &node_name);
+    let node_name = &options.node_name;
+    let events = events::Events::start(client.clone(), node_name);
     events.normal("Starting", "StartKubeProxy", None);
 
-    let mut initial = node::wait_for_node(&client, &node_name, node::NODE_WAIT).await;
+    let mut initial = node::wait_for_node(&client, node_name, node::NODE_WAIT).await;
     if initial.is_none() {
         tracing::warn!(node = %node_name, "the Node object was not found; continuing without it");
     }
@@ -152,49 +158,55 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     if node_cidr_mode {
         while initial.as_ref().is_none_or(|n| n.pod_cidrs.is_empty()) {
             tracing::info!(node = %node_name, "waiting for the Node's podCIDRs (detectLocalMode NodeCIDR)");
-            initial = node::wait_for_node(&client, &node_name, Duration::from_secs(5)).await;
+            initial = node::wait_for_node(&client, node_name, Duration::from_secs(5)).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
-    let node_ips = node::node_ips(initial.as_ref(), &c.bind_address);
+    Ok(Cluster {
+        client,
+        events,
+        initial,
+        node_cidr_mode,
+    })
+}
 
-    // Kernel side, all synchronous.
+/// The kernel side, all synchronous: iptables backend, IP families, node preparation and the
+/// proxier. Returns the proxier, the families served and whether `--random-fully` is supported.
+fn kernel(
+    options: &Options,
+    node_ips: &[IpAddr],
+) -> anyhow::Result<(Arc<Mutex<Proxier>>, Vec<IpFamily>, bool)> {
     let backend = backends::iptables_backend()?;
     let mut iptables = IptablesCli::with_backend(backend);
     tracing::info!(backend = %backend, "using iptables backend");
     let v6 = backends::ipv6_supported(&mut iptables);
-    let families = node::families(&node_ips, v6);
+    let families = node::families(node_ips, v6);
     let random_fully = iptables.supports_random_fully();
-    tracing::info!(node = %node_name, ?node_ips, ?families, "starting IPVS proxier");
+    tracing::info!(node = %options.node_name, ?node_ips, ?families, "starting IPVS proxier");
     let mut kernel = backends::real_backends(iptables)?;
-    backends::prepare(&options, &mut kernel)?;
+    backends::prepare(options, &mut kernel)?;
     let proxier = Arc::new(Mutex::new(Proxier::with_planner(kernel)));
+    Ok((proxier, families, random_fully))
+}
 
-    // Servers.
-    let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
-    for &f in &families {
-        metrics.init_family(f);
-    }
-    let health = Arc::new(ProxyHealth::with_system_clock(
-        c.sync_period() * 2,
-        metrics.clone(),
-    ));
-    health.set_node_eligible(initial.as_ref().is_none_or(|n| n.eligible()));
-    let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
-    let stopped = |mut rx: tokio_watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
+/// Resolves when `rx` turns true.
+async fn stopped(mut rx: tokio_watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+/// Starts the `/healthz` and metrics servers that have a bind address; they stop when `stop` turns true.
+async fn start_servers(
+    options: &Options,
+    metrics: &Arc<Metrics>,
+    health: &Arc<ProxyHealth>,
+    stop: &tokio_watch::Receiver<bool>,
+) -> anyhow::Result<Vec<ServerHandle>> {
+    let c = &options.config;
     let mut servers = Vec::new();
     if let Some(addr) = bind_address("healthzBindAddress", &c.healthz_bind_address)? {
-        servers.push(
-            start_healthz_server(
-                addr,
-                health.clone(),
-                c.bind_address_hard_fail,
-                stopped(server_stop_rx.clone()),
-            )
-            .await?,
-        );
+        let hard_fail = c.bind_address_hard_fail;
+        let stop = stopped(stop.clone());
+        servers.push(start_healthz_server(addr, health.clone(), hard_fail, stop).await?);
     }
     if let Some(addr) = bind_address("metricsBindAddress", &c.metrics_bind_address)? {
         let state = MetricsServerState {
@@ -202,75 +214,98 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             proxy_mode: "ipvs".to_string(),
             configz: serde_json::to_value(c).unwrap_or_default(),
         };
-        servers.push(
-            start_metrics_server(
-                addr,
-                state,
-                c.bind_address_hard_fail,
-                stopped(server_stop_rx.clone()),
-            )
-            .await?,
-        );
+        let hard_fail = c.bind_address_hard_fail;
+        servers.push(start_metrics_server(addr, state, hard_fail, stopped(stop.clone())).await?);
     }
+    Ok(servers)
+}
+
+/// The watchers' callbacks: a recorded change marks every family queued and wakes the runner; a
+/// rejected object is metered and evented.
+fn watch_notifier(
+    runner: RunnerHandle,
+    health: Arc<ProxyHealth>,
+    metrics: Arc<Metrics>,
+    families: Vec<IpFamily>,
+    events: events::Events,
+) -> Notifier {
+    let invalid = events::on_invalid_object(metrics.clone(), events);
+    Notifier::new(move || {
+        let now = SystemTime::now();
+        for &f in &families {
+            health.queued_update(f);
+            metrics.set_last_queued(f, now);
+        }
+        runner.run();
+    })
+    .on_invalid(invalid)
+}
+
+/// Spawns what can stop the daemon besides the Node watch: signals and (with `--config`) a change
+/// of the config file.
+fn spawn_stop_sources(
+    options: &Options,
+    config_snapshot: Option<Option<Vec<u8>>>,
+    stop: &mpsc::UnboundedSender<Stop>,
+) {
+    if let (Some(path), Some(initial)) = (options.config_path.clone(), config_snapshot) {
+        watch_config::spawn(path, initial, stop.clone());
+    }
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let _ = stop.send(wait_for_signal().await);
+    });
+}
+
+/// Runs the daemon until it is told to stop; `Ok` for a clean stop (signal), `Err` otherwise.
+pub async fn run(options: Options) -> anyhow::Result<()> {
+    let options = Arc::new(options);
+    // Read the config file before anything else: an edit from now on makes the daemon exit.
+    let config_snapshot = options.config_path.as_deref().map(watch_config::snapshot);
+    let c = &options.config;
+    set_oom_score(c.oom_score_adj);
+    let cluster = connect(&options).await?;
+    let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
+    let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
+
+    let (metrics, health) = metrics_and_health(&options, &families, cluster.initial.as_ref())?;
+    let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
+    let servers = start_servers(&options, &metrics, &health, &server_stop_rx).await?;
     let settings =
         sync::SyncSettings::new(&options, node_ips.clone(), families.clone(), random_fully);
     let health_ips: Vec<IpAddr> = health_check_ips(&settings, &proxier);
     let service_health = Arc::new(ServiceHealthServer::new(health_ips, health.clone()));
 
-    // Watchers and runner.
     let (runner_handle, runner) = bounded_frequency_runner(RunnerConfig::token_bucket(
         c.min_sync_period(),
         c.sync_period(),
     ));
-    let trackers = Trackers::new(&node_name);
-    let notifier = {
-        let runner = runner_handle.clone();
-        let health = health.clone();
-        let metrics = metrics.clone();
-        let families = families.clone();
-        Notifier::new(move || {
-            let now = SystemTime::now();
-            for &f in &families {
-                health.queued_update(f);
-                metrics.set_last_queued(f, now);
-            }
-            runner.run();
-        })
-    }
-    .on_invalid({
-        let metrics = metrics.clone();
-        let events = events.clone();
-        move |e| {
-            let kind = e.kind.to_string();
-            metrics.inc_invalid_object(&kind);
-            events.warning(&format!("Invalid{kind}"), "Sync", Some(e.to_string()));
-        }
-    });
-    let (stores, synced) = watch::start(client.clone(), &node_name, trackers.clone(), notifier);
-
+    let trackers = Trackers::new(&options.node_name);
+    let notifier = watch_notifier(
+        runner_handle.clone(),
+        health.clone(),
+        metrics.clone(),
+        families.clone(),
+        cluster.events.clone(),
+    );
+    let client = cluster.client.clone();
+    let (stores, synced) = watch::start(client, &options.node_name, trackers.clone(), notifier);
     let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<Stop>();
+    let node_rx = stores.node.clone();
     watch_node(
-        stores.node.clone(),
-        initial,
-        node_cidr_mode,
+        node_rx,
+        cluster.initial,
+        cluster.node_cidr_mode,
         health.clone(),
         stop_tx.clone(),
     );
-    if let (Some(path), Some(initial)) = (options.config_path.clone(), config_snapshot) {
-        watch_config::spawn(path, initial, stop_tx.clone());
-    }
-    {
-        let stop_tx = stop_tx.clone();
-        tokio::spawn(async move {
-            let _ = stop_tx.send(wait_for_signal().await);
-        });
-    }
+    spawn_stop_sources(&options, config_snapshot, &stop_tx);
     spawn_graceful_check(proxier.clone(), graceful_interval());
 
     for &f in &families {
         health.updated(f);
     }
-    let sync_loop = Arc::new(tokio::sync::Mutex::new(sync::SyncLoop::new(
+    let sync_loop = sync::SyncLoop::new(
         settings,
         options.clone(),
         trackers,
@@ -281,16 +316,9 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         health,
         service_health.clone(),
         runner_handle,
-        events,
-    )));
-    let (loop_stop_tx, loop_stop_rx) = tokio_watch::channel(false);
-    let loop_task = tokio::spawn(runner.run(
-        move || {
-            let sync_loop = sync_loop.clone();
-            async move { sync_loop.lock().await.sync().await }
-        },
-        stopped(loop_stop_rx),
-    ));
+        cluster.events,
+    );
+    let (loop_stop_tx, loop_task) = spawn_sync_loop(runner, sync_loop);
 
     let stop = stop_rx
         .recv()
@@ -305,6 +333,46 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     for s in servers {
         let _ = tokio::time::timeout(Duration::from_secs(2), s.task).await;
     }
+    stop_result(stop)
+}
+
+/// Runs `sync_loop` on the runner's schedule until the returned sender turns true.
+fn spawn_sync_loop(
+    runner: Runner,
+    sync_loop: sync::SyncLoop,
+) -> (tokio_watch::Sender<bool>, JoinHandle<()>) {
+    let sync_loop = Arc::new(tokio::sync::Mutex::new(sync_loop));
+    let (stop_tx, stop_rx) = tokio_watch::channel(false);
+    let task = tokio::spawn(runner.run(
+        move || {
+            let sync_loop = sync_loop.clone();
+            async move { sync_loop.lock().await.sync().await }
+        },
+        stopped(stop_rx),
+    ));
+    (stop_tx, task)
+}
+
+/// The metrics registry (families initialised) and the proxy health, the Node's eligibility set.
+fn metrics_and_health(
+    options: &Options,
+    families: &[IpFamily],
+    initial: Option<&NodeInfo>,
+) -> anyhow::Result<(Arc<Metrics>, Arc<ProxyHealth>)> {
+    let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
+    for &f in families {
+        metrics.init_family(f);
+    }
+    let health = Arc::new(ProxyHealth::with_system_clock(
+        options.config.sync_period() * 2,
+        metrics.clone(),
+    ));
+    health.set_node_eligible(initial.is_none_or(|n| n.eligible()));
+    Ok((metrics, health))
+}
+
+/// The daemon's result for why it stopped: `Ok` after a signal, an error naming the cause otherwise.
+fn stop_result(stop: Stop) -> anyhow::Result<()> {
     match stop {
         Stop::Signal(sig) => {
             tracing::info!(

@@ -1,6 +1,7 @@
 //! The own Node: waiting for it at start, its IPs (as upstream's `detectNodeIPs`), and the IP families
 //! to serve.
 
+use crate::cluster::decode::Decoded;
 use crate::cluster::model::IpFamily;
 use crate::cluster::watch::{NodeInfo, node_info};
 use k8s_openapi::api::core::v1::Node;
@@ -17,11 +18,15 @@ pub async fn wait_for_node(
     name: &str,
     timeout: Duration,
 ) -> Option<NodeInfo> {
-    let api: Api<Node> = Api::all(client.clone());
+    // Decoded leniently, as the Node watch does: fields kube-proxy does not read cannot fail it.
+    let api: Api<Decoded<Node>> = Api::all(client.clone());
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match api.get_opt(name).await {
-            Ok(Some(node)) => return Some(node_info(&node)),
+            Ok(Some(Decoded::Object(node))) => return Some(node_info(&node)),
+            Ok(Some(Decoded::Unreadable(u))) => {
+                tracing::warn!(node = name, error = %u.error, "cannot read the Node object")
+            }
             Ok(None) => tracing::info!(node = name, "waiting for the Node object"),
             Err(e) => tracing::warn!(node = name, error = %e, "cannot get the Node object"),
         }

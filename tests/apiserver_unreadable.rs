@@ -1,0 +1,348 @@
+//! What the API server accepts never breaks a watch (issue 13 §3): the daemon's Service,
+//! EndpointSlice and Node watchers against the test API server over real HTTP list/watch, fed raw
+//! JSON objects with nulls where the typed structs want values (`lastTransitionTime: null`, which
+//! upstream's conformance tests write), unknown fields and odd types in fields kube-proxy does not
+//! read, and objects that truly cannot be read. No list is repeated (no relist), the good objects
+//! around the bad ones arrive, and each unreadable object is counted, reported to the metric and
+//! published as a Warning Event.
+mod common;
+
+use common::apiserver::{Kind, TestApiServer};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, ListParams};
+use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
+use kube_proxy_rs::cluster::watch::{Notifier, Stores, Synced, Trackers, start};
+use kube_proxy_rs::daemon::events::{Events, on_invalid_object};
+use kube_proxy_rs::metrics::Metrics;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+const NODE: &str = "node-a";
+
+/// A condition as upstream's conformance test writes it: `lastTransitionTime: null`.
+fn null_time_condition() -> Value {
+    json!({"type": "Ready", "status": "True", "reason": "Test", "message": "",
+           "lastTransitionTime": null, "observedGeneration": null})
+}
+
+fn svc(name: &str, ip: &str, port: Value) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns"},
+           "spec": {"type": "ClusterIP", "clusterIP": ip,
+                    "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}})
+}
+
+/// A Service full of what the API server accepts but the typed structs reject or do not know.
+fn odd_svc(name: &str, ip: &str, port: i64) -> Value {
+    let mut v = svc(name, ip, json!(port));
+    v["metadata"]["managedFields"] = json!([{"manager": 5, "time": null, "fieldsV1": "x"}]);
+    v["metadata"]["annotations"] = json!({"note": 7, "other": null});
+    v["metadata"]["creationTimestamp"] = json!(null);
+    v["spec"]["ipFamilyPolicy"] = json!(42);
+    v["spec"]["selector"] = json!("not a map");
+    v["spec"]["aFieldFromTheFuture"] = json!({"deep": [1, null]});
+    v["spec"]["ports"][0]["targetPort"] = json!({"odd": true});
+    v["spec"]["ports"][0]["appProtocol"] = json!(null);
+    v["status"] = json!({"conditions": [null_time_condition()], "loadBalancer": {}});
+    v
+}
+
+fn slice(name: &str, service: &str, ip: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns",
+                        "labels": {"kubernetes.io/service-name": service}},
+           "addressType": "IPv4",
+           "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+           "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]})
+}
+
+fn odd_slice(name: &str, service: &str, ip: &str) -> Value {
+    let mut v = slice(name, service, ip);
+    v["metadata"]["annotations"] = json!({"endpoints.kubernetes.io/last-change-trigger-time": null,
+                                          "x": {"y": 1}});
+    v["endpoints"][0]["targetRef"] = json!("odd");
+    v["endpoints"][0]["deprecatedTopology"] = json!(7);
+    v["endpoints"][0]["conditions"]["serving"] = json!(null);
+    v["endpoints"][0]["somethingNew"] = json!([null]);
+    v
+}
+
+fn node(ip: &str, label: &str) -> Value {
+    json!({"metadata": {"name": NODE, "labels": {"test": label}},
+           "spec": {"podCIDR": "10.244.0.0/24", "taints": [{"key": "k", "effect": null,
+                                                             "timeAdded": null}]},
+           "status": {"addresses": [{"type": "InternalIP", "address": ip}],
+                      "conditions": [null_time_condition()],
+                      "images": "not a list", "nodeInfo": null}})
+}
+
+async fn client_for(api: &TestApiServer) -> kube::Client {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("apiserver-unreadable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("kubeconfig-{}", std::process::id()));
+    api.write_kubeconfig(&path).unwrap();
+    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(cfg).unwrap()
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// The daemon's view so far: applied Service names and endpoint IPs per service.
+struct View {
+    trackers: Arc<Trackers>,
+    services: ServiceMap,
+    endpoints: EndpointsMap,
+}
+
+impl View {
+    fn apply(&mut self) {
+        self.trackers.apply(&mut self.services, &mut self.endpoints);
+    }
+
+    fn service_ports(&self) -> BTreeSet<(String, u16)> {
+        self.services
+            .values()
+            .map(|p| (p.name.name.clone(), p.port))
+            .collect()
+    }
+
+    fn endpoint_ips(&self) -> BTreeSet<(String, IpAddr)> {
+        self.endpoints
+            .iter()
+            .flat_map(|(k, eps)| eps.iter().map(move |e| (k.name.clone(), e.ip)))
+            .collect()
+    }
+}
+
+fn set(items: &[(&str, u16)]) -> BTreeSet<(String, u16)> {
+    items.iter().map(|(n, p)| (n.to_string(), *p)).collect()
+}
+
+fn ips(items: &[(&str, &str)]) -> BTreeSet<(String, IpAddr)> {
+    items
+        .iter()
+        .map(|(n, ip)| (n.to_string(), ip.parse().unwrap()))
+        .collect()
+}
+
+/// Each kind was listed exactly `services`/1/1 times (the strict probe above lists Services once).
+fn no_relist(api: &TestApiServer) {
+    let expected = [
+        (Kind::Service, 2),
+        (Kind::EndpointSlice, 1),
+        (Kind::Node, 1),
+    ];
+    for (kind, n) in expected {
+        assert_eq!(api.list_requests(kind), n, "{kind:?} was listed again");
+    }
+}
+
+/// Invalid* Events as (reason, count, note of the first): repeats of one reason about the Node
+/// become a series (as upstream's event recorder does), counted by `series.count`.
+fn invalid_events(api: &TestApiServer) -> Vec<(String, i32, String)> {
+    api.events()
+        .into_iter()
+        .filter(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("Invalid"))
+        })
+        .map(|e| {
+            let count = e.series.as_ref().map_or(1, |s| s.count);
+            (
+                e.reason.unwrap_or_default(),
+                count,
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn event_count(api: &TestApiServer, reason: &str) -> i32 {
+    invalid_events(api)
+        .iter()
+        .filter(|(r, _, _)| r == reason)
+        .map(|(_, c, _)| c)
+        .sum()
+}
+
+fn node_ip(stores: &Stores) -> Option<(IpAddr, String)> {
+    stores.node.borrow().as_ref().map(|n| {
+        (
+            n.internal_ips[0],
+            n.labels.get("test").cloned().unwrap_or_default(),
+        )
+    })
+}
+
+async fn start_daemon_watchers(api: &TestApiServer) -> (View, Stores, Synced, Arc<Metrics>) {
+    let client = client_for(api).await;
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let events = Events::start(client.clone(), NODE);
+    let trackers = Trackers::new(NODE);
+    let notifier = Notifier::new(|| {}).on_invalid(on_invalid_object(metrics.clone(), events));
+    let (stores, synced) = start(client, NODE, trackers.clone(), notifier);
+    let view = View {
+        trackers,
+        services: ServiceMap::default(),
+        endpoints: EndpointsMap::default(),
+    };
+    (view, stores, synced, metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_and_odd_objects_never_break_the_watch() {
+    let api = TestApiServer::start("127.0.0.1:0").unwrap();
+    // In the first list: good, odd-but-readable and unreadable objects of every kind.
+    api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", json!(80)))
+        .unwrap();
+    api.apply_value(Kind::Service, odd_svc("null-time", "10.0.0.2", 81))
+        .unwrap();
+    // Exactly what upstream's conformance test writes: a valid Service, one condition, no time.
+    let mut conformance = svc("conformance", "10.0.0.6", json!(84));
+    conformance["status"] = json!({"conditions": [null_time_condition()]});
+    api.apply_value(Kind::Service, conformance).unwrap();
+    api.apply_value(
+        Kind::Service,
+        svc("unreadable", "10.0.0.3", json!("eighty")),
+    )
+    .unwrap();
+    api.apply_value(Kind::EndpointSlice, slice("good-1-a", "good-1", "10.1.0.1"))
+        .unwrap();
+    api.apply_value(
+        Kind::EndpointSlice,
+        odd_slice("null-time-a", "null-time", "10.1.0.2"),
+    )
+    .unwrap();
+    let mut broken = slice("broken-a", "good-1", "10.1.0.3");
+    broken["endpoints"][0]["addresses"] = json!("10.1.0.3");
+    api.apply_value(Kind::EndpointSlice, broken).unwrap();
+    api.apply_value(Kind::Node, node("192.168.0.10", "one"))
+        .unwrap();
+
+    // The defect this guards against: the typed struct alone cannot even list the Service whose
+    // condition has `lastTransitionTime: null`.
+    let strict = Api::<Service>::all(client_for(&api).await)
+        .list(&ListParams::default().fields("metadata.name=conformance"))
+        .await;
+    let err = strict.expect_err("the typed list fails").to_string();
+    assert!(
+        err.contains("invalid type: null, expected a timestamp"),
+        "{err}"
+    );
+    assert_eq!(api.list_requests(Kind::Service), 1);
+
+    let (mut view, stores, mut synced, metrics) = start_daemon_watchers(&api).await;
+    tokio::time::timeout(Duration::from_secs(10), synced.wait_proxy_ready())
+        .await
+        .expect("Services and EndpointSlices listed once");
+    eventually("the Node", || node_ip(&stores).is_some()).await;
+    view.apply();
+    assert_eq!(
+        view.service_ports(),
+        set(&[("good-1", 80), ("null-time", 81), ("conformance", 84)])
+    );
+    assert_eq!(
+        view.endpoint_ips(),
+        ips(&[("good-1", "10.1.0.1"), ("null-time", "10.1.0.2")])
+    );
+    assert_eq!(
+        node_ip(&stores),
+        Some(("192.168.0.10".parse().unwrap(), "one".into()))
+    );
+    assert_eq!(stores.invalid_objects.load(Ordering::SeqCst), 2);
+    eventually("two Invalid* events", || invalid_events(&api).len() == 2).await;
+    let events = invalid_events(&api);
+    assert!(events.iter().any(|(r, c, n)| r == "InvalidService"
+        && *c == 1
+        && n.contains("ns/unreadable")
+        && n.contains("spec.ports[0].port")));
+    assert!(events.iter().any(|(r, c, n)| r == "InvalidEndpointSlice"
+        && *c == 1
+        && n.contains("ns/broken-a")
+        && n.contains("endpoints[0].addresses")));
+    no_relist(&api);
+
+    // On the watch: more odd objects, a good object turning unreadable (treated as absent, as a
+    // malformed one) and back, a new unreadable slice, a Node update and an unreadable Node.
+    api.apply_value(Kind::Service, odd_svc("null-time-2", "10.0.0.4", 82))
+        .unwrap();
+    api.apply_value(Kind::Service, odd_svc("null-time", "10.0.0.2", 91))
+        .unwrap();
+    api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", json!(null)))
+        .unwrap();
+    api.apply_value(Kind::Service, svc("good-2", "10.0.0.5", json!(83)))
+        .unwrap();
+    let mut broken = odd_slice("broken-b", "good-2", "10.1.0.5");
+    broken["ports"] = json!({"not": "a list"});
+    api.apply_value(Kind::EndpointSlice, broken).unwrap();
+    api.apply_value(Kind::EndpointSlice, slice("good-2-a", "good-2", "10.1.0.6"))
+        .unwrap();
+    api.apply_value(Kind::Node, node("192.168.0.10", "two"))
+        .unwrap();
+    eventually("the watch events", || {
+        view.apply();
+        view.service_ports()
+            == set(&[
+                ("null-time", 91),
+                ("null-time-2", 82),
+                ("good-2", 83),
+                ("conformance", 84),
+            ])
+            && view
+                .endpoint_ips()
+                .contains(&("good-2".into(), "10.1.0.6".parse().unwrap()))
+            && node_ip(&stores).is_some_and(|(_, l)| l == "two")
+    })
+    .await;
+    let mut unreadable_node = node("192.168.0.10", "three");
+    unreadable_node["status"]["addresses"] = json!("192.168.0.99");
+    api.apply_value(Kind::Node, unreadable_node).unwrap();
+    api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", json!(80)))
+        .unwrap();
+    eventually("good-1 back", || {
+        view.apply();
+        view.service_ports().contains(&("good-1".into(), 80))
+    })
+    .await;
+    // The unreadable Node keeps the last readable one.
+    assert_eq!(
+        node_ip(&stores),
+        Some(("192.168.0.10".parse().unwrap(), "two".into()))
+    );
+    assert_eq!(stores.invalid_objects.load(Ordering::SeqCst), 5);
+    let text = metrics.encode().unwrap();
+    for (kind, n) in [("Service", 2), ("EndpointSlice", 2), ("Node", 1)] {
+        let line = format!("kubeproxy_rs_invalid_objects_total{{kind=\"{kind}\"}} {n}");
+        assert!(text.contains(&line), "missing {line}");
+    }
+    eventually("five Invalid* events", || {
+        [
+            ("InvalidService", 2),
+            ("InvalidEndpointSlice", 2),
+            ("InvalidNode", 1),
+        ]
+        .iter()
+        .all(|(r, n)| event_count(&api, r) == *n)
+    })
+    .await;
+    assert!(
+        invalid_events(&api)
+            .iter()
+            .any(|(r, _, n)| r == "InvalidNode" && n.contains("status.addresses"))
+    );
+    no_relist(&api);
+}
