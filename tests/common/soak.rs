@@ -537,7 +537,8 @@ impl Traffic {
                 lock(&st).last_error = format!("{e:#}");
                 return;
             }
-            let t = Duration::from_secs(1);
+            // 3 s: a request answered later than that counts as failed (UML under a loaded host is slow).
+            let t = Duration::from_secs(3);
             let ip = |s: &str| -> IpAddr { s.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])) };
             while !sp.load(Ordering::Relaxed) {
                 for k in 0..3 {
