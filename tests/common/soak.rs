@@ -452,7 +452,6 @@ impl Load {
     /// slice split/merge.
     fn churn_one(&mut self, e: &E2e, rng: &mut Rng) -> Result<()> {
         let i = rng.below(self.svcs.len());
-        let n = self.svcs.len();
         let s = &mut self.svcs[i];
         match rng.below(8) {
             0 => s.eps = random_eps(rng),
@@ -468,7 +467,7 @@ impl Load {
             2 => s.alt_port = !s.alt_port,
             3 => s.kind = rng.below(KINDS),
             4 | 5 => {
-                // Delete, then re-create with the same (4) or a different (5) cluster IP.
+                // Delete, then re-create: with a new cluster IP half the time, else the same one.
                 let keep = s.present;
                 s.present = false;
                 self.write(e, i)?;
@@ -481,7 +480,6 @@ impl Load {
             6 => s.split = !s.split,
             _ => s.present = !s.present || rng.chance(0.3),
         }
-        let _ = n;
         self.ops += 1;
         self.write(e, i)
     }
