@@ -82,14 +82,15 @@ fn main() {
 
 /// Inside the guest: parses the parameters from the boot's name, runs the soak, prints the figures.
 fn guest(name: &str) -> i32 {
-    let field = |p: &str| -> Option<String> {
+    // Fields `m<minutes>`, `s<seed>`, `n<services>` of `soak_m.._s.._n.._<stamp>` (the first that parses).
+    fn field<T: std::str::FromStr>(name: &str, p: &str) -> Option<T> {
         name.split('_')
-            .find_map(|w| w.strip_prefix(p).map(str::to_string))
-    };
+            .find_map(|w| w.strip_prefix(p)?.parse().ok())
+    }
     let params = Params {
-        minutes: field("m").and_then(|v| v.parse().ok()).unwrap_or(10.0),
-        seed: field("s").and_then(|v| v.parse().ok()).unwrap_or(1),
-        services: field("n").and_then(|v| v.parse().ok()).unwrap_or(300),
+        minutes: field(name, "m").unwrap_or(10.0),
+        seed: field(name, "s").unwrap_or(1),
+        services: field(name, "n").unwrap_or(300),
         min_faults: 1,
     };
     match run(&params) {
