@@ -2,8 +2,11 @@
 #
 #   docker build -t kube-proxy-rs:0.1.0 .
 #
+# Without a Docker engine or registry access, scripts/build-image.sh builds the same image (same packages, same
+# binary, entrypoint, labels and environment) from Debian packages, reproducibly, as an OCI archive.
+#
 # Build stage: the official Rust image (Debian bookworm). It runs scripts/build-release.sh, the same script CI
-# runs, so the release build command lives in one place.
+# runs, so the release build command lives in one place; it leaves the stripped binary in release/dist/.
 ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
@@ -11,16 +14,16 @@ ENV CARGO_TARGET_DIR=/src/target
 COPY . .
 RUN ./scripts/build-release.sh
 
-# Runtime stage: what kube-proxy needs on the node side.
-#   iptables  - iptables/ip6tables, both the legacy and the nft variants (the backend is picked at run time
-#               from what the node already uses; KUBE_PROXY_IPTABLES_BACKEND=legacy|nft overrides)
-#   ipset     - the ipset tool (sets are programmed with `ipset restore` in batch mode)
-#   kmod      - modprobe, for loading ip_vs* and nf_conntrack from the host's /lib/modules
-# No conntrack binary: stale UDP conntrack entries are removed over netlink.
+# Runtime stage: what kube-proxy needs on the node side, the Debian packages listed (and explained) in
+# scripts/image/packages.txt, the one list scripts/build-image.sh installs too: iptables (legacy and nft
+# variants), ipset, kmod (modprobe), ca-certificates. No conntrack binary: conntrack entries go over netlink.
 FROM debian:bookworm-slim
+COPY scripts/image/packages.txt /tmp/packages.txt
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      iptables ipset kmod ca-certificates \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/kube-proxy /usr/local/bin/kube-proxy
+      $(sed -e 's/#.*//' /tmp/packages.txt) \
+ && rm -rf /var/lib/apt/lists/* /tmp/packages.txt
+COPY --from=build /src/target/release/dist/kube-proxy /usr/local/bin/kube-proxy
+LABEL org.opencontainers.image.title="kube-proxy-rs" \
+      org.opencontainers.image.description="kube-proxy (IPVS mode) in Rust, a drop-in for the kube-proxy image"
 ENTRYPOINT ["/usr/local/bin/kube-proxy"]

@@ -163,7 +163,7 @@ fn run(n: usize) {
         links: Box::new(links.clone()),
         conntrack: Box::new(FakeConntrack::new()),
     };
-    let mut proxier = Proxier::with_planner(backends);
+    let mut proxier = Proxier::new(backends);
     let input = SyncInput {
         families: vec![FamilySnapshot {
             services: sm.clone(),
@@ -242,25 +242,14 @@ fn node_ip() -> IpAddr {
 }
 
 fn node() -> NodeFacts {
-    NodeFacts {
-        node_name: scale::NODE.into(),
-        zone: None,
-        node_ips: vec![node_ip()],
-        node_port_ips: vec![node_ip()],
-        local_addresses: vec![node_ip()],
-    }
+    NodeFacts::new(scale::NODE, vec![node_ip()])
 }
 
 fn config() -> PlanConfig {
     PlanConfig {
-        family: IpFamily::V4,
-        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
-        masquerade_all: false,
-        masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec![
             scale::CLUSTER_CIDR.parse().expect("cluster cidr"),
         ]),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(IpFamily::V4)
     }
 }

@@ -33,19 +33,10 @@ fn build(services: u32) -> (ServiceMap, EndpointsMap) {
             protocol: Protocol::Tcp,
         };
         let sp = ServicePort {
-            name: name.clone(),
-            cluster_ips: vec![v4(svc_base + i + 1)],
-            port: 80,
-            protocol: Protocol::Tcp,
             // A wide node-port range (20000-24999) keeps every node port distinct at 50k services.
             node_port: (i % 10 == 0).then(|| 20000 + (i / 10) as u16),
-            external_ips: vec![],
-            load_balancer_ingress: vec![],
-            load_balancer_source_ranges: vec![],
             session_affinity_timeout: (i % 10 == 5).then_some(10800),
-            external_policy_local: false,
-            internal_policy_local: false,
-            health_check_node_port: None,
+            ..ServicePort::new(name.clone(), vec![v4(svc_base + i + 1)], 80)
         };
         let eps: Vec<Endpoint> = (0..10)
             .map(|k| Endpoint {
@@ -124,21 +115,10 @@ fn incremental(
 }
 
 fn main() {
-    let node = NodeFacts {
-        node_name: NODE.into(),
-        zone: None,
-        node_ips: vec![v4(u32::from(Ipv4Addr::new(192, 168, 0, 10)))],
-        node_port_ips: vec![v4(u32::from(Ipv4Addr::new(192, 168, 0, 10)))],
-        local_addresses: vec![v4(u32::from(Ipv4Addr::new(192, 168, 0, 10)))],
-    };
+    let node = NodeFacts::new(NODE, vec![IpAddr::V4(Ipv4Addr::new(192, 168, 0, 10))]);
     let cfg = PlanConfig {
-        family: IpFamily::V4,
-        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
-        masquerade_all: false,
-        masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec!["10.128.0.0/9".parse().unwrap()]),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(IpFamily::V4)
     };
     for (services, runs) in [(1_000u32, 21usize), (10_000, 11), (50_000, 5)] {
         let (sm, mut em) = build(services);

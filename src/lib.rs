@@ -6,6 +6,7 @@ pub mod config;
 pub mod daemon;
 pub mod kernel;
 pub mod metrics;
+pub mod net;
 pub mod proxier;
 pub mod runner;
 pub mod scheduler;

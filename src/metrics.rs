@@ -26,24 +26,7 @@ pub enum MetricsError {
     Utf8(#[from] std::string::FromUtf8Error),
 }
 
-/// Traffic policy label of `sync_proxy_rules_no_local_endpoints_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TrafficPolicy {
-    /// internalTrafficPolicy=Local (ClusterIP).
-    Internal,
-    /// externalTrafficPolicy=Local (NodePort, external IPs, load balancers).
-    External,
-}
-
-impl TrafficPolicy {
-    /// Label value as upstream spells it.
-    pub fn label(self) -> &'static str {
-        match self {
-            TrafficPolicy::Internal => "internal",
-            TrafficPolicy::External => "external",
-        }
-    }
-}
+pub use crate::proxier::desired::TrafficPolicy;
 
 /// Upstream's sync-duration buckets: 1 ms doubling 15 times (last finite bound 16.384 s).
 pub fn sync_duration_buckets() -> Vec<f64> {
@@ -84,25 +67,158 @@ pub struct Metrics {
     invalid_objects: IntCounterVec,
 }
 
-fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Result<HistogramVec, prometheus::Error> {
-    HistogramVec::new(
-        HistogramOpts::new(name, help)
+/// Name (without namespace) and help text of one metric.
+#[derive(Debug, Clone, Copy)]
+struct Desc {
+    name: &'static str,
+    help: &'static str,
+}
+
+const SYNC_DURATION: Desc = Desc {
+    name: "sync_proxy_rules_duration_seconds",
+    help: "Time one sync of the proxy rules took, in seconds",
+};
+
+const SYNC_FULL_DURATION: Desc = Desc {
+    name: "sync_full_proxy_rules_duration_seconds",
+    help: "Time one full sync of the proxy rules (kernel state re-read) took, in seconds",
+};
+
+const SYNC_PARTIAL_DURATION: Desc = Desc {
+    name: "sync_partial_proxy_rules_duration_seconds",
+    help: "Time one incremental sync of the proxy rules took, in seconds",
+};
+
+const NETWORK_PROGRAMMING: Desc = Desc {
+    name: "network_programming_duration_seconds",
+    help: "Seconds from a Service or endpoint change (EndpointSlice last-change-trigger-time) to its rules being programmed",
+};
+
+const LAST_SYNC_TIMESTAMP: Desc = Desc {
+    name: "sync_proxy_rules_last_timestamp_seconds",
+    help: "Unix time of the last successful sync of the proxy rules",
+};
+
+const LAST_QUEUED_TIMESTAMP: Desc = Desc {
+    name: "sync_proxy_rules_last_queued_timestamp_seconds",
+    help: "Unix time a sync of the proxy rules was last requested",
+};
+
+const ENDPOINT_CHANGES_PENDING: Desc = Desc {
+    name: "sync_proxy_rules_endpoint_changes_pending",
+    help: "Endpoint changes received but not yet programmed",
+};
+
+const ENDPOINT_CHANGES_TOTAL: Desc = Desc {
+    name: "sync_proxy_rules_endpoint_changes_total",
+    help: "Endpoint changes received since start",
+};
+
+const SERVICE_CHANGES_PENDING: Desc = Desc {
+    name: "sync_proxy_rules_service_changes_pending",
+    help: "Service changes received but not yet programmed",
+};
+
+const SERVICE_CHANGES_TOTAL: Desc = Desc {
+    name: "sync_proxy_rules_service_changes_total",
+    help: "Service changes received since start",
+};
+
+const NO_LOCAL_ENDPOINTS: Desc = Desc {
+    name: "sync_proxy_rules_no_local_endpoints_total",
+    help: "Service ports with a Local traffic policy but no local endpoint in the last sync",
+};
+
+const IPTABLES_RESTORE_FAILURES: Desc = Desc {
+    name: "sync_proxy_rules_iptables_restore_failures_total",
+    help: "Failed iptables-restore runs since start",
+};
+
+const IPTABLES_PARTIAL_RESTORE_FAILURES: Desc = Desc {
+    name: "sync_proxy_rules_iptables_partial_restore_failures_total",
+    help: "Failed incremental iptables-restore runs that forced a full resync, since start",
+};
+
+const HEALTHZ_TOTAL: Desc = Desc {
+    name: "proxy_healthz_total",
+    help: "Answers of the /healthz endpoint by HTTP status code",
+};
+
+const LIVEZ_TOTAL: Desc = Desc {
+    name: "proxy_livez_total",
+    help: "Answers of the /livez endpoint by HTTP status code",
+};
+
+const CONNTRACK_SYNC_DURATION: Desc = Desc {
+    name: "conntrack_reconciler_sync_duration_seconds",
+    help: "Time one pass removing stale conntrack flows took, in seconds",
+};
+
+const CONNTRACK_DELETED_ENTRIES: Desc = Desc {
+    name: "conntrack_reconciler_deleted_entries_total",
+    help: "Stale conntrack flows deleted since start",
+};
+
+const KERNEL_WRITE_FAILURES: Desc = Desc {
+    name: "kernel_write_failures_total",
+    help: "Failed kernel writes since start, by backend (ipvs, ipset, iptables, link, conntrack, sysctl)",
+};
+
+const INVALID_OBJECTS: Desc = Desc {
+    name: "invalid_objects_total",
+    help: "Malformed API objects skipped since start, by kind",
+};
+
+/// Creates metrics and registers them in one registry.
+struct Builder<'a>(&'a Registry);
+
+impl Builder<'_> {
+    fn register<C: Collector + Clone + 'static>(&self, c: C) -> Result<C, prometheus::Error> {
+        self.0.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+
+    /// A histogram per `ip_family`.
+    fn histogram(&self, d: Desc, buckets: Vec<f64>) -> Result<HistogramVec, prometheus::Error> {
+        let o = HistogramOpts::new(d.name, d.help)
             .namespace(NAMESPACE)
-            .buckets(buckets),
-        &["ip_family"],
-    )
+            .buckets(buckets);
+        self.register(HistogramVec::new(o, &["ip_family"])?)
+    }
+
+    fn gauge_vec(&self, d: Desc, labels: &[&str]) -> Result<GaugeVec, prometheus::Error> {
+        self.register(GaugeVec::new(opts(d), labels)?)
+    }
+
+    fn int_gauge_vec(&self, d: Desc, labels: &[&str]) -> Result<IntGaugeVec, prometheus::Error> {
+        self.register(IntGaugeVec::new(opts(d), labels)?)
+    }
+
+    fn int_gauge(&self, d: Desc) -> Result<IntGauge, prometheus::Error> {
+        self.register(IntGauge::with_opts(opts(d))?)
+    }
+
+    fn int_counter(&self, d: Desc) -> Result<IntCounter, prometheus::Error> {
+        self.register(IntCounter::with_opts(opts(d))?)
+    }
+
+    fn counter_vec(&self, d: Desc, labels: &[&str]) -> Result<IntCounterVec, prometheus::Error> {
+        self.register(IntCounterVec::new(opts(d), labels)?)
+    }
+
+    /// A counter of ours (`kubeproxy_rs_*`, no upstream equivalent).
+    fn extra_counter_vec(
+        &self,
+        d: Desc,
+        labels: &[&str],
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        let o = Opts::new(d.name, d.help).namespace(EXTRA_NAMESPACE);
+        self.register(IntCounterVec::new(o, labels)?)
+    }
 }
 
-fn opts(name: &str, help: &str) -> Opts {
-    Opts::new(name, help).namespace(NAMESPACE)
-}
-
-fn register<C: Collector + Clone + 'static>(
-    registry: &Registry,
-    c: C,
-) -> Result<C, prometheus::Error> {
-    registry.register(Box::new(c.clone()))?;
-    Ok(c)
+fn opts(d: Desc) -> Opts {
+    Opts::new(d.name, d.help).namespace(NAMESPACE)
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {
@@ -116,172 +232,30 @@ impl Metrics {
     /// Builds every metric in a fresh registry, with the process collector (`process_*`) on Linux.
     pub fn new() -> Result<Metrics, MetricsError> {
         let registry = Registry::new();
-        let r = &registry;
+        let b = Builder(&registry);
         let m = Metrics {
-            sync_duration: register(
-                r,
-                histogram(
-                    "sync_proxy_rules_duration_seconds",
-                    "Time one sync of the proxy rules took, in seconds",
-                    sync_duration_buckets(),
-                )?,
-            )?,
-            sync_full_duration: register(
-                r,
-                histogram(
-                    "sync_full_proxy_rules_duration_seconds",
-                    "Time one full sync of the proxy rules (kernel state re-read) took, in seconds",
-                    sync_duration_buckets(),
-                )?,
-            )?,
-            sync_partial_duration: register(
-                r,
-                histogram(
-                    "sync_partial_proxy_rules_duration_seconds",
-                    "Time one incremental sync of the proxy rules took, in seconds",
-                    sync_duration_buckets(),
-                )?,
-            )?,
-            network_programming: register(
-                r,
-                histogram(
-                    "network_programming_duration_seconds",
-                    "Seconds from a Service or endpoint change (EndpointSlice last-change-trigger-time) to its rules being programmed",
-                    network_programming_buckets(),
-                )?,
-            )?,
-            last_sync_timestamp: register(
-                r,
-                GaugeVec::new(
-                    opts(
-                        "sync_proxy_rules_last_timestamp_seconds",
-                        "Unix time of the last successful sync of the proxy rules",
-                    ),
-                    &["ip_family"],
-                )?,
-            )?,
-            last_queued_timestamp: register(
-                r,
-                GaugeVec::new(
-                    opts(
-                        "sync_proxy_rules_last_queued_timestamp_seconds",
-                        "Unix time a sync of the proxy rules was last requested",
-                    ),
-                    &["ip_family"],
-                )?,
-            )?,
-            endpoint_changes_pending: register(
-                r,
-                IntGauge::with_opts(opts(
-                    "sync_proxy_rules_endpoint_changes_pending",
-                    "Endpoint changes received but not yet programmed",
-                ))?,
-            )?,
-            endpoint_changes_total: register(
-                r,
-                IntCounter::with_opts(opts(
-                    "sync_proxy_rules_endpoint_changes_total",
-                    "Endpoint changes received since start",
-                ))?,
-            )?,
-            service_changes_pending: register(
-                r,
-                IntGauge::with_opts(opts(
-                    "sync_proxy_rules_service_changes_pending",
-                    "Service changes received but not yet programmed",
-                ))?,
-            )?,
-            service_changes_total: register(
-                r,
-                IntCounter::with_opts(opts(
-                    "sync_proxy_rules_service_changes_total",
-                    "Service changes received since start",
-                ))?,
-            )?,
-            no_local_endpoints: register(
-                r,
-                IntGaugeVec::new(
-                    opts(
-                        "sync_proxy_rules_no_local_endpoints_total",
-                        "Service ports with a Local traffic policy but no local endpoint in the last sync",
-                    ),
-                    &["ip_family", "traffic_policy"],
-                )?,
-            )?,
-            iptables_restore_failures: register(
-                r,
-                IntCounterVec::new(
-                    opts(
-                        "sync_proxy_rules_iptables_restore_failures_total",
-                        "Failed iptables-restore runs since start",
-                    ),
-                    &["ip_family"],
-                )?,
-            )?,
-            iptables_partial_restore_failures: register(
-                r,
-                IntCounterVec::new(
-                    opts(
-                        "sync_proxy_rules_iptables_partial_restore_failures_total",
-                        "Failed incremental iptables-restore runs that forced a full resync, since start",
-                    ),
-                    &["ip_family"],
-                )?,
-            )?,
-            healthz_total: register(
-                r,
-                IntCounterVec::new(
-                    opts("proxy_healthz_total", "Answers of the /healthz endpoint by HTTP status code"),
-                    &["code"],
-                )?,
-            )?,
-            livez_total: register(
-                r,
-                IntCounterVec::new(
-                    opts("proxy_livez_total", "Answers of the /livez endpoint by HTTP status code"),
-                    &["code"],
-                )?,
-            )?,
-            conntrack_sync_duration: register(
-                r,
-                histogram(
-                    "conntrack_reconciler_sync_duration_seconds",
-                    "Time one pass removing stale conntrack flows took, in seconds",
-                    sync_duration_buckets(),
-                )?,
-            )?,
-            conntrack_deleted_entries: register(
-                r,
-                IntCounterVec::new(
-                    opts(
-                        "conntrack_reconciler_deleted_entries_total",
-                        "Stale conntrack flows deleted since start",
-                    ),
-                    &["ip_family"],
-                )?,
-            )?,
-            kernel_write_failures: register(
-                r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "kernel_write_failures_total",
-                        "Failed kernel writes since start, by backend (ipvs, ipset, iptables, link, conntrack, sysctl)",
-                    )
-                    .namespace(EXTRA_NAMESPACE),
-                    &["backend"],
-                )?,
-            )?,
-            invalid_objects: register(
-                r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "invalid_objects_total",
-                        "Malformed API objects skipped since start, by kind",
-                    )
-                    .namespace(EXTRA_NAMESPACE),
-                    &["kind"],
-                )?,
-            )?,
+            sync_duration: b.histogram(SYNC_DURATION, sync_duration_buckets())?,
+            sync_full_duration: b.histogram(SYNC_FULL_DURATION, sync_duration_buckets())?,
+            sync_partial_duration: b.histogram(SYNC_PARTIAL_DURATION, sync_duration_buckets())?,
+            network_programming: b.histogram(NETWORK_PROGRAMMING, network_programming_buckets())?,
+            last_sync_timestamp: b.gauge_vec(LAST_SYNC_TIMESTAMP, &["ip_family"])?,
+            last_queued_timestamp: b.gauge_vec(LAST_QUEUED_TIMESTAMP, &["ip_family"])?,
+            endpoint_changes_pending: b.int_gauge(ENDPOINT_CHANGES_PENDING)?,
+            endpoint_changes_total: b.int_counter(ENDPOINT_CHANGES_TOTAL)?,
+            service_changes_pending: b.int_gauge(SERVICE_CHANGES_PENDING)?,
+            service_changes_total: b.int_counter(SERVICE_CHANGES_TOTAL)?,
+            no_local_endpoints: b
+                .int_gauge_vec(NO_LOCAL_ENDPOINTS, &["ip_family", "traffic_policy"])?,
+            iptables_restore_failures: b.counter_vec(IPTABLES_RESTORE_FAILURES, &["ip_family"])?,
+            iptables_partial_restore_failures: b
+                .counter_vec(IPTABLES_PARTIAL_RESTORE_FAILURES, &["ip_family"])?,
+            healthz_total: b.counter_vec(HEALTHZ_TOTAL, &["code"])?,
+            livez_total: b.counter_vec(LIVEZ_TOTAL, &["code"])?,
+            conntrack_sync_duration: b
+                .histogram(CONNTRACK_SYNC_DURATION, sync_duration_buckets())?,
+            conntrack_deleted_entries: b.counter_vec(CONNTRACK_DELETED_ENTRIES, &["ip_family"])?,
+            kernel_write_failures: b.extra_counter_vec(KERNEL_WRITE_FAILURES, &["backend"])?,
+            invalid_objects: b.extra_counter_vec(INVALID_OBJECTS, &["kind"])?,
             registry,
         };
         #[cfg(target_os = "linux")]

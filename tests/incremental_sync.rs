@@ -58,18 +58,8 @@ fn cluster(services: u32) -> (ServiceMap, EndpointsMap) {
         sm.insert(
             name.clone(),
             Arc::new(ServicePort {
-                name: name.clone(),
-                cluster_ips: vec![v4(svc_base + i + 1)],
-                port: 80,
-                protocol: Protocol::Tcp,
                 node_port: (i % 10 == 0).then(|| 20000 + (i / 10) as u16),
-                external_ips: vec![],
-                load_balancer_ingress: vec![],
-                load_balancer_source_ranges: vec![],
-                session_affinity_timeout: None,
-                external_policy_local: false,
-                internal_policy_local: false,
-                health_check_node_port: None,
+                ..ServicePort::new(name.clone(), vec![v4(svc_base + i + 1)], 80)
             }),
         );
         em.insert(name, Arc::new(endpoints(i, 3)));
@@ -78,25 +68,13 @@ fn cluster(services: u32) -> (ServiceMap, EndpointsMap) {
 }
 
 fn node() -> NodeFacts {
-    let ip = v4(u32::from(Ipv4Addr::new(192, 168, 0, 10)));
-    NodeFacts {
-        node_name: NODE.into(),
-        zone: None,
-        node_ips: vec![ip],
-        node_port_ips: vec![ip],
-        local_addresses: vec![ip],
-    }
+    NodeFacts::new(NODE, vec![IpAddr::V4(Ipv4Addr::new(192, 168, 0, 10))])
 }
 
 fn config() -> PlanConfig {
     PlanConfig {
-        family: IpFamily::V4,
-        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
-        masquerade_all: false,
-        masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec!["10.128.0.0/9".parse().unwrap()]),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(IpFamily::V4)
     }
 }
 
@@ -122,7 +100,7 @@ fn input(
 #[test]
 fn event_driven_sync_writes_only_the_changed_service() {
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let (sm, mut em) = cluster(200);
     let sm = Arc::new(sm);
     let r = p.sync_proxy_rules(input(&sm, &Arc::new(em.clone()), true, None));
@@ -176,7 +154,7 @@ fn event_driven_sync_writes_only_the_changed_service() {
 #[test]
 fn periodic_sync_repairs_drift_the_event_path_does_not_see() {
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let (sm, em) = cluster(50);
     let (sm, em) = (Arc::new(sm), Arc::new(em));
     p.sync_proxy_rules(input(&sm, &em, true, None));
@@ -220,7 +198,7 @@ fn one_endpoint_change_at_10k_services_figures() {
     const SERVICES: u32 = 10_000;
     const RUNS: u32 = 1000;
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let (sm, mut em) = cluster(SERVICES);
     let sm = Arc::new(sm);
     let t = Instant::now();
@@ -296,10 +274,6 @@ fn random_service(rng: &mut Rng, i: u32) -> (ServicePort, Vec<Endpoint>) {
     };
     let lb = rng.below(5) == 0;
     let sp = ServicePort {
-        name: name.clone(),
-        cluster_ips: vec![v4(u32::from(Ipv4Addr::new(10, 96, 0, 0)) + i + 1)],
-        port: 80,
-        protocol,
         node_port: (rng.below(3) == 0).then(|| 30000 + rng.below(4) as u16),
         external_ips,
         load_balancer_ingress: if lb {
@@ -317,8 +291,11 @@ fn random_service(rng: &mut Rng, i: u32) -> (ServicePort, Vec<Endpoint>) {
         },
         session_affinity_timeout: (rng.below(5) == 0).then_some(10800),
         external_policy_local: rng.below(3) == 0,
-        internal_policy_local: false,
-        health_check_node_port: None,
+        ..ServicePort::new(
+            name.clone(),
+            vec![v4(u32::from(Ipv4Addr::new(10, 96, 0, 0)) + i + 1)],
+            80,
+        )
     };
     let n = rng.below(5) as u32;
     let eps = endpoints(i + 100 * rng.below(3) as u32, n);
@@ -375,7 +352,7 @@ fn assert_kernel_matches_plan(kit: &Kit, sm: &ServiceMap, em: &EndpointsMap, ste
 #[test]
 fn random_event_driven_syncs_keep_the_kernel_equal_to_the_full_plan() {
     let kit = Kit::new();
-    let mut p = Proxier::with_planner(kit.backends());
+    let mut p = Proxier::new(kit.backends());
     let mut rng = Rng(0x5eed_1234_abcd);
     let mut sm = ServiceMap::new();
     let mut em = EndpointsMap::new();

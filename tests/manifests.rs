@@ -776,27 +776,39 @@ fn dockerfile_builds_with_the_release_script_and_installs_the_binary_where_the_d
         instructions.contains(&"RUN ./scripts/build-release.sh"),
         "the build stage must run scripts/build-release.sh itself"
     );
+    // The runtime packages come from the one list scripts/build-image.sh installs too.
+    let packages = image_packages();
+    for pkg in ["iptables", "ipset", "kmod", "ca-certificates"] {
+        assert!(packages.contains(pkg), "runtime image lacks {pkg}");
+    }
+    assert!(
+        !packages.contains("conntrack"),
+        "no conntrack binary: netlink is used"
+    );
     let joined = dockerfile.replace("\\\n", " ");
+    assert!(
+        instructions.contains(&"COPY scripts/image/packages.txt /tmp/packages.txt"),
+        "the runtime stage must install scripts/image/packages.txt"
+    );
     let install = joined
         .lines()
         .find(|l| l.contains("apt-get install"))
         .expect("runtime packages installed");
-    for pkg in ["iptables", "ipset", "kmod", "ca-certificates"] {
-        assert!(
-            install.split_whitespace().any(|w| w == pkg),
-            "runtime image lacks {pkg}"
-        );
-    }
     assert!(
-        !install.split_whitespace().any(|w| w == "conntrack"),
-        "no conntrack binary: netlink is used"
+        install.contains("$(sed -e 's/#.*//' /tmp/packages.txt)"),
+        "the runtime stage installs exactly the list: {install}"
+    );
+    let build_image = read("scripts/build-image.sh");
+    assert!(
+        build_image.contains("PACKAGES_FILE=scripts/image/packages.txt"),
+        "build-image.sh must install the same list"
     );
     let copy = instructions
         .iter()
         .find(|l| l.starts_with("COPY --from="))
         .expect("binary copied from the build stage");
     assert!(
-        copy.ends_with(&format!("/release/kube-proxy {BINARY_PATH}")),
+        copy.ends_with(&format!("/release/dist/kube-proxy {BINARY_PATH}")),
         "{copy}"
     );
 
@@ -811,6 +823,57 @@ fn dockerfile_builds_with_the_release_script_and_installs_the_binary_where_the_d
             ".dockerignore excludes {needed}"
         );
     }
+}
+
+/// The packages of scripts/image/packages.txt (comments and blank lines dropped).
+fn image_packages() -> BTreeSet<String> {
+    read("scripts/image/packages.txt")
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The DaemonSet and the kustomization name the image scripts/build-image.sh builds: `kube-proxy-rs:<version>`
+/// with the Cargo package version, the entrypoint the DaemonSet's command starts with.
+#[test]
+fn daemonset_names_the_image_the_build_script_produces() {
+    let version = read("Cargo.toml")
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .expect("Cargo.toml version")
+        .trim_matches('"')
+        .to_string();
+    let deploy = load_deploy();
+    let ds = the(&deploy.daemon_sets, "DaemonSet");
+    let c = &ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some(format!("kube-proxy-rs:{version}").as_str())
+    );
+    let k = single_doc(&read("deploy/kustomization.yaml"), "kustomization.yaml");
+    assert_eq!(
+        k["images"][0]["newTag"],
+        version.as_str(),
+        "kustomization tag"
+    );
+    let script = read("scripts/build-image.sh");
+    assert!(
+        script.contains(
+            "NAME=docker.io/library/${KPRS_IMAGE_NAME:-kube-proxy-rs}:${KPRS_IMAGE_TAG:-$VERSION}"
+        ),
+        "build-image.sh names the image kube-proxy-rs:<Cargo version>"
+    );
+    assert!(script.contains(&format!("ENTRYPOINT={BINARY_PATH}")));
+    assert_eq!(c.command.as_ref().unwrap()[0], BINARY_PATH);
 }
 
 /// The `name` of every `[[bin]]` table of a Cargo.toml (a tiny TOML reading that only needs `[[bin]]` headers

@@ -1,12 +1,12 @@
 //! Golden test: the plan for the small reference scenario (tests/planner_data/small-scenario, captured from
 //! upstream kube-proxy v1.36.2 in IPVS mode) must reproduce what upstream programmed, rule for rule.
-mod planner_support;
+mod common;
 
-use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
+use common::planner::*;
+use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::kernel::ipvs::ForwardMethod;
-use kube_proxy_rs::proxier::desired::DesiredState;
-use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig, plan};
-use planner_support::*;
+use kube_proxy_rs::proxier::desired::{DesiredState, TrafficPolicy};
+use kube_proxy_rs::proxier::plan::plan;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -19,66 +19,12 @@ fn read(name: &str) -> String {
     std::fs::read_to_string(format!("{DIR}/{name}")).unwrap()
 }
 
-/// The objects of objects.yaml plus the apiserver's own default/kubernetes service, built by hand.
-fn scenario() -> (
-    kube_proxy_rs::cluster::model::ServiceMap,
-    kube_proxy_rs::cluster::model::EndpointsMap,
-) {
-    let tcp = Protocol::Tcp;
-    let kubernetes = svc("default", "kubernetes", "https", tcp, "10.96.0.1", 443);
-    let web_http = svc("default", "web", "http", tcp, "10.96.100.10", 80);
-    let web_alt = svc("default", "web", "alt", tcp, "10.96.100.10", 81);
-    let mut web_np = svc("default", "web-np", "http", tcp, "10.96.100.20", 80);
-    web_np.node_port = Some(30080);
-    let pods = |port| {
-        vec![
-            ep("10.244.0.11", port, Some("ref-node")),
-            ep("10.244.0.12", port, Some("ref-node")),
-        ]
-    };
-    let eps = vec![
-        (kubernetes.name.clone(), vec![ep("10.0.0.10", 6443, None)]),
-        (web_http.name.clone(), pods(8080)),
-        (web_alt.name.clone(), pods(8081)),
-        (web_np.name.clone(), pods(8080)),
-    ];
-    maps(vec![kubernetes, web_http, web_alt, web_np], eps)
-}
-
-fn ref_node() -> NodeFacts {
-    let v4: IpAddr = "10.0.0.10".parse().unwrap();
-    let v6: IpAddr = "fd00:10::10".parse().unwrap();
-    NodeFacts {
-        node_name: "ref-node".into(),
-        zone: None,
-        node_ips: vec![v4, v6],
-        node_port_ips: vec![v4, v6],
-        local_addresses: vec![v4, v6],
-    }
-}
-
-/// Defaults of the reference run: `--cluster-cidr=10.244.0.0/16`, masquerade bit 14, rr, random-fully.
-fn ref_cfg(family: IpFamily) -> PlanConfig {
-    PlanConfig {
-        family,
-        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: match family {
-            IpFamily::V4 => LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]),
-            IpFamily::V6 => LocalDetector::None,
-        },
-        exclude_cidrs: vec![],
-        random_fully: true,
-    }
-}
-
 fn plans() -> (DesiredState, DesiredState) {
-    let (s, e) = scenario();
-    let node = ref_node();
+    let (s, e) = small_scenario();
+    let node = small_scenario_node();
     (
-        plan(&s, &e, &node, &ref_cfg(IpFamily::V4)),
-        plan(&s, &e, &node, &ref_cfg(IpFamily::V6)),
+        plan(&s, &e, &node, &small_scenario_cfg(IpFamily::V4)),
+        plan(&s, &e, &node, &small_scenario_cfg(IpFamily::V6)),
     )
 }
 
@@ -253,8 +199,8 @@ fn bound_addresses_match_kube_ipvs0() {
     assert_eq!(v4.bound_addresses, want);
     assert!(v6.bound_addresses.is_empty());
     assert!(v4.health_checks.is_empty());
-    assert_eq!(v4.no_local_endpoints["internal"], 0);
-    assert_eq!(v4.no_local_endpoints["external"], 0);
+    assert_eq!(v4.no_local_endpoints[&TrafficPolicy::Internal], 0);
+    assert_eq!(v4.no_local_endpoints[&TrafficPolicy::External], 0);
 }
 
 #[test]

@@ -2,12 +2,11 @@
 //! `iptables-restore --noflush` accept them, and `ipset save` / `iptables-save` print back exactly the
 //! planned members and rules (mark syntax aside).
 mod common;
-mod planner_support;
 
+use common::planner::*;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
 use kube_proxy_rs::proxier::desired::DesiredState;
 use kube_proxy_rs::proxier::plan::{LocalDetector, plan};
-use planner_support::*;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every feature that shows up in ipsets or rules, for one family.

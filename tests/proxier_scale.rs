@@ -6,8 +6,8 @@ use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
 use kube_proxy_rs::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
 use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer};
 use kube_proxy_rs::proxier::plan::PlanConfig;
-use kube_proxy_rs::proxier::testkit::Kit;
-use kube_proxy_rs::proxier::{ConntrackHints, FamilyInput, Proxier, SyncReport};
+use kube_proxy_rs::proxier::testkit::{Applier, Kit};
+use kube_proxy_rs::proxier::{ConntrackHints, FamilyInput, SyncReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -87,20 +87,16 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
     }
 }
 
-fn run(p: &mut Proxier, d: &DesiredState, full: bool) -> SyncReport {
+fn run(p: &mut Applier, d: &DesiredState, full: bool) -> SyncReport {
     let config = PlanConfig {
-        family: IpFamily::V4,
         scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: Default::default(),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(IpFamily::V4)
     };
     let start = Instant::now();
     let r = p.apply(
         &[FamilyInput {
             desired: d,
+            delta: None,
             config: &config,
             node_port_ips: &[],
         }],
@@ -125,7 +121,7 @@ fn run(p: &mut Proxier, d: &DesiredState, full: bool) -> SyncReport {
 #[test]
 fn sync_cost_with_10k_services() {
     let k = Kit::new();
-    let mut p = Proxier::new(k.backends(), Box::new(|_, _, _, _| unreachable!()));
+    let mut p = k.applier();
     let base = plan(None);
     let changed = plan(Some(SERVICES / 2));
     println!("{SERVICES} services x {ENDPOINTS} endpoints, in-memory backends");

@@ -1,5 +1,7 @@
-//! The `ipset` backend against a real kernel (UML): every kube-proxy set type in both families, a
-//! 20,000-entry batch in one restore, rejection of bad entries, deletes, foreign sets untouched.
+//! The ipset backends against a real kernel (UML), the same scenario for the netlink backend (what the
+//! daemon uses) and the `ipset` tool (fallback): every kube-proxy set type in both families, a
+//! 20,000-entry batch, rejection of bad entries (before writing and by the kernel) while the rest
+//! applies, a mixed add/delete diff, read-back equal to `ipset save`, foreign sets untouched.
 mod common;
 
 use common::uml::sh;
@@ -7,6 +9,7 @@ use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::kernel::KernelError;
 use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
 use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
+use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -72,10 +75,43 @@ fn independent_save() -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
-uml_test!(ipset_backend_on_real_kernel, {
-    sh("ipset create FOREIGN-NET hash:net family inet && ipset add FOREIGN-NET 198.51.100.0/24");
-    let mut ipset = IpsetCli::new();
+uml_test!(ipset_cli_backend_on_real_kernel, {
+    scenario(
+        &mut IpsetCli::new(),
+        "one `ipset restore -exist`",
+        "Error in line",
+    );
+});
 
+uml_test!(ipset_netlink_backend_on_real_kernel, {
+    let mut n = NetlinkIpSets::new().unwrap();
+    scenario(&mut n, "netlink, batched ACKed messages", "does not exist");
+    flush_and_swap(&mut n);
+});
+
+/// Foreign sets: one IPv4 hash:net, one IPv6 hash:net with comments (the read-back ignores options).
+fn foreign_sets(fake: &mut FakeIpSets) {
+    sh("ipset create FOREIGN-NET hash:net family inet && ipset add FOREIGN-NET 198.51.100.0/24");
+    sh(
+        "ipset create FOREIGN-6 hash:net family inet6 comment && ipset add FOREIGN-6 2001:db8:5::/48 comment 'hello world' && ipset add FOREIGN-6 2001:db8:6::7",
+    );
+    fake.insert_set(
+        "FOREIGN-NET",
+        IpSetType::HashIp,
+        IpFamily::V4,
+        ["198.51.100.0/24"],
+    );
+    fake.insert_set(
+        "FOREIGN-6",
+        IpSetType::HashIp,
+        IpFamily::V6,
+        ["2001:db8:5::/48", "2001:db8:6::7"],
+    );
+}
+
+/// The whole scenario against one backend; `how` names it in the figure, `refused` is a word of its
+/// message for an entry the kernel refuses.
+fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     // Every set type, both families; create twice (-exist), headers as ipset prints them.
     let mut specs = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
@@ -100,12 +136,7 @@ uml_test!(ipset_backend_on_real_kernel, {
     );
     // The fake replays every call; it must end in the same state as the kernel.
     let mut fake = FakeIpSets::new();
-    fake.insert_set(
-        "FOREIGN-NET",
-        IpSetType::HashIp,
-        IpFamily::V4,
-        ["198.51.100.0/24"],
-    );
+    foreign_sets(&mut fake);
     for s in specs.iter().chain(specs.iter()) {
         ipset.create(s).unwrap();
         fake.create(s).unwrap();
@@ -222,7 +253,7 @@ uml_test!(ipset_backend_on_real_kernel, {
     assert_eq!(fake_report.rejected.len(), report.rejected.len());
     let elapsed = started.elapsed();
     println!(
-        "FIGURE ipset apply: {} entries in one `ipset restore -exist` (UML guest, debug build): {:.1} ms",
+        "FIGURE ipset apply: {} entries, {how} (UML guest, debug build): {:.1} ms",
         report.applied,
         elapsed.as_secs_f64() * 1000.0
     );
@@ -247,10 +278,7 @@ uml_test!(ipset_backend_on_real_kernel, {
     assert_eq!(rejected.len(), 2, "{:?}", report.rejected);
     assert!(rejected.contains(&&batch[1]) && rejected.contains(&&batch[3]));
     assert!(
-        report
-            .rejected
-            .iter()
-            .all(|(_, why)| why.contains("Error in line")),
+        report.rejected.iter().all(|(_, why)| why.contains(refused)),
         "{:?}",
         report.rejected
     );
@@ -289,11 +317,21 @@ uml_test!(ipset_backend_on_real_kernel, {
             entry: e.clone(),
         });
     }
-    // Deleting an absent entry is not an error (-exist).
+    // Deleting an absent entry is not an error (-exist), nor is adding a present one.
     dels.push(IpSetOp::Del {
         set: "KUBE-IPVS-IPS".into(),
         entry: "10.99.99.99".into(),
     });
+    dels.push(add(
+        "KUBE-LOOP-BACK",
+        expected["KUBE-LOOP-BACK"].iter().next().unwrap().clone(),
+    ));
+    for i in 0..500u32 {
+        dels.push(add(
+            "KUBE-6-LOAD-BALANCER-SOURCE-IP",
+            format!("fd00::{:x},tcp:80,fd01::{:x}", i + 1, i + 1),
+        ));
+    }
     let r = ipset.apply(&dels).unwrap();
     assert_eq!(fake.apply(&dels).unwrap(), r);
     assert_eq!(r.applied, dels.len());
@@ -312,6 +350,9 @@ uml_test!(ipset_backend_on_real_kernel, {
     assert!(after["KUBE-6-CLUSTER-IP"].is_empty());
     assert_eq!(after["KUBE-IPVS-IPS"].len(), 3002);
     assert_eq!(after["KUBE-LOOP-BACK"], expected["KUBE-LOOP-BACK"]);
+    assert_eq!(after["KUBE-6-LOAD-BALANCER-SOURCE-IP"].len(), 500);
+    assert!(after["KUBE-6-LOAD-BALANCER-SOURCE-IP"].contains("fd00::1f4,tcp:80,fd01::1f4"));
+    assert_eq!(ipset.save_all().unwrap(), after, "read-back vs ipset save");
 
     // Destroy ours only; the foreign set is untouched.
     ipset.destroy("KUBE-6-CLUSTER-IP").unwrap();
@@ -325,5 +366,48 @@ uml_test!(ipset_backend_on_real_kernel, {
         after["FOREIGN-NET"].iter().collect::<Vec<_>>(),
         vec!["198.51.100.0/24"]
     );
-    assert_eq!(after.len(), specs.len() - 1 + 1);
-});
+    assert_eq!(after.len(), specs.len() - 1 + 2);
+    // Entries for a foreign set are refused before anything is written.
+    let r = ipset
+        .apply(&[add("FOREIGN-NET", "203.0.113.0/24".into())])
+        .unwrap();
+    assert_eq!((r.applied, r.rejected.len()), (0, 1));
+    assert!(sh("ipset save FOREIGN-NET").contains("198.51.100.0/24"));
+    assert!(!sh("ipset save FOREIGN-NET").contains("203.0.113"));
+    for s in &specs {
+        let _ = ipset.destroy(&s.name);
+    }
+    sh("ipset destroy FOREIGN-NET && ipset destroy FOREIGN-6");
+}
+
+/// FLUSH and SWAP (netlink backend only).
+fn flush_and_swap(n: &mut NetlinkIpSets) {
+    let spec = |name: &str| IpSetSpec {
+        name: name.into(),
+        set_type: IpSetType::HashIpPort,
+        family: IpFamily::V4,
+        comment: String::new(),
+    };
+    n.create_all(&[spec("KUBE-A"), spec("KUBE-B")]).unwrap();
+    let r = n
+        .apply(&[
+            add("KUBE-A", "10.0.0.1,tcp:80".into()),
+            add("KUBE-B", "10.0.0.2,udp:53".into()),
+            add("KUBE-B", "10.0.0.3,sctp:9".into()),
+        ])
+        .unwrap();
+    assert_eq!(r.applied, 3);
+    n.swap("KUBE-A", "KUBE-B").unwrap();
+    let saved = independent_save();
+    assert_eq!(saved["KUBE-A"].len(), 2);
+    assert!(saved["KUBE-B"].contains("10.0.0.1,tcp:80"));
+    n.flush("KUBE-A").unwrap();
+    let saved = independent_save();
+    assert!(saved["KUBE-A"].is_empty());
+    assert_eq!(saved["KUBE-B"].len(), 1);
+    assert_eq!(n.save_all().unwrap(), saved);
+    assert!(matches!(
+        n.flush("KUBE-NOPE"),
+        Err(KernelError::NotFound(_))
+    ));
+}

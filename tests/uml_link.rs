@@ -138,3 +138,75 @@ uml_test!(link_dummy_addresses_and_local_dump, {
     assert_eq!(n, now_ip);
     assert!(n < total_ip);
 });
+
+// 5,000 addresses (both families) bound and unbound with pipelined requests: one result per address,
+// a refused address (multicast) fails alone and is named in its error, present/absent ones answer false.
+uml_test!(link_addresses_pipelined, {
+    let mut l = RtnetlinkLinks::new().unwrap();
+    l.ensure_dummy(DUMMY_DEVICE).unwrap();
+    let mut ips: Vec<IpAddr> = (0..5000u32)
+        .map(|i| {
+            if i % 5 == 4 {
+                ip(&format!("fd00:96::{:x}", i + 1))
+            } else {
+                ip(&format!("10.96.{}.{}", i / 250, i % 250 + 1))
+            }
+        })
+        .collect();
+    let bad = ip("ff02::1234");
+    ips.insert(2500, bad);
+    assert!(l.add_address(DUMMY_DEVICE, ips[10]).unwrap());
+    let started = std::time::Instant::now();
+    let results = l.add_addresses(DUMMY_DEVICE, &ips);
+    println!(
+        "FIGURE pipelined add of {} addresses (UML, debug build): {:.1} ms",
+        ips.len(),
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    assert_eq!(results.len(), ips.len());
+    for (i, r) in results.iter().enumerate() {
+        match i {
+            2500 => {
+                let e = r.as_ref().expect_err("multicast address bound");
+                assert!(e.to_string().contains("ff02::1234"), "{e}");
+            }
+            10 => assert!(matches!(r, Ok(false)), "{i}: {r:?}"),
+            _ => assert!(matches!(r, Ok(true)), "{i}: {r:?}"),
+        }
+    }
+    let want: BTreeSet<IpAddr> = ips.iter().copied().filter(|a| *a != bad).collect();
+    assert_eq!(ip_addr_show(DUMMY_DEVICE), want);
+    let read: BTreeSet<IpAddr> = l.addresses(DUMMY_DEVICE).unwrap().into_iter().collect();
+    assert_eq!(read, want);
+
+    // Unbind every other one plus one that is not bound.
+    let all: Vec<IpAddr> = want.iter().copied().collect();
+    let gone: Vec<IpAddr> = all.iter().step_by(2).copied().collect();
+    let kept: Vec<IpAddr> = all.iter().skip(1).step_by(2).copied().collect();
+    let mut dels = gone.clone();
+    dels.push(ip("10.200.0.1"));
+    let results = l.del_addresses(DUMMY_DEVICE, &dels);
+    assert_eq!(results.len(), dels.len());
+    assert!(results[..gone.len()].iter().all(|r| matches!(r, Ok(true))));
+    assert!(matches!(results[gone.len()], Ok(false)));
+    assert_eq!(
+        ip_addr_show(DUMMY_DEVICE),
+        kept.iter().copied().collect::<BTreeSet<_>>()
+    );
+
+    // A missing link: every address fails with NotFound, nothing is sent.
+    let results = l.add_addresses("nosuchdev", &kept[..3]);
+    assert_eq!(results.len(), 3);
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(KernelError::NotFound(_))))
+    );
+    assert!(
+        l.del_addresses(DUMMY_DEVICE, &kept)
+            .iter()
+            .all(|r| matches!(r, Ok(true)))
+    );
+    assert!(ip_addr_show(DUMMY_DEVICE).is_empty());
+    assert!(l.add_addresses(DUMMY_DEVICE, &[]).is_empty());
+});

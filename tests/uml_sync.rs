@@ -2,13 +2,12 @@
 //! (/work/shared/reference/small-scenario): same IPVS table, ipsets, iptables/ip6tables rules and kube-ipvs0
 //! addresses; a second sync changes nothing; foreign objects survive; `--cleanup` leaves nothing of ours.
 mod common;
-mod planner_support;
 
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
 use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
 use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
-use kube_proxy_rs::kernel::ipset::cli::IpsetCli;
+use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
 use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
@@ -17,8 +16,8 @@ use kube_proxy_rs::kernel::link::DUMMY_DEVICE;
 use kube_proxy_rs::kernel::link::rtnetlink::RtnetlinkLinks;
 use kube_proxy_rs::proxier::cleanup::{JUMPS, cleanup_leftovers};
 use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
-use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
-use kube_proxy_rs::proxier::testkit::{Log, Rec};
+use kube_proxy_rs::proxier::plan::PlanConfig;
+use kube_proxy_rs::proxier::testkit::{Applier, Log, Rec};
 use kube_proxy_rs::proxier::{
     Backends, ConntrackHints, FamilyInput, FamilySnapshot, Proxier, SyncInput, SyncReport,
 };
@@ -52,7 +51,7 @@ fn backends(log: &Arc<Mutex<Log>>) -> Backends {
             log: log.clone(),
         }),
         ipsets: Box::new(Rec {
-            inner: IpsetCli::new(),
+            inner: NetlinkIpSets::new().unwrap(),
             log: log.clone(),
         }),
         iptables: Box::new(Rec {
@@ -202,52 +201,18 @@ fn desired(family: IpFamily) -> DesiredState {
 
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
-        family,
         scheduler: kube_proxy_rs::scheduler::Scheduler::Rr,
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: Default::default(),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(family)
     }
 }
 
 /// objects.yaml (plus the apiserver's default/kubernetes service) as the trackers would hand it over.
 fn scenario_input(full: bool) -> SyncInput {
-    use planner_support::{ep, maps, svc};
-    let tcp = Protocol::Tcp;
-    let kubernetes = svc("default", "kubernetes", "https", tcp, "10.96.0.1", 443);
-    let web_http = svc("default", "web", "http", tcp, "10.96.100.10", 80);
-    let web_alt = svc("default", "web", "alt", tcp, "10.96.100.10", 81);
-    let mut web_np = svc("default", "web-np", "http", tcp, "10.96.100.20", 80);
-    web_np.node_port = Some(30080);
-    let pods = |port| {
-        vec![
-            ep("10.244.0.11", port, Some("ref-node")),
-            ep("10.244.0.12", port, Some("ref-node")),
-        ]
-    };
-    let eps = vec![
-        (kubernetes.name.clone(), vec![ep(NODE, 6443, None)]),
-        (web_http.name.clone(), pods(8080)),
-        (web_alt.name.clone(), pods(8081)),
-        (web_np.name.clone(), pods(8080)),
-    ];
-    let (services, endpoints) = maps(vec![kubernetes, web_http, web_alt, web_np], eps);
-    let (v4, v6) = (ip(NODE), ip("fd00:10::10"));
-    let node = NodeFacts {
-        node_name: "ref-node".into(),
-        zone: None,
-        node_ips: vec![v4, v6],
-        node_port_ips: vec![v4, v6],
-        local_addresses: vec![v4, v6],
-    };
+    use common::planner::{small_scenario, small_scenario_cfg, small_scenario_node};
+    let (services, endpoints) = small_scenario();
+    let node = small_scenario_node();
     let family = |family| {
-        let mut config = config(family);
-        config.scheduler = kube_proxy_rs::scheduler::Scheduler::default();
-        if family == IpFamily::V4 {
-            config.local_detector = LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]);
-        }
+        let config = small_scenario_cfg(family);
         FamilySnapshot {
             services: services.clone().into(),
             endpoints: endpoints.clone().into(),
@@ -263,20 +228,18 @@ fn scenario_input(full: bool) -> SyncInput {
     }
 }
 
-/// A proxier that applies hand-built plans (no planner).
-fn direct_proxier(log: &Arc<Mutex<Log>>) -> Proxier {
-    Proxier::new(
-        backends(log),
-        Box::new(|_, _, _, _| unreachable!("plans are applied directly")),
-    )
+/// A reconciler that applies hand-built plans (no planner).
+fn direct_proxier(log: &Arc<Mutex<Log>>) -> Applier {
+    Applier::new(backends(log))
 }
 
 /// Applies a v4 plan (event-driven, no NodePort IPs) and asserts the sync had no failure.
-fn apply(p: &mut Proxier, d: &DesiredState) -> SyncReport {
+fn apply(p: &mut Applier, d: &DesiredState) -> SyncReport {
     let c4 = config(IpFamily::V4);
     let r = p.apply(
         &[FamilyInput {
             desired: d,
+            delta: None,
             config: &c4,
             node_port_ips: &[],
         }],
@@ -287,18 +250,20 @@ fn apply(p: &mut Proxier, d: &DesiredState) -> SyncReport {
     r
 }
 
-fn sync(p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool) -> SyncReport {
+fn sync(p: &mut Applier, v4: &DesiredState, v6: &DesiredState, full: bool) -> SyncReport {
     let (c4, c6) = (config(IpFamily::V4), config(IpFamily::V6));
     let nips = [ip(NODE)];
     let r = p.apply(
         &[
             FamilyInput {
                 desired: v4,
+                delta: None,
                 config: &c4,
                 node_port_ips: &nips,
             },
             FamilyInput {
                 desired: v6,
+                delta: None,
                 config: &c6,
                 node_port_ips: &[],
             },
@@ -412,7 +377,7 @@ fn calls(log: &Arc<Mutex<Log>>) -> Vec<String> {
 uml_test!(small_scenario_matches_upstream_and_is_stable, {
     // The whole pipeline: cluster snapshot -> planner -> reconciler -> real kernel.
     let log = Arc::new(Mutex::new(Log::default()));
-    let mut p = Proxier::with_planner(backends(&log));
+    let mut p = Proxier::new(backends(&log));
 
     // First sync: the reference state, rules in place before the first virtual server.
     let r = p.sync_proxy_rules(scenario_input(false));
@@ -466,7 +431,7 @@ uml_test!(small_scenario_matches_upstream_and_is_stable, {
 
     // The hand-built plan of the same scenario (used by the other tests) is what the planner produced.
     assert_eq!(
-        p.last_desired(IpFamily::V4).unwrap().virtual_servers,
+        p.desired(IpFamily::V4).unwrap().virtual_servers,
         desired(IpFamily::V4).virtual_servers
     );
 });

@@ -6,74 +6,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-/// Transport protocol of a service port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// Lower-case name as ipset and iptables print it (`tcp`, `udp`, `sctp`).
-    pub fn as_lower(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-
-    /// Upper-case name as the Kubernetes API spells it (`TCP`, `UDP`, `SCTP`).
-    pub fn as_upper(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "TCP",
-            Protocol::Udp => "UDP",
-            Protocol::Sctp => "SCTP",
-        }
-    }
-
-    /// Parses the API spelling; `None` for anything else.
-    pub fn from_api(s: &str) -> Option<Protocol> {
-        match s {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-}
-
-/// IP family of an address or of a proxier instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
-
-impl IpFamily {
-    /// Family of an address.
-    pub fn of(ip: &IpAddr) -> IpFamily {
-        if ip.is_ipv4() {
-            IpFamily::V4
-        } else {
-            IpFamily::V6
-        }
-    }
-
-    /// Family of a network.
-    pub fn of_net(net: &IpNet) -> IpFamily {
-        IpFamily::of(&net.addr())
-    }
-
-    /// Name used in metrics labels and healthz JSON (`IPv4`, `IPv6`).
-    pub fn label(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        }
-    }
-}
+pub use crate::net::{IpFamily, Protocol};
 
 /// Identifies one port of one service: namespace/name:portName plus protocol (as upstream's ServicePortName).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,6 +81,26 @@ pub struct ServicePort {
 }
 
 impl ServicePort {
+    /// A ClusterIP service port `name` (its protocol included) at `port` with nothing else set: no node
+    /// port, external addresses, source ranges, affinity or health check, Cluster traffic policies. Set
+    /// the rest with struct update syntax (`ServicePort { node_port: Some(30080), ..ServicePort::new(…) }`).
+    pub fn new(name: ServicePortName, cluster_ips: Vec<IpAddr>, port: u16) -> Self {
+        ServicePort {
+            protocol: name.protocol,
+            name,
+            cluster_ips,
+            port,
+            node_port: None,
+            external_ips: Vec::new(),
+            load_balancer_ingress: Vec::new(),
+            load_balancer_source_ranges: Vec::new(),
+            session_affinity_timeout: None,
+            external_policy_local: false,
+            internal_policy_local: false,
+            health_check_node_port: None,
+        }
+    }
+
     /// The ClusterIP of `family`, if the service has one.
     pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
         self.cluster_ips

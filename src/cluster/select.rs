@@ -149,24 +149,17 @@ mod tests {
     use crate::cluster::model::{Protocol, ServicePortName};
 
     fn svc(itp_local: bool, etp_local: bool, node_port: Option<u16>) -> ServicePort {
-        ServicePort {
-            name: ServicePortName {
-                namespace: "ns1".into(),
-                name: "svc1".into(),
-                port_name: "p80".into(),
-                protocol: Protocol::Tcp,
-            },
-            cluster_ips: vec!["172.30.1.1".parse().unwrap()],
-            port: 80,
+        let name = ServicePortName {
+            namespace: "ns1".into(),
+            name: "svc1".into(),
+            port_name: "p80".into(),
             protocol: Protocol::Tcp,
+        };
+        ServicePort {
             node_port,
-            external_ips: vec![],
-            load_balancer_ingress: vec![],
-            load_balancer_source_ranges: vec![],
-            session_affinity_timeout: None,
             external_policy_local: etp_local,
             internal_policy_local: itp_local,
-            health_check_node_port: None,
+            ..ServicePort::new(name, vec!["172.30.1.1".parse().unwrap()], 80)
         }
     }
 

@@ -3,8 +3,11 @@
 
 use crate::cluster::model::IpFamily;
 use crate::config::Options;
+use crate::daemon::prepare::{
+    ConntrackSettings, StartupConfig, StartupReport, SysfsHashsize, prepare_node,
+};
 use crate::kernel::conntrack::netlink::NetlinkConntrack;
-use crate::kernel::ipset::cli::IpsetCli;
+use crate::kernel::ipset::real_ipsets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
 use crate::kernel::ipvs::IpvsTimeouts;
@@ -13,9 +16,6 @@ use crate::kernel::link::rtnetlink::RtnetlinkLinks;
 use crate::kernel::sysctl::procfs::ProcSysctl;
 use crate::proxier::Backends;
 use crate::proxier::cleanup::cleanup_leftovers;
-use crate::proxier::startup::{
-    ConntrackSettings, StartupConfig, StartupReport, SysfsHashsize, prepare_node,
-};
 use anyhow::{Context, bail};
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ pub fn real_backends(iptables: IptablesCli) -> anyhow::Result<Backends> {
         ipvs: Box::new(
             NetlinkIpvs::new().context("opening the IPVS netlink family (is ip_vs loaded?)")?,
         ),
-        ipsets: Box::new(IpsetCli::new()),
+        ipsets: real_ipsets(),
         iptables: Box::new(iptables),
         links: Box::new(RtnetlinkLinks::new().context("opening rtnetlink")?),
         conntrack: Box::new(NetlinkConntrack::new().context("opening ctnetlink")?),
@@ -150,8 +150,14 @@ pub fn cleanup() -> anyhow::Result<()> {
     }
     let mut ipvs = NetlinkIpvs::new().context("opening the IPVS netlink family")?;
     let mut links = RtnetlinkLinks::new().context("opening rtnetlink")?;
-    let mut ipsets = IpsetCli::new();
-    match cleanup_leftovers(&mut ipvs, &mut links, &mut iptables, &mut ipsets, &families) {
+    let mut ipsets = real_ipsets();
+    match cleanup_leftovers(
+        &mut ipvs,
+        &mut links,
+        &mut iptables,
+        ipsets.as_mut(),
+        &families,
+    ) {
         Ok(report) => {
             for r in &report.removed {
                 tracing::info!("removed {r}");

@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod events;
 pub mod node;
+pub mod prepare;
 pub mod sync;
 pub mod watch_config;
 
@@ -185,7 +186,7 @@ fn kernel(
     tracing::info!(node = %options.node_name, ?node_ips, ?families, "starting IPVS proxier");
     let mut kernel = backends::real_backends(iptables)?;
     backends::prepare(options, &mut kernel)?;
-    let proxier = Arc::new(Mutex::new(Proxier::with_planner(kernel)));
+    let proxier = Arc::new(Mutex::new(Proxier::new(kernel)));
     Ok((proxier, families, random_fully))
 }
 

@@ -4,6 +4,7 @@
 
 use super::events::Events;
 use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName, ports_of};
+use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult};
 use crate::cluster::watch::{NodeInfo, Synced, Trackers};
 use crate::config::Options;
 use crate::metrics::{Metrics, TrafficPolicy};
@@ -125,9 +126,136 @@ struct Outcome {
     /// service → (healthCheckNodePort, local endpoints), over all families.
     health_checks: BTreeMap<ServiceName, (u16, usize)>,
     /// Per family, the no-local-endpoints counts by policy.
-    no_local: BTreeMap<IpFamily, BTreeMap<&'static str, u64>>,
+    no_local: BTreeMap<IpFamily, BTreeMap<TrafficPolicy, u64>>,
     /// Time spent reading the node's addresses before planning.
     local_read: Duration,
+}
+
+/// The blocking part of one sync: read the node's addresses, plan and apply, collect what the servers
+/// and metrics need.
+struct SyncJob {
+    proxier: Arc<Mutex<Proxier>>,
+    settings: SyncSettings,
+    options: Arc<Options>,
+    node: Option<Arc<NodeInfo>>,
+    services: Arc<ServiceMap>,
+    endpoints: Arc<EndpointsMap>,
+    full: bool,
+    hints: ConntrackHints,
+    changed: Option<BTreeSet<ServiceName>>,
+}
+
+impl SyncJob {
+    fn run(self) -> Result<Outcome, String> {
+        let mut p = lock(&self.proxier);
+        let read_start = Instant::now();
+        let local = local_addresses(&mut p, &self.settings.families, self.full)
+            .map_err(|e| format!("listing local addresses: {e}"))?;
+        let local_read = read_start.elapsed();
+        let families = snapshots_split(
+            &self.settings,
+            &self.options,
+            self.node.as_deref(),
+            &local.0,
+            &local.1,
+            &self.services,
+            &self.endpoints,
+        );
+        let report = p.sync_proxy_rules(SyncInput {
+            families,
+            full: self.full,
+            conntrack: self.hints,
+            changed: self.changed,
+        });
+        let mut health_checks: BTreeMap<ServiceName, (u16, usize)> = BTreeMap::new();
+        let mut no_local = BTreeMap::new();
+        for &family in &self.settings.families {
+            if let Some(d) = p.desired(family) {
+                for hc in &d.health_checks {
+                    let e = health_checks
+                        .entry(hc.service.clone())
+                        .or_insert((hc.node_port, 0));
+                    e.1 += hc.local_endpoints;
+                }
+                no_local.insert(family, d.no_local_endpoints.clone());
+            }
+        }
+        Ok(Outcome {
+            report,
+            health_checks,
+            no_local,
+            local_read,
+        })
+    }
+}
+
+/// Records one sync's figures: each family's own duration, no-local-endpoints counts, conntrack
+/// cleanup and restore failures under its own `ip_family` label; kernel write failures by backend.
+fn record_sync_metrics(metrics: &Metrics, families: &[IpFamily], o: &Outcome) {
+    let r = &o.report;
+    for &f in families {
+        let own = r.families.get(&f);
+        // A family the proxier did not report on (none today) gets the whole sync's duration.
+        let duration = own.map_or(r.duration, |fr| fr.duration);
+        metrics.observe_sync(f, duration, r.full);
+        let nl = o.no_local.get(&f);
+        for policy in TrafficPolicy::ALL {
+            let n = nl.and_then(|m| m.get(&policy)).copied().unwrap_or(0);
+            metrics.set_no_local_endpoints(f, policy, n);
+        }
+        let Some(own) = own else {
+            continue;
+        };
+        if let Some(d) = own.conntrack_duration {
+            metrics.observe_conntrack_reconcile(f, d, own.conntrack_deleted as u64);
+        }
+        for _ in 0..own.iptables_restore_failures {
+            metrics.inc_iptables_restore_failure(f, false);
+        }
+    }
+    let mut by_backend: BTreeMap<&str, u64> = BTreeMap::new();
+    for (kind, n) in &r.failures {
+        *by_backend.entry(failure_backend(*kind)).or_default() += *n as u64;
+    }
+    for (backend, n) in by_backend {
+        metrics.inc_kernel_write_failures(backend, n);
+    }
+}
+
+/// Where the time between a change and its programming goes (debug): waiting for this sync to start,
+/// reading the node's addresses, and the sync itself.
+fn log_timing(
+    o: &Outcome,
+    sync_start: SystemTime,
+    trigger_times: &BTreeMap<ServiceName, Vec<SystemTime>>,
+) {
+    let queued = trigger_times
+        .values()
+        .flatten()
+        .min()
+        .and_then(|t| sync_start.duration_since(*t).ok());
+    tracing::debug!(
+        ?queued,
+        local_read = ?o.local_read,
+        sync = ?o.report.duration,
+        total = ?sync_start.elapsed().unwrap_or_default(),
+        "sync timing"
+    );
+}
+
+/// The conntrack hints in the trackers' results (removed UDP ClusterIPs, removed or unready UDP endpoints).
+pub fn conntrack_hints(
+    services: &ServiceUpdateResult,
+    endpoints: &EndpointsUpdateResult,
+) -> ConntrackHints {
+    ConntrackHints {
+        stale_service_ips: services.deleted_udp_cluster_ips.clone(),
+        stale_endpoint_ips: endpoints
+            .deleted_udp_endpoints
+            .iter()
+            .map(|e| e.ip)
+            .collect(),
+    }
 }
 
 /// Backend label of the kernel-write-failures metric for a failure kind.
@@ -161,7 +289,7 @@ fn local_addresses(
     let others = p.backends_mut().links.local_addresses_except(dummy)?;
     let mut on_dummy = Vec::new();
     for &family in families {
-        if let Some(d) = p.last_desired(family) {
+        if let Some(d) = p.desired(family) {
             on_dummy.extend(d.bound_addresses.iter().copied());
         }
     }
@@ -282,29 +410,8 @@ impl SyncLoop {
             return;
         }
         let sync_start = SystemTime::now();
-        let (svc, svc_pending, svc_total) = {
-            let mut t = lock(&self.trackers.services);
-            // The previous sync dropped its reference: no copy.
-            let r = t.apply(Arc::make_mut(&mut self.services));
-            (r, t.pending(), t.total())
-        };
-        let (eps, eps_pending, eps_total) = {
-            let mut t = lock(&self.trackers.endpoints);
-            let r = t.apply(Arc::make_mut(&mut self.endpoints));
-            (r, t.pending(), t.total())
-        };
-        self.metrics.service_changes(
-            svc_total.saturating_sub(self.service_total),
-            i64::try_from(svc_pending).unwrap_or(i64::MAX),
-        );
-        self.metrics.endpoint_changes(
-            eps_total.saturating_sub(self.endpoint_total),
-            i64::try_from(eps_pending).unwrap_or(i64::MAX),
-        );
-        self.service_total = svc_total;
-        self.endpoint_total = eps_total;
-
-        let mut hints = ConntrackHints::from_updates(&svc, &eps);
+        let (svc, eps) = self.apply_trackers();
+        let mut hints = conntrack_hints(&svc, &eps);
         hints.merge(std::mem::take(&mut self.pending_hints));
         let kept_hints = hints.clone();
         let changed = self.pending_changed.take().map(|mut c| {
@@ -316,55 +423,18 @@ impl SyncLoop {
         let full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.settings.sync_period);
-        let node = self.node.borrow().clone();
-        let settings = self.settings.clone();
-        let options = self.options.clone();
-        let services = self.services.clone();
-        let endpoints = self.endpoints.clone();
-        let proxier = self.proxier.clone();
-        let outcome = tokio::task::spawn_blocking(move || -> Result<Outcome, String> {
-            let mut p = lock(&proxier);
-            let read_start = Instant::now();
-            let local = local_addresses(&mut p, &settings.families, full)
-                .map_err(|e| format!("listing local addresses: {e}"))?;
-            let local_read = read_start.elapsed();
-            let families = snapshots_split(
-                &settings,
-                &options,
-                node.as_deref(),
-                &local.0,
-                &local.1,
-                &services,
-                &endpoints,
-            );
-            let report = p.sync_proxy_rules(SyncInput {
-                families,
-                full,
-                conntrack: hints,
-                changed,
-            });
-            let mut health_checks: BTreeMap<ServiceName, (u16, usize)> = BTreeMap::new();
-            let mut no_local = BTreeMap::new();
-            for &family in &settings.families {
-                if let Some(d) = p.last_desired(family) {
-                    for hc in &d.health_checks {
-                        let e = health_checks
-                            .entry(hc.service.clone())
-                            .or_insert((hc.node_port, 0));
-                        e.1 += hc.local_endpoints;
-                    }
-                    no_local.insert(family, d.no_local_endpoints.clone());
-                }
-            }
-            Ok(Outcome {
-                report,
-                health_checks,
-                no_local,
-                local_read,
-            })
-        })
-        .await;
-        let outcome = match outcome {
+        let job = SyncJob {
+            proxier: self.proxier.clone(),
+            settings: self.settings.clone(),
+            options: self.options.clone(),
+            node: self.node.borrow().clone(),
+            services: self.services.clone(),
+            endpoints: self.endpoints.clone(),
+            full,
+            hints,
+            changed,
+        };
+        let outcome = match tokio::task::spawn_blocking(move || job.run()).await {
             Ok(Ok(o)) => {
                 self.pending_changed = Some(BTreeSet::new());
                 o
@@ -389,22 +459,34 @@ impl SyncLoop {
         if outcome.report.failures_of(FailureKind::Conntrack) > 0 {
             self.pending_hints = kept_hints;
         }
-        // Where the time between a change and its programming goes (debug): waiting for this sync to
-        // start, reading the node's addresses, and the sync itself.
-        let queued = eps
-            .trigger_times
-            .values()
-            .flatten()
-            .min()
-            .and_then(|t| sync_start.duration_since(*t).ok());
-        tracing::debug!(
-            ?queued,
-            local_read = ?outcome.local_read,
-            sync = ?outcome.report.duration,
-            total = ?sync_start.elapsed().unwrap_or_default(),
-            "sync timing"
-        );
+        log_timing(&outcome, sync_start, &eps.trigger_times);
         self.publish(outcome, full, &eps.trigger_times).await;
+    }
+
+    /// Folds the trackers' pending changes into the maps and records the change metrics.
+    fn apply_trackers(&mut self) -> (ServiceUpdateResult, EndpointsUpdateResult) {
+        let (svc, svc_pending, svc_total) = {
+            let mut t = lock(&self.trackers.services);
+            // The previous sync dropped its reference: no copy.
+            let r = t.apply(Arc::make_mut(&mut self.services));
+            (r, t.pending(), t.total())
+        };
+        let (eps, eps_pending, eps_total) = {
+            let mut t = lock(&self.trackers.endpoints);
+            let r = t.apply(Arc::make_mut(&mut self.endpoints));
+            (r, t.pending(), t.total())
+        };
+        self.metrics.service_changes(
+            svc_total.saturating_sub(self.service_total),
+            i64::try_from(svc_pending).unwrap_or(i64::MAX),
+        );
+        self.metrics.endpoint_changes(
+            eps_total.saturating_sub(self.endpoint_total),
+            i64::try_from(eps_pending).unwrap_or(i64::MAX),
+        );
+        self.service_total = svc_total;
+        self.endpoint_total = eps_total;
+        (svc, eps)
     }
 
     async fn publish(
@@ -413,39 +495,9 @@ impl SyncLoop {
         full: bool,
         trigger_times: &BTreeMap<ServiceName, Vec<SystemTime>>,
     ) {
+        self.record_metrics(&o);
         let r = &o.report;
         let families = self.settings.families.clone();
-        let primary = families.first().copied().unwrap_or(IpFamily::V4);
-        for &f in &families {
-            self.metrics.observe_sync(f, r.duration, r.full);
-            let nl = o.no_local.get(&f);
-            for (policy, key) in [
-                (TrafficPolicy::Internal, "internal"),
-                (TrafficPolicy::External, "external"),
-            ] {
-                let n = nl.and_then(|m| m.get(key)).copied().unwrap_or(0);
-                self.metrics.set_no_local_endpoints(f, policy, n);
-            }
-        }
-        // The report sums families; conntrack and restore failures are attributed to the primary family.
-        if let Some(d) = r
-            .step_durations
-            .get(&crate::proxier::report::SyncStep::Conntrack)
-        {
-            self.metrics
-                .observe_conntrack_reconcile(primary, *d, r.conntrack_deleted as u64);
-        }
-        for _ in 0..r.failures_of(FailureKind::IptablesRestore) {
-            self.metrics.inc_iptables_restore_failure(primary, false);
-        }
-        let mut by_backend: BTreeMap<&str, u64> = BTreeMap::new();
-        for (kind, n) in &r.failures {
-            *by_backend.entry(failure_backend(*kind)).or_default() += *n as u64;
-        }
-        for (backend, n) in by_backend {
-            self.metrics.inc_kernel_write_failures(backend, n);
-        }
-
         if r.retry_needed {
             tracing::warn!(
                 failures = ?r.failures,
@@ -475,7 +527,16 @@ impl SyncLoop {
             );
         }
         tracing::debug!(report = ?r, "sync report");
+        self.publish_health_checks(&o).await;
+    }
 
+    /// The sync's figures as metrics.
+    fn record_metrics(&self, o: &Outcome) {
+        record_sync_metrics(&self.metrics, &self.settings.families, o);
+    }
+
+    /// Health-check listeners and their local endpoint counts to the service health server.
+    async fn publish_health_checks(&self, o: &Outcome) {
         let ports: BTreeMap<ServiceName, u16> = o
             .health_checks
             .iter()
@@ -638,6 +699,96 @@ mod tests {
         );
         assert_eq!(snaps[0].node.zone.as_deref(), Some("z1"));
         assert_eq!(snaps[0].node.node_name, "n1");
+    }
+
+    #[test]
+    fn conntrack_hints_from_tracker_results() {
+        use crate::cluster::model::{Protocol, ServicePortName};
+        use crate::cluster::tracker::StaleUdpEndpoint;
+        let svc = ServiceUpdateResult {
+            deleted_udp_cluster_ips: BTreeSet::from([ip("10.96.0.10")]),
+            ..Default::default()
+        };
+        let eps = EndpointsUpdateResult {
+            deleted_udp_endpoints: vec![StaleUdpEndpoint {
+                port_name: ServicePortName {
+                    namespace: "kube-system".into(),
+                    name: "dns".into(),
+                    port_name: "dns".into(),
+                    protocol: Protocol::Udp,
+                },
+                ip: ip("10.244.0.6"),
+                port: 53,
+            }],
+            ..Default::default()
+        };
+        let mut h = conntrack_hints(&svc, &eps);
+        assert_eq!(h.stale_service_ips, BTreeSet::from([ip("10.96.0.10")]));
+        assert_eq!(h.stale_endpoint_ips, BTreeSet::from([ip("10.244.0.6")]));
+        h.merge(ConntrackHints {
+            stale_service_ips: BTreeSet::from([ip("10.96.0.11")]),
+            ..Default::default()
+        });
+        assert_eq!(h.stale_service_ips.len(), 2);
+        assert!(!h.is_empty());
+        assert!(ConntrackHints::default().is_empty());
+    }
+
+    #[test]
+    fn each_family_reports_its_own_figures() {
+        use crate::proxier::report::FamilyReport;
+        let mut report = SyncReport {
+            duration: Duration::from_secs(4),
+            ..Default::default()
+        };
+        report.families.insert(
+            IpFamily::V4,
+            FamilyReport {
+                duration: Duration::from_secs(1),
+                conntrack_duration: Some(Duration::from_millis(500)),
+                conntrack_deleted: 2,
+                iptables_restore_failures: 1,
+            },
+        );
+        report.families.insert(
+            IpFamily::V6,
+            FamilyReport {
+                duration: Duration::from_secs(3),
+                ..Default::default()
+            },
+        );
+        let outcome = Outcome {
+            report,
+            health_checks: BTreeMap::new(),
+            no_local: BTreeMap::from([(
+                IpFamily::V6,
+                BTreeMap::from([(TrafficPolicy::External, 5)]),
+            )]),
+            local_read: Duration::ZERO,
+        };
+        let metrics = Metrics::new().unwrap();
+        for f in [IpFamily::V4, IpFamily::V6] {
+            metrics.init_family(f);
+        }
+        record_sync_metrics(&metrics, &[IpFamily::V4, IpFamily::V6], &outcome);
+        let text = metrics.encode().unwrap();
+        let has = |line: &str| text.lines().any(|l| l == line);
+        for line in [
+            "kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv6\"} 3",
+            "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 2",
+            "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv6\"} 0",
+            "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv6\"} 0",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 0",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv6\",traffic_policy=\"external\"} 5",
+        ] {
+            assert!(has(line), "{line} missing in:\n{text}");
+        }
+        assert!(
+            !text.contains("conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv6\"}")
+        );
     }
 
     #[test]

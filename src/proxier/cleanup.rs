@@ -144,64 +144,7 @@ pub fn cleanup_leftovers(
         links.delete_link(DUMMY_DEVICE),
     );
     for &family in families {
-        let fam = family.label();
-        // Chains present per table: a jump to a missing chain cannot even be named (iptables exits 2).
-        let mut present: Vec<(&str, BTreeSet<String>)> = Vec::new();
-        for (table, _) in CHAINS {
-            match iptables.save(family, table) {
-                Ok(text) => present.push((table, declared_chains(&text))),
-                Err(e) => r.failures.push(format!("{fam} {table}: {e}")),
-            }
-        }
-        let exists = |table: &str, chain: &str| {
-            present
-                .iter()
-                .any(|(t, chains)| *t == table && chains.contains(chain))
-        };
-        for (table, chain, target, comment) in JUMPS {
-            if !exists(table, target) {
-                continue;
-            }
-            let args: Vec<String> = ["-m", "comment", "--comment", comment, "-j", target]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            // Remove duplicates too (bounded, in case the backend keeps answering true).
-            for _ in 0..16 {
-                match iptables.delete_rule(family, table, chain, &args) {
-                    Ok(true) => r.removed.push(format!("{fam} {table} {chain} -j {target}")),
-                    Ok(false) | Err(KernelError::NotFound(_)) => break,
-                    Err(e) => {
-                        r.failures
-                            .push(format!("{fam} {table} {chain} -j {target}: {e}"));
-                        break;
-                    }
-                }
-            }
-        }
-        for (table, chains) in CHAINS {
-            let mut left: Vec<&str> = chains
-                .iter()
-                .copied()
-                .filter(|c| exists(table, c))
-                .collect();
-            // Two passes: a chain still referenced by one deleted later succeeds the second time.
-            for pass in 0..2 {
-                let mut again = Vec::new();
-                for chain in left {
-                    match iptables.delete_chain(family, table, chain) {
-                        Ok(true) => r.removed.push(format!("{fam} {table} chain {chain}")),
-                        Ok(false) | Err(KernelError::NotFound(_)) => {}
-                        Err(e) if pass == 0 => {
-                            tracing::debug!(chain, error = %e, "chain delete failed, retrying");
-                            again.push(chain);
-                        }
-                        Err(e) => r.failures.push(format!("{fam} {table} chain {chain}: {e}")),
-                    }
-                }
-                left = again;
-            }
-        }
+        cleanup_iptables(iptables, family, &mut r);
     }
     for family in [IpFamily::V4, IpFamily::V6] {
         for base in SET_BASES {
@@ -216,5 +159,67 @@ pub fn cleanup_leftovers(
         Ok(r)
     } else {
         Err(CleanupError(r))
+    }
+}
+
+/// Our jumps from built-in chains, then our chains, of one family's tables.
+fn cleanup_iptables(iptables: &mut dyn Iptables, family: IpFamily, r: &mut CleanupReport) {
+    let fam = family.label();
+    // Chains present per table: a jump to a missing chain cannot even be named (iptables exits 2).
+    let mut present: Vec<(&str, BTreeSet<String>)> = Vec::new();
+    for (table, _) in CHAINS {
+        match iptables.save(family, table) {
+            Ok(text) => present.push((table, declared_chains(&text))),
+            Err(e) => r.failures.push(format!("{fam} {table}: {e}")),
+        }
+    }
+    let exists = |table: &str, chain: &str| {
+        present
+            .iter()
+            .any(|(t, chains)| *t == table && chains.contains(chain))
+    };
+    for (table, chain, target, comment) in JUMPS {
+        if !exists(table, target) {
+            continue;
+        }
+        let args: Vec<String> = ["-m", "comment", "--comment", comment, "-j", target]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        // Remove duplicates too (bounded, in case the backend keeps answering true).
+        for _ in 0..16 {
+            match iptables.delete_rule(family, table, chain, &args) {
+                Ok(true) => r.removed.push(format!("{fam} {table} {chain} -j {target}")),
+                Ok(false) | Err(KernelError::NotFound(_)) => break,
+                Err(e) => {
+                    r.failures
+                        .push(format!("{fam} {table} {chain} -j {target}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    for (table, chains) in CHAINS {
+        let mut left: Vec<&str> = chains
+            .iter()
+            .copied()
+            .filter(|c| exists(table, c))
+            .collect();
+        // Two passes: a chain still referenced by one deleted later succeeds the second time.
+        for pass in 0..2 {
+            let mut again = Vec::new();
+            for chain in left {
+                match iptables.delete_chain(family, table, chain) {
+                    Ok(true) => r.removed.push(format!("{fam} {table} chain {chain}")),
+                    Ok(false) | Err(KernelError::NotFound(_)) => {}
+                    Err(e) if pass == 0 => {
+                        tracing::debug!(chain, error = %e, "chain delete failed, retrying");
+                        again.push(chain);
+                    }
+                    Err(e) => r.failures.push(format!("{fam} {table} chain {chain}: {e}")),
+                }
+            }
+            left = again;
+        }
     }
 }

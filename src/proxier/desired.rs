@@ -47,9 +47,32 @@ pub struct DesiredState {
     pub bound_addresses: BTreeSet<IpAddr>,
     /// Health-check node port listeners (externalTrafficPolicy=Local services).
     pub health_checks: Vec<HealthCheckService>,
-    /// Service ports that fell back to cluster endpoints because they had no local one, by traffic policy
-    /// (`internal` / `external`) for the no-local-endpoints metric.
-    pub no_local_endpoints: BTreeMap<&'static str, u64>,
+    /// Service ports that fell back to cluster endpoints because they had no local one, by traffic policy,
+    /// for the no-local-endpoints metric.
+    pub no_local_endpoints: BTreeMap<TrafficPolicy, u64>,
+}
+
+/// A traffic policy set to Local (the `traffic_policy` label of
+/// `sync_proxy_rules_no_local_endpoints_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TrafficPolicy {
+    /// internalTrafficPolicy=Local (ClusterIP).
+    Internal,
+    /// externalTrafficPolicy=Local (NodePort, external IPs, load balancers).
+    External,
+}
+
+impl TrafficPolicy {
+    /// Both policies.
+    pub const ALL: [TrafficPolicy; 2] = [TrafficPolicy::Internal, TrafficPolicy::External];
+
+    /// Label value as upstream spells it.
+    pub fn label(self) -> &'static str {
+        match self {
+            TrafficPolicy::Internal => "internal",
+            TrafficPolicy::External => "external",
+        }
+    }
 }
 
 /// A jump from a built-in chain to one of ours, placed at the top of that chain.

@@ -6,13 +6,13 @@ pub mod graceful;
 pub mod plan;
 pub mod reconcile;
 pub mod report;
-pub mod startup;
 pub mod sync;
 #[cfg(test)]
 mod sync_tests;
+#[cfg(any(test, feature = "testkit"))]
 #[doc(hidden)]
 pub mod testkit;
 
-pub use reconcile::{Backends, ConntrackHints, FamilyInput};
+pub use reconcile::{Backends, ConntrackHints, FamilyInput, Reconciler};
 pub use report::{FailureKind, SyncReport};
-pub use sync::{FamilySnapshot, PlanFn, Proxier, SyncInput};
+pub use sync::{FamilySnapshot, Proxier, SyncInput};

@@ -1,5 +1,7 @@
 //! What one sync did: timings, object counts and failures, for the daemon to turn into metrics and logs.
 
+use crate::cluster::model::IpFamily;
+use crate::proxier::desired::TrafficPolicy;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -58,6 +60,20 @@ pub enum SyncStep {
     Conntrack,
 }
 
+/// One family's own figures in a sync (the per-family metrics of a dual-stack node).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FamilyReport {
+    /// Time spent on this family: its planning and its own steps, plus an even share of the work done
+    /// for all families at once (kernel dumps, the one ipset batch).
+    pub duration: Duration,
+    /// Time of this family's conntrack cleanup, when that step ran.
+    pub conntrack_duration: Option<Duration>,
+    /// Conntrack flows deleted for this family.
+    pub conntrack_deleted: usize,
+    /// Failed `iptables-restore` runs of this family.
+    pub iptables_restore_failures: usize,
+}
+
 /// Result of one `sync_proxy_rules` (all families).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SyncReport {
@@ -86,12 +102,14 @@ pub struct SyncReport {
     pub conntrack_deleted: usize,
     /// Failed kernel operations by kind.
     pub failures: BTreeMap<FailureKind, usize>,
-    /// Service ports without local endpoints by traffic policy (`internal` / `external`), all families.
-    pub no_local_endpoints: BTreeMap<&'static str, u64>,
+    /// Service ports without local endpoints by traffic policy, all families.
+    pub no_local_endpoints: BTreeMap<TrafficPolicy, u64>,
     /// Some step failed: the caller should schedule another (full) sync soon.
     pub retry_needed: bool,
     /// Families whose IPVS services were not programmed because their rules never restored (cold start).
     pub ipvs_withheld: usize,
+    /// Each family's own figures.
+    pub families: BTreeMap<IpFamily, FamilyReport>,
 }
 
 impl SyncReport {
@@ -125,5 +143,28 @@ impl SyncReport {
 
     pub(crate) fn add_step(&mut self, step: SyncStep, d: Duration) {
         *self.step_durations.entry(step).or_default() += d;
+    }
+
+    /// One family's figures.
+    pub(crate) fn family_mut(&mut self, family: IpFamily) -> &mut FamilyReport {
+        self.families.entry(family).or_default()
+    }
+
+    /// Adds a step done for every family at once (a dump, the one ipset batch): each family of this
+    /// sync gets an even share of its time.
+    pub(crate) fn add_shared_step(&mut self, step: SyncStep, d: Duration) {
+        self.add_step(step, d);
+        let n = u32::try_from(self.families.len())
+            .unwrap_or(u32::MAX)
+            .max(1);
+        for f in self.families.values_mut() {
+            f.duration += d / n;
+        }
+    }
+
+    /// Adds one family's part of a step.
+    pub(crate) fn add_family_step(&mut self, step: SyncStep, family: IpFamily, d: Duration) {
+        self.add_step(step, d);
+        self.family_mut(family).duration += d;
     }
 }

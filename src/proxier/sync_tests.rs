@@ -1,6 +1,8 @@
 //! Reconciler and proxier tests over an in-memory kernel (test-local fake with one ordered call log).
 
-use crate::cluster::model::{IpFamily, Protocol};
+use crate::cluster::model::{
+    Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName,
+};
 use crate::kernel::conntrack::ConntrackFlow;
 use crate::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
 use crate::kernel::iptables::Iptables;
@@ -8,12 +10,14 @@ use crate::kernel::ipvs::Ipvs;
 use crate::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
 use crate::kernel::link::DUMMY_DEVICE;
 use crate::kernel::link::Links;
-use crate::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule};
+use crate::proxier::desired::{
+    DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule, TrafficPolicy,
+};
 use crate::proxier::plan::{NodeFacts, PlanConfig};
 use crate::proxier::reconcile::{ConntrackHints, FamilyInput};
 use crate::proxier::report::{FailureKind, SyncReport};
 use crate::proxier::sync::{FamilySnapshot, Proxier, SyncInput};
-use crate::proxier::testkit::Kit;
+use crate::proxier::testkit::{Applier, Kit};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -34,13 +38,8 @@ fn key(addr: &str, port: u16, protocol: Protocol) -> IpvsServiceKey {
 
 fn config() -> PlanConfig {
     PlanConfig {
-        family: IpFamily::V4,
         scheduler: crate::scheduler::Scheduler::Rr,
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: Default::default(),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(IpFamily::V4)
     }
 }
 
@@ -95,28 +94,7 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
         let eps = EPS;
         add(NODE, *np, Protocol::Tcp, eps);
     }
-    let ipvs_ips: Vec<String> = bound.iter().map(|i| i.to_string()).collect();
-    let np: Vec<String> = node_ports.iter().map(|p| p.to_string()).collect();
-    let ipsets = [
-        set(
-            "KUBE-CLUSTER-IP",
-            IpSetType::HashIpPort,
-            &cluster.iter().map(String::as_str).collect::<Vec<_>>(),
-        ),
-        set(
-            "KUBE-IPVS-IPS",
-            IpSetType::HashIp,
-            &ipvs_ips.iter().map(String::as_str).collect::<Vec<_>>(),
-        ),
-        set(
-            "KUBE-NODE-PORT-TCP",
-            IpSetType::BitmapPort,
-            &np.iter().map(String::as_str).collect::<Vec<_>>(),
-        ),
-        set("KUBE-NODE-PORT-UDP", IpSetType::BitmapPort, &[]),
-    ]
-    .into_iter()
-    .collect();
+    let ipsets = plan_sets(&cluster, &bound, node_ports);
     let payload = format!(
         "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-POSTROUTING - [0:0]\n-A KUBE-POSTROUTING -j MASQUERADE\n\
          -A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\n# {} services\nCOMMIT\n",
@@ -147,6 +125,25 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
     }
 }
 
+/// The hand-built plan's sets: cluster IPs, bound addresses, NodePorts.
+fn plan_sets(
+    cluster: &[String],
+    bound: &BTreeSet<IpAddr>,
+    node_ports: &[u16],
+) -> BTreeMap<String, DesiredIpSet> {
+    let ipvs_ips: Vec<String> = bound.iter().map(|i| i.to_string()).collect();
+    let np: Vec<String> = node_ports.iter().map(|p| p.to_string()).collect();
+    [
+        ("KUBE-CLUSTER-IP", IpSetType::HashIpPort, cluster.to_vec()),
+        ("KUBE-IPVS-IPS", IpSetType::HashIp, ipvs_ips),
+        ("KUBE-NODE-PORT-TCP", IpSetType::BitmapPort, np),
+        ("KUBE-NODE-PORT-UDP", IpSetType::BitmapPort, vec![]),
+    ]
+    .into_iter()
+    .map(|(name, t, e)| set(name, t, &e.iter().map(String::as_str).collect::<Vec<_>>()))
+    .collect()
+}
+
 const EPS: &[(&str, u16)] = &[("10.244.0.11", 8080), ("10.244.0.12", 8080)];
 
 fn small() -> DesiredState {
@@ -160,22 +157,20 @@ fn small() -> DesiredState {
     )
 }
 
-fn proxier(k: &Kit) -> Proxier {
-    Proxier::new(
-        k.backends(),
-        Box::new(|_, _, _, _| unreachable!("tests apply plans directly")),
-    )
+fn proxier(k: &Kit) -> Applier {
+    k.applier()
 }
 
 fn node_ips() -> Vec<IpAddr> {
     vec![ip(NODE)]
 }
 
-fn apply_cfg(p: &mut Proxier, d: &DesiredState, cfg: &PlanConfig, full: bool) -> SyncReport {
+fn apply_cfg(p: &mut Applier, d: &DesiredState, cfg: &PlanConfig, full: bool) -> SyncReport {
     let nips = node_ips();
     p.apply(
         &[FamilyInput {
             desired: d,
+            delta: None,
             config: cfg,
             node_port_ips: &nips,
         }],
@@ -184,7 +179,7 @@ fn apply_cfg(p: &mut Proxier, d: &DesiredState, cfg: &PlanConfig, full: bool) ->
     )
 }
 
-fn apply(p: &mut Proxier, d: &DesiredState, full: bool) -> SyncReport {
+fn apply(p: &mut Applier, d: &DesiredState, full: bool) -> SyncReport {
     apply_cfg(p, d, &config(), full)
 }
 
@@ -915,21 +910,53 @@ fn udp_conntrack_cleanup_removes_stale_flows_only() {
     assert!(!k.reads().iter().any(|r| r.starts_with("conntrack")));
 }
 
+/// One externalTrafficPolicy=Local NodePort service whose only endpoint is on another node.
+fn local_policy_cluster() -> (ServiceMap, EndpointsMap) {
+    let name = ServicePortName {
+        namespace: "default".into(),
+        name: "web".into(),
+        port_name: "http".into(),
+        protocol: Protocol::Tcp,
+    };
+    let port = ServicePort {
+        name: name.clone(),
+        cluster_ips: vec![ip("10.96.0.10")],
+        port: 80,
+        protocol: Protocol::Tcp,
+        node_port: Some(30080),
+        external_ips: vec![],
+        load_balancer_ingress: vec![],
+        load_balancer_source_ranges: vec![],
+        session_affinity_timeout: None,
+        external_policy_local: true,
+        internal_policy_local: false,
+        health_check_node_port: Some(31000),
+    };
+    let endpoint = Endpoint {
+        ip: ip("10.244.1.5"),
+        port: 8080,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node_name: Some("other".into()),
+        zone: None,
+        hints_for_nodes: None,
+        hints_for_zones: None,
+    };
+    (
+        ServiceMap::from([(name.clone(), Arc::new(port))]),
+        EndpointsMap::from([(name, Arc::new(vec![endpoint]))]),
+    )
+}
+
 #[test]
 fn sync_proxy_rules_plans_each_family() {
     let k = Kit::new();
-    let mut p = Proxier::new(
-        k.backends(),
-        Box::new(|_, _, node, _| {
-            let mut d = small();
-            d.no_local_endpoints
-                .insert("external", node.node_ips.len() as u64);
-            d
-        }),
-    );
+    let mut p = Proxier::new(k.backends());
+    let (services, endpoints) = local_policy_cluster();
     let snap = FamilySnapshot {
-        services: Default::default(),
-        endpoints: Default::default(),
+        services: Arc::new(services),
+        endpoints: Arc::new(endpoints),
         node: NodeFacts {
             node_name: "n".into(),
             node_ips: vec![ip(NODE)],
@@ -945,9 +972,17 @@ fn sync_proxy_rules_plans_each_family() {
         changed: None,
     };
     let r = p.sync_proxy_rules(input.clone());
-    assert_eq!(r.ipvs_services.added, 4);
-    assert_eq!(r.no_local_endpoints["external"], 1);
-    assert!(p.last_desired(IpFamily::V4).is_some());
+    let planned = p.desired(IpFamily::V4).expect("the family was planned");
+    // The ClusterIP and the NodePort on the node IP.
+    assert_eq!(planned.virtual_servers.len(), 2);
+    assert_eq!(r.ipvs_services.added, 2);
+    assert_eq!(
+        k.services(),
+        planned.virtual_servers.keys().copied().collect()
+    );
+    assert_eq!(r.no_local_endpoints[&TrafficPolicy::External], 1);
+    assert_eq!(r.no_local_endpoints[&TrafficPolicy::Internal], 0);
+    assert!(p.desired(IpFamily::V6).is_none());
     assert_eq!(p.sync_proxy_rules(input).writes(), 0);
 }
 
@@ -1036,13 +1071,13 @@ fn rejected_ipset_entries_are_counted_not_retried_every_sync() {
 }
 
 mod startup {
-    use crate::kernel::KernelResult;
-    use crate::kernel::ipvs::IpvsTimeouts;
-    use crate::kernel::sysctl::fake::FakeSysctl;
-    use crate::proxier::startup::{
+    use crate::daemon::prepare::{
         ConntrackHashsize, ConntrackSettings, StartupConfig, conntrack_max,
         needs_conn_reuse_mode_0, prepare_node,
     };
+    use crate::kernel::KernelResult;
+    use crate::kernel::ipvs::IpvsTimeouts;
+    use crate::kernel::sysctl::fake::FakeSysctl;
     use std::time::Duration;
 
     struct Hash(i64, bool);
@@ -1246,16 +1281,18 @@ fn dual_stack_shares_ipvs_and_kube_ipvs0_without_crosstalk() {
     let (c4, mut c6) = (config(), config());
     c6.family = IpFamily::V6;
     let nips = node_ips();
-    let both = |p: &mut Proxier, v4: &DesiredState, v6: &DesiredState, full: bool| {
+    let both = |p: &mut Applier, v4: &DesiredState, v6: &DesiredState, full: bool| {
         p.apply(
             &[
                 FamilyInput {
                     desired: v4,
+                    delta: None,
                     config: &c4,
                     node_port_ips: &nips,
                 },
                 FamilyInput {
                     desired: v6,
+                    delta: None,
                     config: &c6,
                     node_port_ips: &[],
                 },
@@ -1381,33 +1418,17 @@ fn non_canonical_planned_entry_never_ends_missing() {
 }
 
 #[test]
-fn conntrack_hints_from_tracker_results() {
-    use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult, StaleUdpEndpoint};
-    let svc = ServiceUpdateResult {
-        deleted_udp_cluster_ips: BTreeSet::from([ip("10.96.0.10")]),
-        ..Default::default()
+fn conntrack_hints_merge() {
+    let mut h = ConntrackHints {
+        stale_service_ips: BTreeSet::from([ip("10.96.0.10")]),
+        stale_endpoint_ips: BTreeSet::from([ip("10.244.0.6")]),
     };
-    let eps = EndpointsUpdateResult {
-        deleted_udp_endpoints: vec![StaleUdpEndpoint {
-            port_name: crate::cluster::model::ServicePortName {
-                namespace: "kube-system".into(),
-                name: "dns".into(),
-                port_name: "dns".into(),
-                protocol: Protocol::Udp,
-            },
-            ip: ip("10.244.0.6"),
-            port: 53,
-        }],
-        ..Default::default()
-    };
-    let mut h = ConntrackHints::from_updates(&svc, &eps);
-    assert_eq!(h.stale_service_ips, BTreeSet::from([ip("10.96.0.10")]));
-    assert_eq!(h.stale_endpoint_ips, BTreeSet::from([ip("10.244.0.6")]));
     h.merge(ConntrackHints {
         stale_service_ips: BTreeSet::from([ip("10.96.0.11")]),
         ..Default::default()
     });
     assert_eq!(h.stale_service_ips.len(), 2);
+    assert_eq!(h.stale_endpoint_ips.len(), 1);
     assert!(!h.is_empty());
     assert!(ConntrackHints::default().is_empty());
 }
@@ -1432,6 +1453,7 @@ fn hinted_removed_service_flows_are_deleted_even_without_ipvs_changes() {
     let r = p.apply(
         &[FamilyInput {
             desired: &d,
+            delta: None,
             config: &config(),
             node_port_ips: &nips,
         }],
@@ -1468,4 +1490,64 @@ fn jumps_never_pile_up_when_the_save_cannot_be_read_back() {
             .unwrap();
         assert_eq!(rules.len(), 1, "{} {}: {rules:?}", jump.table, jump.chain);
     }
+}
+
+#[test]
+fn dual_stack_reports_each_familys_own_figures() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let mut v4 = small();
+    let v6 = desired_v6(&[("fd00::10", 80, &[("fd01::11", 8080)])]);
+    let (c4, mut c6) = (config(), config());
+    c6.family = IpFamily::V6;
+    let nips = node_ips();
+    let both = |p: &mut Applier, v4: &DesiredState, hints: &ConntrackHints| {
+        let input = |desired, config, node_port_ips| FamilyInput {
+            desired,
+            delta: None,
+            config,
+            node_port_ips,
+        };
+        p.apply(&[input(v4, &c4, &nips), input(&v6, &c6, &[])], false, hints)
+    };
+    let r = both(&mut p, &v4, &ConntrackHints::default());
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(
+        r.families.keys().copied().collect::<Vec<_>>(),
+        vec![IpFamily::V4, IpFamily::V6]
+    );
+    let own: std::time::Duration = r.families.values().map(|f| f.duration).sum();
+    assert!(own <= r.duration, "{own:?} > {:?}", r.duration);
+
+    // Only v4's payload changes and its restore fails; a stale flow of a removed v6 UDP service.
+    v4.iptables_payload =
+        v4.iptables_payload
+            .replacen("COMMIT", "-A KUBE-POSTROUTING -j RETURN\nCOMMIT", 1);
+    k.set_fail("iptables.restore", true);
+    k.conntrack.add_flow(ConntrackFlow {
+        orig_src: ip("fd01::50"),
+        orig_sport: 40000,
+        orig_dst: ip("fd00::53"),
+        orig_dport: 53,
+        reply_src: ip("fd01::6"),
+        reply_sport: 53,
+    });
+    let hints = ConntrackHints {
+        stale_service_ips: BTreeSet::from([ip("fd00::53")]),
+        ..Default::default()
+    };
+    let r = both(&mut p, &v4, &hints);
+    let (f4, f6) = (&r.families[&IpFamily::V4], &r.families[&IpFamily::V6]);
+    assert_eq!(r.failures_of(FailureKind::IptablesRestore), 1, "{r:?}");
+    assert_eq!(f4.iptables_restore_failures, 1, "{r:?}");
+    assert_eq!(f6.iptables_restore_failures, 0, "{r:?}");
+    assert_eq!(r.conntrack_deleted, 1, "{r:?}");
+    assert_eq!(
+        (f4.conntrack_deleted, f6.conntrack_deleted),
+        (0, 1),
+        "{r:?}"
+    );
+    assert!(f4.conntrack_duration.is_some() && f6.conntrack_duration.is_some());
+    let own: std::time::Duration = r.families.values().map(|f| f.duration).sum();
+    assert!(own <= r.duration, "{own:?} > {:?}", r.duration);
 }

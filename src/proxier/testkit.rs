@@ -16,7 +16,9 @@ use crate::kernel::ipvs::{
 use crate::kernel::link::Links;
 use crate::kernel::link::fake::FakeLinks;
 use crate::kernel::{KernelError, KernelResult};
-use crate::proxier::reconcile::Backends;
+use crate::proxier::graceful::GracefulCheck;
+use crate::proxier::reconcile::{Backends, ConntrackHints, FamilyInput, Reconciler};
+use crate::proxier::report::SyncReport;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -298,6 +300,43 @@ impl<T: Conntrack> Conntrack for Rec<T> {
     }
 }
 
+/// A [`Reconciler`] with its backends, for tests that apply hand-built plans (no planner).
+pub struct Applier {
+    pub backends: Backends,
+    pub reconciler: Reconciler,
+}
+
+impl Applier {
+    /// A fresh reconciler over `backends` (its first sync is full).
+    pub fn new(backends: Backends) -> Self {
+        Applier {
+            backends,
+            reconciler: Reconciler::new(),
+        }
+    }
+
+    /// [`Reconciler::sync`] of `families`.
+    pub fn apply(
+        &mut self,
+        families: &[FamilyInput<'_>],
+        full: bool,
+        hints: &ConntrackHints,
+    ) -> SyncReport {
+        self.reconciler
+            .sync(&mut self.backends, families, full, hints)
+    }
+
+    /// [`Reconciler::check_graceful`].
+    pub fn check_graceful(&mut self) -> GracefulCheck {
+        self.reconciler.check_graceful(&mut self.backends)
+    }
+
+    /// The reconciler (applied state, graceful queue).
+    pub fn reconciler(&self) -> &Reconciler {
+        &self.reconciler
+    }
+}
+
 /// The fakes of every backend plus the shared log; clones share everything.
 #[derive(Debug, Clone)]
 pub struct Kit {
@@ -345,6 +384,10 @@ impl Kit {
             links: Box::new(self.rec(self.links.clone())),
             conntrack: Box::new(self.rec(self.conntrack.clone())),
         }
+    }
+    /// A reconciler over this kit's backends, for hand-built plans.
+    pub fn applier(&self) -> Applier {
+        Applier::new(self.backends())
     }
     fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
         self.log.lock().unwrap_or_else(|e| e.into_inner())

@@ -7,6 +7,7 @@
 
 use crate::metrics::Metrics;
 use crate::server::healthz::{HealthResponse, ProxyHealth};
+use crate::server::http::{self, Limits};
 use crate::server::listen::bind_tcp;
 use axum::Router;
 use axum::extract::State;
@@ -167,12 +168,11 @@ async fn serve(
             return;
         }
     };
-    if let Err(e) = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!(server, error = %e, "server failed");
-    }
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        // Router is always ready; each request gets its own clone, as axum::serve does.
+        tower::Service::call(&mut router.clone(), req)
+    });
+    http::serve(listener, service, Limits::default(), shutdown).await;
 }
 
 /// Binds `addr` and serves `router` until `shutdown` completes. See the module doc for `hard_fail`.

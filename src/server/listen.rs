@@ -4,7 +4,12 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// Binds a listening socket on `addr`, non-blocking, with `SO_REUSEADDR`.
+/// Listen backlog: connections the kernel completes before we accept them. std's default (128)
+/// overflows under a burst of connections (clients then hang on handshakes the server dropped); Go
+/// uses `somaxconn` (4096 on current kernels; the kernel caps the value at it).
+const BACKLOG: libc::c_int = 4096;
+
+/// Binds a listening socket on `addr`, non-blocking, with `SO_REUSEADDR` and a [`BACKLOG`]-deep queue.
 ///
 /// As Go does for a wildcard address, `0.0.0.0:port` listens on both families when the kernel has IPv6
 /// (an `AF_INET6` socket with `IPV6_V6ONLY` off), and falls back to IPv4 only when it has not.
@@ -21,6 +26,8 @@ pub fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
         }
     }
     let l = TcpListener::bind(addr)?;
+    // SAFETY: l is a listening stream socket; listen(2) again only changes its backlog.
+    check(unsafe { libc::listen(l.as_raw_fd(), BACKLOG) })?;
     l.set_nonblocking(true)?;
     Ok(l)
 }
@@ -78,7 +85,7 @@ fn bind_dual_stack(port: u16) -> io::Result<TcpListener> {
         )
     })?;
     // SAFETY: fd is a bound stream socket.
-    check(unsafe { libc::listen(fd.as_raw_fd(), 1024) })?;
+    check(unsafe { libc::listen(fd.as_raw_fd(), BACKLOG) })?;
     Ok(TcpListener::from(fd))
 }
 

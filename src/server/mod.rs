@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod clock;
 pub mod healthz;
+pub mod http;
 pub mod listen;
 pub mod service_health;
 

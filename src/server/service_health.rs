@@ -9,13 +9,12 @@
 
 use crate::cluster::model::ServiceName;
 use crate::server::healthz::ProxyHealth;
+use crate::server::http::{self, Limits};
 use crate::server::listen::bind_tcp;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io;
@@ -119,36 +118,6 @@ struct Shared {
     health: Arc<ProxyHealth>,
 }
 
-/// Resolves once `stop` carries `true` or its sender is gone.
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    loop {
-        let now_stopped = *stop.borrow_and_update();
-        if now_stopped || stop.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let svc = service_fn(move |_req: Request<Incoming>| {
-        let resp = respond(&shared.service, &shared.endpoints, &shared.health);
-        async move { Ok::<_, Infallible>(resp) }
-    });
-    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = stopped(&mut stop) => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
-}
-
 async fn accept_loop(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
@@ -161,20 +130,18 @@ async fn accept_loop(
             return;
         }
     };
-    loop {
-        tokio::select! {
-            _ = stopped(&mut stop) => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(serve_connection(stream, shared.clone(), stop.clone()));
-                }
-                Err(e) => {
-                    tracing::warn!(service = %shared.service, error = %e, "health-check accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
+    let svc = service_fn(move |_req: Request<Incoming>| {
+        let resp = respond(&shared.service, &shared.endpoints, &shared.health);
+        async move { Ok::<_, Infallible>(resp) }
+    });
+    let shutdown = async move {
+        while !*stop.borrow_and_update() {
+            if stop.changed().await.is_err() {
+                return;
             }
         }
-    }
+    };
+    http::serve(listener, svc, Limits::default(), shutdown).await;
 }
 
 impl ServiceHealthServer {
@@ -202,6 +169,49 @@ impl ServiceHealthServer {
                 .map(|ip| SocketAddr::new(*ip, port))
                 .collect()
         }
+    }
+
+    /// Binds `port` on every address and starts serving it for `name`. On a failure whatever was bound
+    /// is dropped (closed), so a retry can take the port.
+    fn open(&self, name: &ServiceName, port: u16) -> Result<Instance, ListenFailure> {
+        let mut bound = Vec::new();
+        for addr in self.addresses(port) {
+            let l = bind_tcp(addr).map_err(|e| ListenFailure {
+                service: name.clone(),
+                port,
+                address: addr,
+                kind: e.kind(),
+                error: e.to_string(),
+            })?;
+            bound.push(l);
+        }
+        tracing::info!(service = %name, port, "opening health check");
+        let endpoints = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Shared {
+            service: name.clone(),
+            endpoints: endpoints.clone(),
+            health: self.health.clone(),
+        });
+        let listeners = bound
+            .into_iter()
+            .map(|l| {
+                let address = l
+                    .local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
+                let (stop, rx) = watch::channel(false);
+                let task = tokio::spawn(accept_loop(l, shared.clone(), rx));
+                Listener {
+                    address,
+                    stop,
+                    task,
+                }
+            })
+            .collect();
+        Ok(Instance {
+            port,
+            endpoints,
+            listeners,
+        })
     }
 
     /// Makes `services` (service → healthCheckNodePort) the active set: listeners of services gone or
@@ -238,59 +248,15 @@ impl ServiceHealthServer {
             if self.services().contains_key(name) {
                 continue;
             }
-            let mut bound = Vec::new();
-            let mut failed = None;
-            for addr in self.addresses(port) {
-                match bind_tcp(addr) {
-                    Ok(l) => bound.push(l),
-                    Err(e) => {
-                        failed = Some(ListenFailure {
-                            service: name.clone(),
-                            port,
-                            address: addr,
-                            kind: e.kind(),
-                            error: e.to_string(),
-                        });
-                        break;
-                    }
+            match self.open(name, port) {
+                Ok(inst) => {
+                    self.services().insert(name.clone(), inst);
+                }
+                Err(f) => {
+                    tracing::error!(service = %name, port, error = %f.error, "failed to start health check");
+                    failures.push(f);
                 }
             }
-            if let Some(f) = failed {
-                // Whatever was bound for this service is dropped (closed) so a retry can take the port.
-                tracing::error!(service = %name, port, error = %f.error, "failed to start health check");
-                failures.push(f);
-                continue;
-            }
-            tracing::info!(service = %name, port, "opening health check");
-            let endpoints = Arc::new(AtomicUsize::new(0));
-            let shared = Arc::new(Shared {
-                service: name.clone(),
-                endpoints: endpoints.clone(),
-                health: self.health.clone(),
-            });
-            let listeners = bound
-                .into_iter()
-                .map(|l| {
-                    let address = l
-                        .local_addr()
-                        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
-                    let (stop, rx) = watch::channel(false);
-                    let task = tokio::spawn(accept_loop(l, shared.clone(), rx));
-                    Listener {
-                        address,
-                        stop,
-                        task,
-                    }
-                })
-                .collect();
-            self.services().insert(
-                name.clone(),
-                Instance {
-                    port,
-                    endpoints,
-                    listeners,
-                },
-            );
         }
         failures
     }

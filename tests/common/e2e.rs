@@ -99,6 +99,20 @@ pub struct Options {
     pub dir: Option<PathBuf>,
     /// The daemon binary.
     pub bin: PathBuf,
+    /// How the daemon and `--cleanup` are started: given kube-proxy's arguments after `--config`
+    /// (`--v=2`, `--cleanup`), a command ready to spawn. [`direct_launch`] by default; the image tests start
+    /// the image's kube-proxy through a container runtime instead.
+    pub launch: fn(&E2e, &[&str]) -> Command,
+}
+
+/// Runs this fixture's copy of the binary with its config file (legacy iptables, as UML needs).
+pub fn direct_launch(e: &E2e, args: &[&str]) -> Command {
+    let mut cmd = Command::new(&e.bin);
+    cmd.arg(format!("--config={}", e.config_path.display()))
+        .args(args)
+        .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
+        .env("NO_COLOR", "1");
+    cmd
 }
 
 impl Default for Options {
@@ -110,6 +124,7 @@ impl Default for Options {
             sync_period: "30s".to_string(),
             dir: None,
             bin: kube_proxy_bin(),
+            launch: direct_launch,
         }
     }
 }
@@ -202,11 +217,7 @@ impl E2e {
         self.runs += 1;
         let log = self.dir.join(format!("kube-proxy-{}.log", self.runs));
         let file = std::fs::File::create(&log).expect("daemon log");
-        let child = Command::new(&self.bin)
-            .arg(format!("--config={}", self.config_path.display()))
-            .arg("--v=2")
-            .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
-            .env("NO_COLOR", "1")
+        let child = (self.opts.launch)(self, &["--v=2"])
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("dup log"))
             .stderr(file)
@@ -262,11 +273,7 @@ impl E2e {
 
     /// Runs `kube-proxy --cleanup` (same config file) and returns (status, combined output).
     pub fn cleanup(&self) -> (ExitStatus, String) {
-        let out = Command::new(&self.bin)
-            .arg(format!("--config={}", self.config_path.display()))
-            .arg("--cleanup")
-            .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
-            .env("NO_COLOR", "1")
+        let out = (self.opts.launch)(self, &["--cleanup"])
             .output()
             .expect("run kube-proxy --cleanup");
         let text = format!(

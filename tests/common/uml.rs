@@ -3,16 +3,58 @@
 //! `uml_test!(name, { body })` defines a `#[test]`. On the host it boots `/usr/bin/linux` with an init script
 //! that loads the netfilter/IPVS modules and re-runs this same test binary, filtered to that one test, inside
 //! the guest with `KPRS_UML_GUEST` set; the body then runs in the guest. The guest's exit status and output
-//! come back through the test's own run directory under `target/uml-runs/`. When `/usr/bin/linux` is absent
-//! the test prints why and returns (the README test command installs it, so CI never skips).
+//! come back through the test's own run directory under `target/uml-runs/`.
+//!
+//! A missing kernel fails the test. Whoever cannot run kernel tests opts out explicitly with
+//! `KPRS_SKIP_UML=1`: a test whose kernel is missing then passes without testing anything and says so
+//! loudly on stderr. `KPRS_UML_KERNEL` overrides the kernel path (the harness's own test uses it).
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The UML kernel binary.
 pub const KERNEL: &str = "/usr/bin/linux";
+
+/// Environment variable overriding [`KERNEL`].
+pub const KERNEL_ENV: &str = "KPRS_UML_KERNEL";
+
+/// Environment variable (`1`) opting out of kernel tests when the kernel is missing.
+pub const SKIP_ENV: &str = "KPRS_SKIP_UML";
+
+/// The kernel to boot: [`KERNEL_ENV`] if set and not empty, else [`KERNEL`].
+pub fn kernel() -> PathBuf {
+    std::env::var_os(KERNEL_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(KERNEL))
+}
+
+/// Whether the person running the tests opted out of kernel tests ([`SKIP_ENV`]`=1`).
+pub fn skip_opted_out() -> bool {
+    std::env::var(SKIP_ENV).is_ok_and(|v| v.trim() == "1")
+}
+
+/// A missing kernel: panics, or with [`SKIP_ENV`]`=1` says loudly that `name` tested nothing.
+fn missing_kernel(name: &str, kernel: &Path) {
+    let why = format!(
+        "{}: not found (install the user-mode-linux package; scripts/test.sh does)",
+        kernel.display()
+    );
+    if !skip_opted_out() {
+        panic!(
+            "UML test {name} cannot run: {why}. Set {SKIP_ENV}=1 to skip kernel tests explicitly."
+        );
+    }
+    // Straight to the process's stderr, past libtest's output capture, so it shows in a passing run too.
+    let bar = "!".repeat(100);
+    let _ = writeln!(
+        std::io::stderr(),
+        "{bar}\n!!! NOT TESTED: UML test {name} did not run ({why}); {SKIP_ENV}=1 skips it.\n!!! It passes without testing anything against a kernel.\n{bar}"
+    );
+}
 
 /// Environment variable set inside the guest (its value is the run directory).
 pub const GUEST_ENV: &str = "KPRS_UML_GUEST";
@@ -107,10 +149,9 @@ pub fn run(name: &str, opts: BootOptions, body: impl FnOnce()) {
         body();
         return;
     }
-    if !Path::new(KERNEL).exists() {
-        println!(
-            "SKIP {name}: {KERNEL} not found (install the user-mode-linux package; scripts/test.sh does)"
-        );
+    let kernel = kernel();
+    if !kernel.exists() {
+        missing_kernel(name, &kernel);
         return;
     }
     let exe = std::env::current_exe().expect("current_exe");
@@ -124,7 +165,7 @@ pub fn run(name: &str, opts: BootOptions, body: impl FnOnce()) {
     let status = Command::new("timeout")
         .arg("--kill-after=5")
         .arg(format!("{}", opts.timeout.as_secs()))
-        .arg(KERNEL)
+        .arg(&kernel)
         .arg(format!("mem={}", opts.mem))
         .arg("root=/dev/root")
         .arg("rootfstype=hostfs")

@@ -3,8 +3,8 @@
 //! Clones share one table.
 
 use super::{Conntrack, ConntrackFlow};
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
+use crate::net::IpFamily;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Fake conntrack table. `Clone` shares the same flows.

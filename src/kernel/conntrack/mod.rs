@@ -1,10 +1,11 @@
 //! UDP conntrack cleanup over netlink.
 
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod netlink;
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
+use crate::net::IpFamily;
 use std::net::IpAddr;
 
 /// One conntrack flow, reduced to what stale-entry cleanup needs.

@@ -2,9 +2,9 @@
 //! blocking socket. Dumps one family's table and keeps UDP flows; deletes a flow by its original tuple.
 
 use super::{Conntrack, ConntrackFlow};
-use crate::cluster::model::IpFamily;
-use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
+use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use netlink_packet_core::{NetlinkDeserializable, NetlinkHeader};
 use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol as CtProto, Tuple,
@@ -24,9 +24,10 @@ pub struct NetlinkConntrack {
     sock: NlSocket,
 }
 
-/// A dump answer; messages the crate cannot decode are skipped rather than failing the whole dump.
+/// A dump answer; messages the crate cannot decode are skipped rather than failing the whole dump
+/// (public for the decoder's fuzz tests).
 #[derive(Debug)]
-struct Answer(Option<NetfilterMessage>);
+pub struct Answer(pub Option<NetfilterMessage>);
 
 impl NetlinkDeserializable for Answer {
     type Error = std::convert::Infallible;
@@ -89,7 +90,7 @@ fn tuple_parts(t: &[Tuple]) -> TupleParts {
 }
 
 /// The UDP flow of one conntrack entry, or None for other protocols or incomplete entries.
-fn udp_flow(attrs: &[ConntrackAttribute]) -> Option<ConntrackFlow> {
+pub fn udp_flow(attrs: &[ConntrackAttribute]) -> Option<ConntrackFlow> {
     let mut orig = None;
     let mut reply = None;
     for a in attrs {

@@ -8,10 +8,9 @@
 //! it) is reported as rejected with ipset's message and the batch is sent again without them, so one
 //! bad line cannot block the rest.
 
-use super::entry::canonical_entry;
 use super::save::{parse_list_terse, parse_save};
-use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
-use crate::cluster::model::IpFamily;
+use super::types::SetTypes;
+use super::{ApplyReport, IpSetOp, IpSetSpec, IpSets};
 use crate::kernel::iptables::exec;
 use crate::kernel::{KernelError, KernelResult};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,10 +22,8 @@ pub const MAX_RESTORE_RETRIES: usize = 16;
 #[derive(Debug, Clone)]
 pub struct IpsetCli {
     binary: String,
-    /// Type and family of sets seen (created, saved or listed); bitmap sets have no family.
-    known: BTreeMap<String, (IpSetType, Option<IpFamily>)>,
-    /// Sets seen whose type kube-proxy does not use (entries for them are rejected).
-    foreign_types: BTreeMap<String, String>,
+    /// Sets seen (created, saved or listed).
+    types: SetTypes,
 }
 
 impl Default for IpsetCli {
@@ -57,8 +54,7 @@ impl IpsetCli {
     pub fn with_binary(binary: impl Into<String>) -> Self {
         IpsetCli {
             binary: binary.into(),
-            known: BTreeMap::new(),
-            foreign_types: BTreeMap::new(),
+            types: SetTypes::default(),
         }
     }
 
@@ -70,14 +66,7 @@ impl IpsetCli {
     fn refresh_types(&mut self) -> KernelResult<()> {
         let text = self.run(&["list", "-t"], None)?.ok()?;
         for (name, h) in parse_list_terse(&text) {
-            match h.set_type {
-                Some(t) => {
-                    self.known.insert(name, (t, h.family));
-                }
-                None => {
-                    self.foreign_types.insert(name, h.type_name);
-                }
-            }
+            self.types.learn(&name, &h.type_name, h.family);
         }
         Ok(())
     }
@@ -86,21 +75,12 @@ impl IpsetCli {
     fn validate(&self, ops: &[IpSetOp], report: &mut ApplyReport) -> Vec<(String, IpSetOp)> {
         let mut lines = Vec::with_capacity(ops.len());
         for op in ops {
-            let (verb, set, entry) = match op {
-                IpSetOp::Add { set, entry } => ("add", set, entry),
-                IpSetOp::Del { set, entry } => ("del", set, entry),
+            let (verb, set) = match op {
+                IpSetOp::Add { set, .. } => ("add", set),
+                IpSetOp::Del { set, .. } => ("del", set),
             };
-            let checked = match self.known.get(set) {
-                Some((t, fam)) => canonical_entry(*t, fam.unwrap_or(IpFamily::V4), entry),
-                None => match self.foreign_types.get(set) {
-                    Some(t) => Err(format!(
-                        "set {set} has type {t}, which kube-proxy does not manage"
-                    )),
-                    None => Err(format!("The set with the given name does not exist: {set}")),
-                },
-            };
-            match checked {
-                Ok(canon) => lines.push((format!("{verb} {set} {canon}"), op.clone())),
+            match self.types.check(op) {
+                Ok((_, canon)) => lines.push((format!("{verb} {set} {canon}"), op.clone())),
                 Err(why) => report.rejected.push((op.clone(), why)),
             }
         }
@@ -114,9 +94,7 @@ impl IpSets for IpsetCli {
         let mut args: Vec<&str> = line.split_whitespace().collect();
         args.push("-exist");
         self.run(&args, None)?.ok()?;
-        let family = (spec.set_type != IpSetType::BitmapPort).then_some(spec.family);
-        self.known
-            .insert(spec.name.clone(), (spec.set_type, family));
+        self.types.learn_spec(spec);
         Ok(())
     }
 
@@ -131,9 +109,7 @@ impl IpSets for IpsetCli {
         }
         self.run(&["restore", "-exist"], Some(&script))?.ok()?;
         for spec in specs {
-            let family = (spec.set_type != IpSetType::BitmapPort).then_some(spec.family);
-            self.known
-                .insert(spec.name.clone(), (spec.set_type, family));
+            self.types.learn_spec(spec);
         }
         Ok(())
     }
@@ -142,25 +118,14 @@ impl IpSets for IpsetCli {
         let text = self.run(&["save"], None)?.ok()?;
         let saved = parse_save(&text);
         for (name, h) in &saved.headers {
-            match h.set_type {
-                Some(t) => {
-                    self.known.insert(name.clone(), (t, h.family));
-                }
-                None => {
-                    self.foreign_types.insert(name.clone(), h.type_name.clone());
-                }
-            }
+            self.types.learn(name, &h.type_name, h.family);
         }
         Ok(saved.members)
     }
 
     fn apply(&mut self, ops: &[IpSetOp]) -> KernelResult<ApplyReport> {
         let mut report = ApplyReport::default();
-        let unknown = ops.iter().any(|op| {
-            let (IpSetOp::Add { set, .. } | IpSetOp::Del { set, .. }) = op;
-            !self.known.contains_key(set)
-        });
-        if unknown {
+        if self.types.any_unknown(ops) {
             self.refresh_types()?;
         }
         let mut lines = self.validate(ops, &mut report);
@@ -194,7 +159,7 @@ impl IpSets for IpsetCli {
             let set = set.clone();
             if stderr.contains("does not exist") {
                 // The set vanished: every line for it would fail the same way.
-                self.known.remove(&set);
+                self.types.forget(&set);
                 let (gone, keep): (Vec<_>, Vec<_>) = lines.into_iter().partition(|(_, o)| {
                     matches!(o, IpSetOp::Add { set: s, .. } | IpSetOp::Del { set: s, .. } if *s == set)
                 });
@@ -227,11 +192,11 @@ impl IpSets for IpsetCli {
     fn destroy(&mut self, name: &str) -> KernelResult<()> {
         let out = self.run(&["destroy", name], None)?;
         if out.success() {
-            self.known.remove(name);
+            self.types.forget(name);
             return Ok(());
         }
         if out.stderr.contains("does not exist") {
-            self.known.remove(name);
+            self.types.forget(name);
             return Err(KernelError::NotFound(format!("ipset {name}")));
         }
         Err(out.error())
@@ -256,13 +221,13 @@ mod tests {
     #[test]
     fn validate_rejects_unknown_and_bad_entries() {
         let mut cli = IpsetCli::new();
-        cli.known.insert(
-            "KUBE-CLUSTER-IP".into(),
-            (IpSetType::HashIpPort, Some(IpFamily::V4)),
+        cli.types.learn(
+            "KUBE-CLUSTER-IP",
+            "hash:ip,port",
+            Some(crate::net::IpFamily::V4),
         );
-        cli.known
-            .insert("KUBE-NODE-PORT-TCP".into(), (IpSetType::BitmapPort, None));
-        cli.foreign_types.insert("F".into(), "hash:net".into());
+        cli.types.learn("KUBE-NODE-PORT-TCP", "bitmap:port", None);
+        cli.types.learn("F", "hash:net", None);
         let ops = vec![
             IpSetOp::Add {
                 set: "KUBE-CLUSTER-IP".into(),

@@ -4,7 +4,7 @@
 //! `10.244.0.12,tcp:8080,10.244.0.12`, `1.2.3.4,tcp:80,10.0.0.0/8`, `30080`; IPv6 addresses compressed.
 
 use super::IpSetType;
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use std::net::IpAddr;
 
 /// Checks `entry` against a set of type `set_type` and `family` and returns its canonical text, or why

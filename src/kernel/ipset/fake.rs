@@ -5,8 +5,8 @@
 
 use super::entry::canonical_entry;
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
-use crate::cluster::model::IpFamily;
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -1,7 +1,8 @@
-//! ipsets, through the `ipset` tool in batch mode.
+//! ipsets: the backend trait, entry validation, and two real backends: the kernel's ipset netlink
+//! protocol (what the daemon uses) and the `ipset` tool (fallback).
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The set types kube-proxy uses.
@@ -76,20 +77,39 @@ pub struct ApplyReport {
 pub trait IpSets: Send {
     /// Creates the set if missing (`-exist`).
     fn create(&mut self, spec: &IpSetSpec) -> KernelResult<()>;
-    /// Creates every set in `specs` if missing; the default creates them one by one, the real backend in
-    /// one `ipset restore -exist` process. On error, some of the sets may exist.
+    /// Creates every set in `specs` if missing; the default creates them one by one, the real backends in
+    /// one batch (one datagram, or one `ipset restore -exist`). On error, some of the sets may exist.
     fn create_all(&mut self, specs: &[IpSetSpec]) -> KernelResult<()> {
         specs.iter().try_for_each(|spec| self.create(spec))
     }
-    /// Every set with its members, as `ipset save` shows them (one process).
+    /// Every set with its members, as `ipset save` shows them (one dump).
     fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>>;
-    /// Applies all ops with one `ipset restore -exist`; invalid entries are skipped and reported.
+    /// Applies all ops in one batch with `-exist` semantics; invalid or refused entries are reported, the
+    /// rest applied.
     fn apply(&mut self, ops: &[IpSetOp]) -> KernelResult<ApplyReport>;
     /// Destroys one set.
     fn destroy(&mut self, name: &str) -> KernelResult<()>;
 }
 
 pub mod cli;
+pub mod codec;
 pub mod entry;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
+pub mod netlink;
 pub mod save;
+pub mod text;
+pub mod types;
+
+/// The real backend for this node: netlink; the `ipset` tool when the kernel's ipset protocol is one
+/// the netlink codec does not speak (it speaks 6 and 7: every kernel since 2.6.39; the tool follows the
+/// distribution's kernel, so it can keep working if a future kernel drops protocol 6).
+pub fn real_ipsets() -> Box<dyn IpSets> {
+    match netlink::NetlinkIpSets::new() {
+        Ok(n) => Box::new(n),
+        Err(e) => {
+            tracing::warn!(error = %e, "ipset netlink unavailable, falling back to the ipset tool");
+            Box::new(cli::IpsetCli::new())
+        }
+    }
+}

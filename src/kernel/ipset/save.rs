@@ -1,7 +1,7 @@
 //! Parsing of `ipset save` (and `ipset list -t`) output.
 
 use super::IpSetType;
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Header of one set as `ipset save` declares it.

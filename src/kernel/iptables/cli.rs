@@ -6,8 +6,8 @@
 
 use super::exec::{self, Output};
 use super::{Iptables, annotate_restore_error};
-use crate::cluster::model::IpFamily;
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use std::collections::BTreeMap;
 use std::fmt;
 

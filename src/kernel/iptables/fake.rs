@@ -9,10 +9,10 @@
 
 use super::Iptables;
 use super::rules::{self, STANDARD_TARGETS};
-use crate::cluster::model::IpFamily;
 use crate::kernel::ipset::IpSetType;
 use crate::kernel::ipset::fake::FakeIpSets;
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -273,19 +273,7 @@ impl FakeIptables {
                 if current.is_some() {
                     return Err(err("COMMIT expected before a new table".into()));
                 }
-                let name = name.trim();
-                let Some(fresh) = new_table(name) else {
-                    return Err(err(format!(
-                        "can't initialize {}-restore table `{name}': Table does not exist (do you need to insmod?)",
-                        tool(family)
-                    )));
-                };
-                let table = st
-                    .tables
-                    .get(&(family, name.to_string()))
-                    .cloned()
-                    .unwrap_or(fresh);
-                current = Some((name.to_string(), table));
+                current = Some(Self::open_table(st, family, name.trim()).map_err(err)?);
                 continue;
             }
             let Some((tname, table)) = current.as_mut() else {
@@ -298,109 +286,155 @@ impl FakeIptables {
                 continue;
             }
             if let Some(decl) = line.strip_prefix(':') {
-                let parts: Vec<&str> = decl.split_whitespace().collect();
-                let (Some(chain), Some(policy)) = (parts.first(), parts.get(1)) else {
-                    return Err(err("bad chain declaration".into()));
-                };
-                if is_builtin(tname, chain) {
-                    if !matches!(*policy, "ACCEPT" | "DROP") {
-                        return Err(err(format!("Can't set policy `{policy}' on `{chain}'")));
-                    }
-                    if let Some(c) = table.get_mut(*chain) {
-                        c.policy = Some(policy.to_string());
-                    }
-                } else {
-                    if *policy != "-" {
-                        return Err(err(format!(
-                            "Can't set policy `{policy}' on `{chain}' line {n}: Bad built-in chain name"
-                        )));
-                    }
-                    if chain.len() > 28 || STANDARD_TARGETS.contains(chain) {
-                        return Err(err(format!("Invalid chain name `{chain}'")));
-                    }
-                    table.entry(chain.to_string()).or_default().rules.clear();
-                }
+                Self::declare_chain(tname, table, decl, n).map_err(err)?;
                 continue;
             }
-            let rest = match line.strip_prefix('[') {
-                Some(r) => match r.split_once(']') {
-                    Some((_, r)) => r,
-                    None => return Err(err("bad counters".into())),
-                },
-                None => line,
-            };
-            let words = rules::tokenize(rest).map_err(&err)?;
-            let (Some(cmd), Some(chain)) = (words.first(), words.get(1)) else {
-                return Err(err(format!("unknown command `{line}'")));
-            };
-            let chain = chain.clone();
-            match cmd.as_str() {
-                "-A" | "--append" | "-I" | "--insert" | "-D" | "--delete" => {
-                    if !table.contains_key(&chain) {
-                        return Err(err(format!(
-                            "line {n} failed: No chain/target/match by that name"
-                        )));
-                    }
-                    let mut args = &words[2..];
-                    let mut pos = 0usize;
-                    if matches!(cmd.as_str(), "-I" | "--insert")
-                        && let Some(p) = args.first().and_then(|a| a.parse::<usize>().ok())
-                    {
-                        pos = p.saturating_sub(1);
-                        args = &args[1..];
-                    }
-                    let norm = Self::check_rule(st, family, table, args).map_err(&err)?;
-                    let Some(c) = table.get_mut(&chain) else {
-                        return Err(err("chain vanished".into()));
-                    };
-                    match cmd.as_str() {
-                        "-A" | "--append" => c.rules.push(norm),
-                        "-I" | "--insert" => {
-                            if pos > c.rules.len() {
-                                return Err(err(format!(
-                                    "line {n} failed: Index of insertion too big"
-                                )));
-                            }
-                            c.rules.insert(pos, norm);
-                        }
-                        _ => match c.rules.iter().position(|r| *r == norm) {
-                            Some(i) => {
-                                c.rules.remove(i);
-                            }
-                            None => {
-                                return Err(err(format!(
-                                    "line {n} failed: Bad rule (does a matching rule exist in that chain?)"
-                                )));
-                            }
-                        },
-                    }
-                }
-                "-N" | "--new-chain" => {
-                    if table.contains_key(&chain) {
-                        return Err(err(format!("line {n} failed: Chain already exists")));
-                    }
-                    table.insert(chain, Chain::default());
-                }
-                "-F" | "--flush" => match table.get_mut(&chain) {
-                    Some(c) => c.rules.clear(),
-                    None => {
-                        return Err(err(format!(
-                            "line {n} failed: No chain/target/match by that name"
-                        )));
-                    }
-                },
-                "-X" | "--delete-chain" => {
-                    Self::delete_chain_in(tname, table, &chain)
-                        .map_err(|m| err(format!("line {n} failed: {m}")))?;
-                }
-                _ => return Err(err(format!("unknown command `{cmd}'"))),
-            }
+            Self::command(st, family, tname, table, line, n).map_err(err)?;
         }
         if current.is_some() {
             return Err(LineError {
                 line: last + 1,
                 message: "COMMIT expected".into(),
             });
+        }
+        Ok(())
+    }
+
+    /// A `*<table>` line: the table's current state to edit (a fresh one if not in use yet).
+    fn open_table(st: &State, family: IpFamily, name: &str) -> Result<(String, Table), String> {
+        let Some(fresh) = new_table(name) else {
+            return Err(format!(
+                "can't initialize {}-restore table `{name}': Table does not exist (do you need to insmod?)",
+                tool(family)
+            ));
+        };
+        let table = st
+            .tables
+            .get(&(family, name.to_string()))
+            .cloned()
+            .unwrap_or(fresh);
+        Ok((name.to_string(), table))
+    }
+
+    /// A `:<chain> <policy> [counters]` line (line `n`): sets a built-in chain's policy, or creates or
+    /// flushes a user chain.
+    fn declare_chain(tname: &str, table: &mut Table, decl: &str, n: usize) -> Result<(), String> {
+        let parts: Vec<&str> = decl.split_whitespace().collect();
+        let (Some(chain), Some(policy)) = (parts.first(), parts.get(1)) else {
+            return Err("bad chain declaration".into());
+        };
+        if is_builtin(tname, chain) {
+            if !matches!(*policy, "ACCEPT" | "DROP") {
+                return Err(format!("Can't set policy `{policy}' on `{chain}'"));
+            }
+            if let Some(c) = table.get_mut(*chain) {
+                c.policy = Some(policy.to_string());
+            }
+            return Ok(());
+        }
+        if *policy != "-" {
+            return Err(format!(
+                "Can't set policy `{policy}' on `{chain}' line {n}: Bad built-in chain name"
+            ));
+        }
+        if chain.len() > 28 || STANDARD_TARGETS.contains(chain) {
+            return Err(format!("Invalid chain name `{chain}'"));
+        }
+        table.entry(chain.to_string()).or_default().rules.clear();
+        Ok(())
+    }
+
+    /// A command line (`[counters] -A/-I/-D/-N/-F/-X <chain> ...`, line `n`) applied to `table`.
+    fn command(
+        st: &State,
+        family: IpFamily,
+        tname: &str,
+        table: &mut Table,
+        line: &str,
+        n: usize,
+    ) -> Result<(), String> {
+        let rest = match line.strip_prefix('[') {
+            Some(r) => match r.split_once(']') {
+                Some((_, r)) => r,
+                None => return Err("bad counters".into()),
+            },
+            None => line,
+        };
+        let words = rules::tokenize(rest)?;
+        let (Some(cmd), Some(chain)) = (words.first(), words.get(1)) else {
+            return Err(format!("unknown command `{line}'"));
+        };
+        let chain = chain.clone();
+        match cmd.as_str() {
+            "-A" | "--append" | "-I" | "--insert" | "-D" | "--delete" => {
+                Self::edit_rules(st, family, table, cmd, &chain, &words[2..], n)
+            }
+            "-N" | "--new-chain" => {
+                if table.contains_key(&chain) {
+                    return Err(format!("line {n} failed: Chain already exists"));
+                }
+                table.insert(chain, Chain::default());
+                Ok(())
+            }
+            "-F" | "--flush" => match table.get_mut(&chain) {
+                Some(c) => {
+                    c.rules.clear();
+                    Ok(())
+                }
+                None => Err(format!(
+                    "line {n} failed: No chain/target/match by that name"
+                )),
+            },
+            "-X" | "--delete-chain" => Self::delete_chain_in(tname, table, &chain)
+                .map_err(|m| format!("line {n} failed: {m}")),
+            _ => Err(format!("unknown command `{cmd}'")),
+        }
+    }
+
+    /// `-A`, `-I [pos]` or `-D` of one rule (`args` after the chain name) in `chain`, line `n`.
+    fn edit_rules(
+        st: &State,
+        family: IpFamily,
+        table: &mut Table,
+        cmd: &str,
+        chain: &str,
+        mut args: &[String],
+        n: usize,
+    ) -> Result<(), String> {
+        if !table.contains_key(chain) {
+            return Err(format!(
+                "line {n} failed: No chain/target/match by that name"
+            ));
+        }
+        let mut pos = 0usize;
+        if matches!(cmd, "-I" | "--insert")
+            && let Some(p) = args.first().and_then(|a| a.parse::<usize>().ok())
+        {
+            pos = p.saturating_sub(1);
+            args = &args[1..];
+        }
+        let norm = Self::check_rule(st, family, table, args)?;
+        let Some(c) = table.get_mut(chain) else {
+            return Err("chain vanished".into());
+        };
+        match cmd {
+            "-A" | "--append" => c.rules.push(norm),
+            "-I" | "--insert" => {
+                if pos > c.rules.len() {
+                    return Err(format!("line {n} failed: Index of insertion too big"));
+                }
+                c.rules.insert(pos, norm);
+            }
+            _ => match c.rules.iter().position(|r| *r == norm) {
+                Some(i) => {
+                    c.rules.remove(i);
+                }
+                None => {
+                    return Err(format!(
+                        "line {n} failed: Bad rule (does a matching rule exist in that chain?)"
+                    ));
+                }
+            },
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! iptables through `iptables-save` / `iptables-restore` (and the ip6tables ones).
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelResult;
+use crate::net::IpFamily;
 
 /// The iptables (or ip6tables) tables of the kernel.
 pub trait Iptables: Send {
@@ -57,6 +57,7 @@ fn save_each<I: Iptables + ?Sized>(
 
 pub mod cli;
 pub mod exec;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod rules;
 

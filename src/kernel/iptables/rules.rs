@@ -1,7 +1,7 @@
 //! Tokenizing, normalizing and printing iptables rules the way `iptables-save` does (for the fake and for
 //! comparing rules).
 
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -163,14 +163,50 @@ fn address(value: &str, family: IpFamily) -> Result<String, String> {
     Ok(format!("{}/{}", net.network(), len))
 }
 
+/// The basic matches `-s -d -i -o -p` (in that order), each with its negation and normalized value.
+type BasicMatches = [Option<(bool, String)>; 5];
+
 /// Normalizes rule words (everything after `-A <chain>`) to the form `iptables-save` prints: basic
 /// matches (`-s -d -i -o -p`, with `!`) first in that order, addresses as masked `net/len`, long option
 /// names shortened, MARK shorthands as `--set-xmark`, REJECT with its default `--reject-with`.
 pub fn normalize(words: &[String], family: IpFamily) -> Result<Vec<String>, String> {
-    let mut basic: [Option<(bool, String)>; 5] = Default::default();
+    let (basic, rest) = split_basic(words, family)?;
+    let mut rest = normalize_ipvs(rest, family)?;
+    implicit_protocol_match(&basic, &mut rest);
+    let is_reject = rest.windows(2).any(|p| p[0] == "-j" && p[1] == "REJECT");
+    if is_reject && !rest.iter().any(|w| w == "--reject-with") {
+        rest.push("--reject-with".into());
+        rest.push(match family {
+            IpFamily::V4 => "icmp-port-unreachable".into(),
+            IpFamily::V6 => "icmp6-port-unreachable".into(),
+        });
+    }
+    let flags = ["-s", "-d", "-i", "-o", "-p"];
+    let mut out = Vec::with_capacity(words.len() + 2);
+    for (slot, flag) in basic.into_iter().zip(flags) {
+        if let Some((neg, value)) = slot {
+            if neg {
+                out.push("!".to_string());
+            }
+            out.push(flag.to_string());
+            out.push(value);
+        }
+    }
+    out.extend(rest);
+    Ok(out)
+}
+
+/// Separates the basic matches from the other words; shortens long option names and MARK shorthands.
+fn split_basic(words: &[String], family: IpFamily) -> Result<(BasicMatches, Vec<String>), String> {
+    let mut basic: BasicMatches = Default::default();
     let mut rest: Vec<String> = Vec::new();
     let mut i = 0;
     let mut negate = false;
+    let arg = |i: usize, w: &str| {
+        words
+            .get(i + 1)
+            .ok_or_else(|| format!("option \"{w}\" requires an argument"))
+    };
     while i < words.len() {
         let w = words[i].as_str();
         if w == "!" {
@@ -178,18 +214,8 @@ pub fn normalize(words: &[String], family: IpFamily) -> Result<Vec<String>, Stri
             i += 1;
             continue;
         }
-        let slot = match w {
-            "-s" | "--source" | "--src" => Some(0),
-            "-d" | "--destination" | "--dst" => Some(1),
-            "-i" | "--in-interface" => Some(2),
-            "-o" | "--out-interface" => Some(3),
-            "-p" | "--protocol" => Some(4),
-            _ => None,
-        };
-        if let Some(slot) = slot {
-            let value = words
-                .get(i + 1)
-                .ok_or_else(|| format!("option \"{w}\" requires an argument"))?;
+        if let Some(slot) = basic_slot(w) {
+            let value = arg(i, w)?;
             let value = match slot {
                 0 | 1 => address(value, family)?,
                 4 => value.to_ascii_lowercase(),
@@ -213,30 +239,51 @@ pub fn normalize(words: &[String], family: IpFamily) -> Result<Vec<String>, Stri
             "--match" => "-m",
             other => other,
         };
-        match w {
-            "--or-mark" | "--xor-mark" | "--set-mark" => {
-                let v = words
-                    .get(i + 1)
-                    .ok_or_else(|| format!("option \"{w}\" requires an argument"))?;
-                rest.push("--set-xmark".into());
-                rest.push(match w {
-                    "--or-mark" => format!("{v}/{v}"),
-                    "--xor-mark" => format!("{v}/0x0"),
-                    _ if v.contains('/') => v.clone(),
-                    _ => format!("{v}/0xffffffff"),
-                });
-                i += 2;
-                continue;
-            }
-            _ => rest.push(w.to_string()),
+        if let Some(mark) = set_xmark(w, arg(i, w).ok()) {
+            rest.push("--set-xmark".into());
+            rest.push(mark?);
+            i += 2;
+            continue;
         }
+        rest.push(w.to_string());
         i += 1;
     }
     if negate {
         return Err("dangling `!'".into());
     }
-    let mut rest = normalize_ipvs(rest, family)?;
-    // `-p tcp --dport 22` loads the protocol's match implicitly; iptables-save prints `-m tcp`.
+    Ok((basic, rest))
+}
+
+/// Index of a basic match option in [`BasicMatches`].
+fn basic_slot(w: &str) -> Option<usize> {
+    match w {
+        "-s" | "--source" | "--src" => Some(0),
+        "-d" | "--destination" | "--dst" => Some(1),
+        "-i" | "--in-interface" => Some(2),
+        "-o" | "--out-interface" => Some(3),
+        "-p" | "--protocol" => Some(4),
+        _ => None,
+    }
+}
+
+/// The `--set-xmark` value of a MARK shorthand option `w` with argument `v`; None if `w` is not one.
+fn set_xmark(w: &str, v: Option<&String>) -> Option<Result<String, String>> {
+    if !matches!(w, "--or-mark" | "--xor-mark" | "--set-mark") {
+        return None;
+    }
+    let Some(v) = v else {
+        return Some(Err(format!("option \"{w}\" requires an argument")));
+    };
+    Some(Ok(match w {
+        "--or-mark" => format!("{v}/{v}"),
+        "--xor-mark" => format!("{v}/0x0"),
+        _ if v.contains('/') => v.clone(),
+        _ => format!("{v}/0xffffffff"),
+    }))
+}
+
+/// `-p tcp --dport 22` loads the protocol's match implicitly; iptables-save prints `-m tcp`.
+fn implicit_protocol_match(basic: &BasicMatches, rest: &mut Vec<String>) {
     if let Some((false, proto)) = &basic[4]
         && matches!(proto.as_str(), "tcp" | "udp" | "sctp")
         && !rest.windows(2).any(|p| p[0] == "-m" && p[1] == *proto)
@@ -257,27 +304,6 @@ pub fn normalize(words: &[String], family: IpFamily) -> Result<Vec<String>, Stri
         }
         rest.splice(at..at, ["-m".to_string(), proto.clone()]);
     }
-    let is_reject = rest.windows(2).any(|p| p[0] == "-j" && p[1] == "REJECT");
-    if is_reject && !rest.iter().any(|w| w == "--reject-with") {
-        rest.push("--reject-with".into());
-        rest.push(match family {
-            IpFamily::V4 => "icmp-port-unreachable".into(),
-            IpFamily::V6 => "icmp6-port-unreachable".into(),
-        });
-    }
-    let flags = ["-s", "-d", "-i", "-o", "-p"];
-    let mut out = Vec::with_capacity(words.len() + 2);
-    for (slot, flag) in basic.into_iter().zip(flags) {
-        if let Some((neg, value)) = slot {
-            if neg {
-                out.push("!".to_string());
-            }
-            out.push(flag.to_string());
-            out.push(value);
-        }
-    }
-    out.extend(rest);
-    Ok(out)
 }
 
 /// Orders `-m ipvs` options as xt_ipvs prints them (`--ipvs --vproto --vaddr --vport --vdir --vmethod
@@ -358,7 +384,8 @@ pub fn target(words: &[String]) -> Option<&str> {
         .map(|p| p[1].as_str())
 }
 
-/// Sets named by `--match-set` in normalized words.
+/// Sets named by `--match-set` in normalized words (for the fake, which checks set references).
+#[cfg(any(test, feature = "testkit"))]
 pub fn match_sets(words: &[String]) -> impl Iterator<Item = &str> {
     words
         .windows(2)

@@ -4,7 +4,7 @@
 //! Decoding never panics: unknown attributes are kept as raw bytes, short values are errors.
 
 use super::{ForwardMethod, IpvsDestination, IpvsService, IpvsServiceKey};
-use crate::cluster::model::Protocol;
+use crate::net::Protocol;
 use netlink_packet_core::{
     DecodeError, DefaultNla, Emitable, NLA_F_NESTED, NLA_TYPE_MASK, Nla, NlasIterator,
     ParseableParametrized,
@@ -707,17 +707,17 @@ mod tests {
 
         let mut got = Vec::new();
         let mut finished = false;
-        super::super::socket::for_each_message::<GenlMessage<IpvsMessage>>(&buf, |seq, item| {
+        crate::kernel::netlink::for_each_message::<GenlMessage<IpvsMessage>>(&buf, |seq, item| {
             assert_eq!(seq, 9);
             match item {
-                super::super::socket::Item::Message(g) => {
+                crate::kernel::netlink::Item::Message(g) => {
                     for a in g.payload.attrs {
                         if let IpvsAttr::Service(s) = a {
                             got.push(svc_from_attrs(&s).unwrap());
                         }
                     }
                 }
-                super::super::socket::Item::Done(r) => {
+                crate::kernel::netlink::Item::Done(r) => {
                     r.unwrap();
                     finished = true;
                 }

@@ -288,7 +288,7 @@ impl Ipvs for FakeIpvs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::model::Protocol;
+    use crate::net::Protocol;
 
     fn svc(addr: &str, port: u16, sched: &str) -> IpvsService {
         IpvsService {

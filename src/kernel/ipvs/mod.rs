@@ -1,16 +1,15 @@
 //! IPVS virtual and real servers.
 //!
 //! `netlink::NetlinkIpvs` is the real backend (generic netlink family "IPVS", see `codec`), `fake::FakeIpvs`
-//! the in-memory one. `socket::NlSocket` is the blocking netlink transport shared with the link and
-//! conntrack backends.
+//! the in-memory one. The netlink transport is the shared `crate::kernel::netlink::NlSocket`.
 
 pub mod codec;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod netlink;
-pub mod socket;
 
-use crate::cluster::model::Protocol;
 use crate::kernel::KernelResult;
+use crate::net::Protocol;
 use std::net::IpAddr;
 
 /// Persistent (session affinity) service flag.

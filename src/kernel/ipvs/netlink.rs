@@ -4,8 +4,8 @@
 //! same socket. [`NetlinkIpvs::apply`] sends many changes per datagram and reads their ACKs afterwards.
 
 use super::codec::{self, IpvsAttr, IpvsMessage, cmd};
-use super::socket::{NlError, NlSocket};
 use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsTimeouts};
+use crate::kernel::netlink::{NlError, NlSocket};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_generic::GenlMessage;
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
@@ -61,18 +61,15 @@ impl NetlinkIpvs {
     }
 
     /// Sets how many requests [`NetlinkIpvs::apply`] sends per datagram (1 disables batching).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn set_batch(&mut self, n: usize) {
         self.batch = n.max(1);
     }
 
     /// Requests per datagram [`NetlinkIpvs::apply`] really uses (the setting, capped by the socket).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn effective_batch(&self) -> usize {
         self.batch.min(self.sock.max_batch())
-    }
-
-    /// The resolved generic netlink family id.
-    pub fn family_id(&self) -> u16 {
-        self.family
     }
 
     fn msg(&self, cmd: u8, attrs: Vec<IpvsAttr>) -> GenlMessage<IpvsMessage> {

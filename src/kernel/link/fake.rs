@@ -4,7 +4,7 @@
 
 use super::Links;
 use crate::kernel::{KernelError, KernelResult};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -23,6 +23,8 @@ pub struct FakeLink {
 struct State {
     links: BTreeMap<String, FakeLink>,
     ops: Vec<String>,
+    /// Addresses the fake kernel refuses to bind.
+    refused: BTreeSet<IpAddr>,
 }
 
 /// Fake link table. `Clone` shares the same state.
@@ -81,6 +83,11 @@ impl FakeLinks {
         self.lock().ops.clone()
     }
 
+    /// Makes binding `ip` fail (EINVAL), as a kernel refusing one address.
+    pub fn refuse_address(&self, ip: IpAddr) {
+        self.lock().refused.insert(ip);
+    }
+
     /// Forgets the recorded operations.
     pub fn clear_ops(&self) {
         self.lock().ops.clear();
@@ -123,6 +130,14 @@ impl Links for FakeLinks {
         if link.addrs.contains(&ip) {
             return Ok(false);
         }
+        if s.refused.contains(&ip) {
+            return Err(KernelError::Errno {
+                op: format!("add address {ip} on {name}"),
+                errno: libc::EINVAL,
+                message: "Invalid argument".into(),
+            });
+        }
+        let link = s.links.get_mut(name).ok_or_else(|| no_link(name))?;
         link.addrs.push(ip);
         s.ops.push(format!("add_address {name} {ip}"));
         Ok(true)
@@ -182,6 +197,20 @@ mod tests {
         assert!(f.del_address("kube-ipvs0", ip).unwrap());
         assert!(!f.del_address("kube-ipvs0", ip).unwrap());
         assert!(f.add_address("nope", ip).is_err());
+        // Batches: one result per address, a refused one fails alone.
+        let ips: Vec<IpAddr> = (1..=4).map(|i| IpAddr::from([10, 96, 1, i])).collect();
+        f.refuse_address(ips[2]);
+        let r = f.add_addresses("kube-ipvs0", &ips);
+        assert!(
+            matches!(r[..], [Ok(true), Ok(true), Err(_), Ok(true)]),
+            "{r:?}"
+        );
+        let r = f.del_addresses("kube-ipvs0", &ips);
+        assert!(
+            matches!(r[..], [Ok(true), Ok(true), Ok(false), Ok(true)]),
+            "{r:?}"
+        );
+        assert!(f.addresses("kube-ipvs0").unwrap().is_empty());
         assert!(f.delete_link("kube-ipvs0").unwrap());
         assert!(!f.delete_link("kube-ipvs0").unwrap());
     }

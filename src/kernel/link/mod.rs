@@ -1,6 +1,7 @@
 //! The kube-ipvs0 dummy link, its addresses and the node's local addresses (rtnetlink).
 
 pub mod changes;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod rtnetlink;
 
@@ -20,6 +21,16 @@ pub trait Links: Send {
     fn add_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool>;
     /// Unbinds `ip` from `name`; Ok(false) if it was not bound.
     fn del_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool>;
+    /// Binds many addresses to `name`: one result per address, in order (Ok(false): already bound). The
+    /// real backend pipelines the requests (hundreds per datagram, acknowledgements read in batches, each
+    /// error attributed to its address by sequence number); the default binds them one by one.
+    fn add_addresses(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        ips.iter().map(|ip| self.add_address(name, *ip)).collect()
+    }
+    /// Unbinds many addresses from `name`, like [`Links::add_addresses`] (Ok(false): was not bound).
+    fn del_addresses(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        ips.iter().map(|ip| self.del_address(name, *ip)).collect()
+    }
     /// Every address of every link with the link's name, in one dump.
     fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>>;
     /// Like [`Links::local_addresses`] without the addresses of link `except`: what an event-driven sync

@@ -7,7 +7,7 @@
 
 use super::Links;
 use super::changes::{ChangeWatch, RTM_NEWADDR, RTM_NEWLINK};
-use crate::kernel::ipvs::socket::{NlError, NlSocket, NoPayload};
+use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_core::{
     NLM_F_CREATE, NLM_F_EXCL, NetlinkDeserializable, NetlinkHeader, NlasIterator,
@@ -46,9 +46,9 @@ struct LocalCache {
     addrs: Vec<(String, IpAddr)>,
 }
 
-/// A decoded rtnetlink answer: only the fields the backend uses.
+/// A decoded rtnetlink answer: only the fields the backend uses (public for the decoder's fuzz tests).
 #[derive(Debug)]
-enum Answer {
+pub enum Answer {
     Link { index: u32, name: String },
     Addr { index: u32, addr: IpAddr },
     Other,
@@ -122,6 +122,14 @@ fn named(names: &HashMap<u32, String>, addrs: Vec<(u32, IpAddr)>) -> Vec<(String
             (name, a)
         })
         .collect()
+}
+
+/// A copy of a link lookup error, for each address of a batch that could not be sent.
+fn same_error(e: &KernelError) -> KernelError {
+    match e {
+        KernelError::NotFound(m) => KernelError::NotFound(m.clone()),
+        other => KernelError::Io(std::io::Error::other(other.to_string())),
+    }
 }
 
 fn link_by_name(name: &str) -> LinkMessage {
@@ -207,6 +215,52 @@ impl RtnetlinkLinks {
             .collect())
     }
 
+    /// Adds (`add`) or deletes many addresses of link `name` with pipelined requests.
+    fn address_batch(&mut self, name: &str, ips: &[IpAddr], add: bool) -> Vec<KernelResult<bool>> {
+        if ips.is_empty() {
+            return Vec::new();
+        }
+        let index = match self.link_index(name) {
+            Ok(i) => i,
+            Err(e) => return ips.iter().map(|_| Err(same_error(&e))).collect(),
+        };
+        let messages: Vec<RouteNetlinkMessage> = ips
+            .iter()
+            .map(|ip| {
+                let m = address_message(index, *ip);
+                if add {
+                    RouteNetlinkMessage::NewAddress(m)
+                } else {
+                    RouteNetlinkMessage::DelAddress(m)
+                }
+            })
+            .collect();
+        // Without NLM_F_EXCL/NLM_F_REPLACE a present address answers EEXIST (both families create
+        // without NLM_F_CREATE), which is what add_address reports as Ok(false).
+        let chunk = self.sock.max_batch();
+        let (verb, absent) = if add {
+            ("add", libc::EEXIST)
+        } else {
+            ("delete", libc::EADDRNOTAVAIL)
+        };
+        let what = |ip: &IpAddr| format!("{verb} address {ip} on {name}");
+        match self.sock.batch(messages, chunk) {
+            Ok(results) => ips
+                .iter()
+                .zip(results)
+                .map(|(ip, r)| match r {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.errno() == Some(absent) => Ok(false),
+                    Err(e) => Err(kernel_error(&what(ip), e)),
+                })
+                .collect(),
+            Err(e) => ips
+                .iter()
+                .map(|ip| Err(kernel_error(&what(ip), e.clone())))
+                .collect(),
+        }
+    }
+
     fn link_names(&mut self) -> KernelResult<HashMap<u32, String>> {
         let links: Vec<Answer> = self
             .sock
@@ -270,6 +324,14 @@ impl Links for RtnetlinkLinks {
             Err(e) if e.errno() == Some(libc::EADDRNOTAVAIL) => Ok(false),
             Err(e) => Err(kernel_error(&format!("delete address {ip} from {name}"), e)),
         }
+    }
+
+    fn add_addresses(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        self.address_batch(name, ips, true)
+    }
+
+    fn del_addresses(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        self.address_batch(name, ips, false)
     }
 
     fn local_addresses_except(&mut self, except: &str) -> KernelResult<Vec<(String, IpAddr)>> {

@@ -16,6 +16,7 @@ pub trait Sysctl: Send {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod procfs;
 pub mod version;

@@ -38,6 +38,7 @@ impl KernelVersion {
     }
 
     /// Version of the running kernel (`/proc/sys/kernel/osrelease`).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn running() -> std::io::Result<KernelVersion> {
         let text = std::fs::read_to_string("/proc/sys/kernel/osrelease")?;
         Self::parse(&text).ok_or_else(|| {

@@ -5,7 +5,7 @@
 //!
 //! [`plan`]: super::plan
 
-use super::ipsets::SetKind;
+use super::ipsets::{PerSet, SetKind};
 use super::{
     Context, Contribution, NodeFacts, PlanConfig, health_check, iptables, no_local_counts,
     rules_payload, set_names,
@@ -15,7 +15,7 @@ use crate::cluster::model::{
 };
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::proxier::desired::{
-    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule,
+    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule, TrafficPolicy,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -50,7 +50,7 @@ pub struct DesiredDelta {
     /// The new health-check listeners, when they changed.
     pub health_checks: Option<Vec<HealthCheckService>>,
     /// The new no-local-endpoints counts, when they changed.
-    pub no_local_endpoints: Option<BTreeMap<&'static str, u64>>,
+    pub no_local_endpoints: Option<BTreeMap<TrafficPolicy, u64>>,
 }
 
 impl DesiredDelta {
@@ -240,7 +240,7 @@ struct Fresh {
 impl Fresh {
     fn from(name: &ServiceName, mut c: Contribution) -> Fresh {
         let mut entries: Vec<(SetKind, String)> = Vec::new();
-        for (kind, list) in SetKind::ALL.into_iter().zip(c.sets) {
+        for (kind, list) in c.sets {
             entries.extend(list.into_iter().map(|e| (kind, e)));
         }
         entries.sort_unstable();
@@ -288,17 +288,17 @@ struct Planned {
     node: NodeFacts,
     cfg: PlanConfig,
     ctx: Context,
-    set_names: [String; 17],
+    set_names: PerSet<String>,
     services: HashMap<ServiceName, Stored>,
     /// Services contributing each virtual server, sorted: the greatest name wins, as in the full plan.
     vs_owners: HashMap<IpvsServiceKey, Vec<ServiceName>>,
-    set_refs: [HashMap<String, u32>; 17],
+    set_refs: PerSet<HashMap<String, u32>>,
     bound_refs: HashMap<IpAddr, u32>,
     lb_rules: BTreeMap<ServiceName, Vec<(IpAddr, Protocol, u16)>>,
     no_local_internal: usize,
     no_local_external: usize,
     health: BTreeMap<ServiceName, HealthCheckService>,
-    non_empty: [bool; 17],
+    non_empty: PerSet<bool>,
     state: DesiredState,
 }
 
@@ -388,7 +388,7 @@ impl Planned {
             no_local_internal: 0,
             no_local_external: 0,
             health: BTreeMap::new(),
-            non_empty: [false; 17],
+            non_empty: PerSet::default(),
             state: empty_state(cfg.family),
         }
     }
@@ -477,8 +477,38 @@ impl Planned {
         t: &mut Touched,
     ) {
         let old = self.services.remove(name).unwrap_or_default();
+        self.replace_owner(name, &old.vs_keys, &new.vs_keys, t);
+        self.count_entries(old.entries, &new.entries, t);
+        self.count_bound(old.bound, &new.bound, t);
+        if old.no_local_internal != new.no_local_internal
+            || old.no_local_external != new.no_local_external
+        {
+            t.no_local = true;
+            self.no_local_internal = self.no_local_internal + usize::from(new.no_local_internal)
+                - usize::from(old.no_local_internal);
+            self.no_local_external = self.no_local_external + usize::from(new.no_local_external)
+                - usize::from(old.no_local_external);
+        }
+        self.replace_rules(name, lb, health, t);
+        let empty = new.vs_keys.is_empty()
+            && new.entries.is_empty()
+            && new.bound.is_empty()
+            && !new.no_local_internal
+            && !new.no_local_external;
+        if !empty {
+            self.services.insert(name.clone(), new);
+        }
+    }
 
-        for k in &old.vs_keys {
+    /// Moves `name` from the owners of its old virtual servers to those of its new ones.
+    fn replace_owner(
+        &mut self,
+        name: &ServiceName,
+        old: &[IpvsServiceKey],
+        new: &[IpvsServiceKey],
+        t: &mut Touched,
+    ) {
+        for k in old {
             if let Some(owners) = self.vs_owners.get_mut(k) {
                 if let Ok(i) = owners.binary_search(name) {
                     owners.remove(i);
@@ -489,7 +519,7 @@ impl Planned {
             }
             t.vs.insert(*k);
         }
-        for k in &new.vs_keys {
+        for k in new {
             // Almost always a single owner: no spare capacity.
             let owners = self
                 .vs_owners
@@ -500,11 +530,18 @@ impl Planned {
             }
             t.vs.insert(*k);
         }
+    }
 
-        // Entries in both old and new keep their counts; only the differences are counted and touched.
-        let (gone, came) = sorted_difference(old.entries, &new.entries);
+    /// Entries in both old and new keep their counts; only the differences are counted and touched.
+    fn count_entries(
+        &mut self,
+        old: Vec<(SetKind, String)>,
+        new: &[(SetKind, String)],
+        t: &mut Touched,
+    ) {
+        let (gone, came) = sorted_difference(old, new);
         for (kind, e) in gone {
-            let refs = &mut self.set_refs[kind.index()];
+            let refs = &mut self.set_refs[kind];
             if let Some(n) = refs.get_mut(&e) {
                 *n -= 1;
                 if *n == 0 {
@@ -514,10 +551,14 @@ impl Planned {
             t.entries.push((kind, e));
         }
         for (kind, e) in came {
-            *self.set_refs[kind.index()].entry(e.clone()).or_insert(0) += 1;
+            *self.set_refs[kind].entry(e.clone()).or_insert(0) += 1;
             t.entries.push((kind, e));
         }
-        let (gone, came) = sorted_difference(old.bound, &new.bound);
+    }
+
+    /// The same for bound addresses.
+    fn count_bound(&mut self, old: Vec<IpAddr>, new: &[IpAddr], t: &mut Touched) {
+        let (gone, came) = sorted_difference(old, new);
         for a in gone {
             if let Some(n) = self.bound_refs.get_mut(&a) {
                 *n -= 1;
@@ -531,17 +572,16 @@ impl Planned {
             *self.bound_refs.entry(a).or_insert(0) += 1;
             t.bound.push(a);
         }
+    }
 
-        if old.no_local_internal != new.no_local_internal
-            || old.no_local_external != new.no_local_external
-        {
-            t.no_local = true;
-            self.no_local_internal = self.no_local_internal + usize::from(new.no_local_internal)
-                - usize::from(old.no_local_internal);
-            self.no_local_external = self.no_local_external + usize::from(new.no_local_external)
-                - usize::from(old.no_local_external);
-        }
-
+    /// Replaces the service's LB out-filter rules and health check, marking what changed.
+    fn replace_rules(
+        &mut self,
+        name: &ServiceName,
+        lb: Vec<(IpAddr, Protocol, u16)>,
+        health: Option<HealthCheckService>,
+        t: &mut Touched,
+    ) {
         let old_lb = self.lb_rules.get(name).map(Vec::as_slice).unwrap_or(&[]);
         if old_lb != lb.as_slice() {
             t.lb_rules = true;
@@ -551,22 +591,12 @@ impl Planned {
                 self.lb_rules.insert(name.clone(), lb);
             }
         }
-
         if self.health.get(name) != health.as_ref() {
             t.health = true;
             match health {
                 Some(h) => self.health.insert(name.clone(), h),
                 None => self.health.remove(name),
             };
-        }
-
-        let empty = new.vs_keys.is_empty()
-            && new.entries.is_empty()
-            && new.bound.is_empty()
-            && !new.no_local_internal
-            && !new.no_local_external;
-        if !empty {
-            self.services.insert(name.clone(), new);
         }
     }
 
@@ -630,8 +660,8 @@ impl Planned {
             return;
         }
         for (kind, e) in entries {
-            let want = self.set_refs[kind.index()].contains_key(&e);
-            toggle(&mut self.state, &self.set_names[kind.index()], e, want, d);
+            let want = self.set_refs[kind].contains_key(&e);
+            toggle(&mut self.state, &self.set_names[kind], e, want, d);
         }
         for a in &bound {
             let want = self.bound_refs.contains_key(a);
@@ -646,7 +676,7 @@ impl Planned {
                 self.state.bound_addresses.remove(a);
                 d.addresses_removed.insert(*a);
             }
-            let name = &self.set_names[SetKind::IpvsIps.index()];
+            let name = &self.set_names[SetKind::IpvsIps];
             toggle(&mut self.state, name, a.to_string(), want, d);
         }
     }
@@ -655,19 +685,19 @@ impl Planned {
     fn fill_sets(&mut self, mut entries: Vec<(SetKind, String)>) {
         entries.sort_unstable();
         entries.dedup();
-        let mut per_kind: [Vec<String>; 17] = Default::default();
+        let mut per_kind: PerSet<Vec<String>> = PerSet::default();
         for (kind, e) in entries {
-            per_kind[kind.index()].push(e);
+            per_kind[kind].push(e);
         }
         self.state.bound_addresses = self.bound_refs.keys().copied().collect();
-        per_kind[SetKind::IpvsIps.index()] = self
+        per_kind[SetKind::IpvsIps] = self
             .state
             .bound_addresses
             .iter()
             .map(|a| a.to_string())
             .collect();
-        for (i, list) in per_kind.into_iter().enumerate() {
-            if let Some(set) = self.state.ipsets.get_mut(&self.set_names[i]) {
+        for (kind, list) in per_kind {
+            if let Some(set) = self.state.ipsets.get_mut(&self.set_names[kind]) {
                 // Sorted input: the set is built in linear time.
                 set.entries = list.into_iter().collect();
             }
@@ -686,10 +716,10 @@ impl Planned {
         let state = &mut self.state;
         let names = &self.set_names;
         let cfg = &self.cfg;
-        let non_empty: [bool; 17] = std::array::from_fn(|i| {
+        let non_empty = names.map(|name| {
             state
                 .ipsets
-                .get(&names[i])
+                .get(name)
                 .is_some_and(|s| !s.entries.is_empty())
         });
         if force_payload || lb_rules || non_empty != self.non_empty {

@@ -40,27 +40,21 @@ fn node_facts(variant: u64) -> NodeFacts {
         node_port_ips.push(ip("192.168.1.10"));
     }
     NodeFacts {
-        node_name: NODE.into(),
         zone: Some("zone-a".into()),
-        node_ips: vec![ip("192.168.0.10"), ip("fd00::10")],
         node_port_ips,
         // One shared external IP is already local: it must not be bound.
         local_addresses: vec![ip("192.168.0.10"), ip("fd00::10"), ip("203.0.113.1")],
+        ..NodeFacts::new(NODE, vec![ip("192.168.0.10"), ip("fd00::10")])
     }
 }
 
 fn config(family: IpFamily) -> PlanConfig {
     PlanConfig {
-        family,
-        scheduler: crate::scheduler::Scheduler::default(),
-        masquerade_all: false,
-        masquerade_bit: 14,
         local_detector: LocalDetector::Cidrs(vec![
             "10.244.0.0/16".parse().unwrap(),
             "fd10::/64".parse().unwrap(),
         ]),
-        exclude_cidrs: vec![],
-        random_fully: true,
+        ..PlanConfig::new(family)
     }
 }
 
@@ -124,16 +118,14 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
                 }
             }
         }
-        out.push(ServicePort {
-            name: ServicePortName {
-                namespace: name.namespace.clone(),
-                name: name.name.clone(),
-                port_name,
-                protocol,
-            },
-            cluster_ips: cluster_ips.clone(),
-            port: rng.pick(&[80, 443, 53]),
+        let spn = ServicePortName {
+            namespace: name.namespace.clone(),
+            name: name.name.clone(),
+            port_name,
             protocol,
+        };
+        let port = rng.pick(&[80, 443, 53]);
+        out.push(ServicePort {
             node_port: has_np.then(|| 30080 + rng.below(4) as u16),
             external_ips,
             load_balancer_ingress,
@@ -142,6 +134,7 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
             external_policy_local: etp_local,
             internal_policy_local: itp_local,
             health_check_node_port: hc,
+            ..ServicePort::new(spn, cluster_ips.clone(), port)
         });
     }
     out
@@ -204,43 +197,7 @@ fn run(seed: u64, steps: usize) {
     let mut prev: [Option<DesiredState>; 2] = [None, None];
     let mut node_variant = 0;
     for step in 0..steps {
-        let mut changed = BTreeSet::new();
-        for _ in 0..1 + rng.below(3) {
-            let i = rng.below(names.len() as u64);
-            let name = &names[i as usize];
-            changed.insert(name.clone());
-            match rng.below(10) {
-                // New or updated service (ports replaced), with fresh endpoints.
-                0..=3 => {
-                    remove_service(&mut sm, &mut em, name);
-                    for sp in random_service(&mut rng, name, i) {
-                        if rng.chance(85) {
-                            em.insert(sp.name.clone(), Arc::new(random_endpoints(&mut rng)));
-                        }
-                        sm.insert(sp.name.clone(), Arc::new(sp));
-                    }
-                }
-                // Service deleted.
-                4 => remove_service(&mut sm, &mut em, name),
-                // Endpoints of one port changed or removed.
-                _ => {
-                    let ports: Vec<ServicePortName> = sm
-                        .keys()
-                        .filter(|k| same_service(k, name))
-                        .cloned()
-                        .collect();
-                    if ports.is_empty() {
-                        continue;
-                    }
-                    let p = rng.pick(&ports);
-                    if rng.chance(15) {
-                        em.remove(&p);
-                    } else {
-                        em.insert(p, Arc::new(random_endpoints(&mut rng)));
-                    }
-                }
-            }
-        }
+        let changed = random_changes(&mut rng, &names, &mut sm, &mut em);
         if rng.chance(3) {
             node_variant += 1;
         }
@@ -251,40 +208,92 @@ fn run(seed: u64, steps: usize) {
             let (state, delta) =
                 planner.update(&sm, &em, &node, cfg, (!everything).then_some(&changed));
             let full = plan(&sm, &em, &node, cfg);
-            assert_eq!(
-                *state, full,
-                "seed {seed} step {step} family {f:?}: incremental state differs from plan()"
-            );
-            let mut expected = match &prev[f] {
-                Some(p) => DesiredDelta::between(Some(p), state),
-                None => DesiredDelta::default(),
-            };
-            expected.full = delta.full;
-            assert_eq!(
-                delta, expected,
-                "seed {seed} step {step} family {f}: delta is not the exact difference"
-            );
-            let applied = match &prev[f] {
-                Some(p) => {
-                    let mut a = p.clone();
-                    delta.apply(&mut a);
-                    a
-                }
-                // The first delta is empty: `between` gives what it would be from an empty state.
-                None => {
-                    assert!(delta.full && delta.is_empty());
-                    let mut e = empty_state(cfg.family);
-                    DesiredDelta::between(None, state).apply(&mut e);
-                    e
-                }
-            };
-            assert_eq!(
-                applied, full,
-                "seed {seed} step {step} family {f}: previous state + delta != new state"
-            );
+            let at = format!("seed {seed} step {step} family {f}");
+            check_update(&at, state, &delta, &full, prev[f].as_ref(), cfg.family);
             prev[f] = Some(full);
         }
     }
+}
+
+/// One to three random changes (service added or updated, deleted, or one port's endpoints changed);
+/// returns the services they touched.
+fn random_changes(
+    rng: &mut Rng,
+    names: &[ServiceName],
+    sm: &mut ServiceMap,
+    em: &mut EndpointsMap,
+) -> BTreeSet<ServiceName> {
+    let mut changed = BTreeSet::new();
+    for _ in 0..1 + rng.below(3) {
+        let i = rng.below(names.len() as u64);
+        let name = &names[i as usize];
+        changed.insert(name.clone());
+        match rng.below(10) {
+            // New or updated service (ports replaced), with fresh endpoints.
+            0..=3 => {
+                remove_service(sm, em, name);
+                for sp in random_service(rng, name, i) {
+                    if rng.chance(85) {
+                        em.insert(sp.name.clone(), Arc::new(random_endpoints(rng)));
+                    }
+                    sm.insert(sp.name.clone(), Arc::new(sp));
+                }
+            }
+            // Service deleted.
+            4 => remove_service(sm, em, name),
+            // Endpoints of one port changed or removed.
+            _ => {
+                let ports: Vec<ServicePortName> = sm
+                    .keys()
+                    .filter(|k| same_service(k, name))
+                    .cloned()
+                    .collect();
+                if ports.is_empty() {
+                    continue;
+                }
+                let p = rng.pick(&ports);
+                if rng.chance(15) {
+                    em.remove(&p);
+                } else {
+                    em.insert(p, Arc::new(random_endpoints(rng)));
+                }
+            }
+        }
+    }
+    changed
+}
+
+/// The incremental `state` equals the `full` plan, and `delta` is exactly the difference from `prev`.
+fn check_update(
+    at: &str,
+    state: &DesiredState,
+    delta: &DesiredDelta,
+    full: &DesiredState,
+    prev: Option<&DesiredState>,
+    family: IpFamily,
+) {
+    assert_eq!(state, full, "{at}: incremental state differs from plan()");
+    let mut expected = match prev {
+        Some(p) => DesiredDelta::between(Some(p), state),
+        None => DesiredDelta::default(),
+    };
+    expected.full = delta.full;
+    assert_eq!(*delta, expected, "{at}: delta is not the exact difference");
+    let applied = match prev {
+        Some(p) => {
+            let mut a = p.clone();
+            delta.apply(&mut a);
+            a
+        }
+        // The first delta is empty: `between` gives what it would be from an empty state.
+        None => {
+            assert!(delta.full && delta.is_empty());
+            let mut e = empty_state(family);
+            DesiredDelta::between(None, state).apply(&mut e);
+            e
+        }
+    };
+    assert_eq!(applied, *full, "{at}: previous state + delta != new state");
 }
 
 #[test]
@@ -308,18 +317,9 @@ fn shared_external_ip_stays_bound_until_last_user_goes() {
             protocol: Protocol::Tcp,
         };
         let sp = ServicePort {
-            name: spn.clone(),
-            cluster_ips: vec![ip(cip)],
-            port: 80,
-            protocol: Protocol::Tcp,
             node_port: Some(30080),
             external_ips: vec![ip("203.0.113.9")],
-            load_balancer_ingress: vec![],
-            load_balancer_source_ranges: vec![],
-            session_affinity_timeout: None,
-            external_policy_local: false,
-            internal_policy_local: false,
-            health_check_node_port: None,
+            ..ServicePort::new(spn.clone(), vec![ip(cip)], 80)
         };
         (spn, Arc::new(sp))
     };

@@ -6,6 +6,7 @@ use crate::kernel::ipset::{IpSetSpec, IpSetType};
 use ipnet::IpNet;
 use std::fmt::Write;
 use std::net::IpAddr;
+use std::ops::{Index, IndexMut};
 
 /// Longest set name the kernel accepts.
 pub const MAX_SET_NAME: usize = 31;
@@ -33,8 +34,11 @@ pub enum SetKind {
 }
 
 impl SetKind {
+    /// Number of sets.
+    pub const COUNT: usize = 17;
+
     /// Every set, in upstream's table order.
-    pub const ALL: [SetKind; 17] = [
+    pub const ALL: [SetKind; SetKind::COUNT] = [
         SetKind::LoopBack,
         SetKind::ClusterIp,
         SetKind::ExternalIp,
@@ -53,11 +57,6 @@ impl SetKind {
         SetKind::HealthCheckNodePort,
         SetKind::IpvsIps,
     ];
-
-    /// Position in [`SetKind::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
 
     /// IPv4 (base) name.
     pub fn base_name(self) -> &'static str {
@@ -158,6 +157,51 @@ impl SetKind {
     }
 }
 
+// `ALL` lists every kind once, in declaration order: the last kind closes the count.
+const _: () = assert!(SetKind::IpvsIps as usize + 1 == SetKind::COUNT);
+
+/// One value per set kind, indexed by [`SetKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PerSet<T>([T; SetKind::COUNT]);
+
+impl<T> PerSet<T> {
+    /// The value of each kind from `f`.
+    pub fn from_fn(f: impl FnMut(SetKind) -> T) -> Self {
+        PerSet(SetKind::ALL.map(f))
+    }
+
+    /// The value of each kind mapped through `f`.
+    pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> PerSet<U> {
+        PerSet::from_fn(|k| f(&self[k]))
+    }
+}
+
+impl<T> IntoIterator for PerSet<T> {
+    type Item = (SetKind, T);
+    type IntoIter = std::iter::Zip<
+        std::array::IntoIter<SetKind, { SetKind::COUNT }>,
+        std::array::IntoIter<T, { SetKind::COUNT }>,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        SetKind::ALL.into_iter().zip(self.0)
+    }
+}
+
+impl<T> Index<SetKind> for PerSet<T> {
+    type Output = T;
+
+    fn index(&self, kind: SetKind) -> &T {
+        &self.0[kind as usize]
+    }
+}
+
+impl<T> IndexMut<SetKind> for PerSet<T> {
+    fn index_mut(&mut self, kind: SetKind) -> &mut T {
+        &mut self.0[kind as usize]
+    }
+}
+
 /// Kernel name of a set: IPv6 sets swap the `KUBE-` prefix for `KUBE-6-` and are cut to 31 characters.
 pub fn set_name(base: &str, family: IpFamily) -> String {
     match (family, base.strip_prefix("KUBE-")) {
@@ -218,7 +262,8 @@ mod tests {
         assert_eq!(set_name("KUBE-CLUSTER-IP", IpFamily::V4), "KUBE-CLUSTER-IP");
         for k in SetKind::ALL {
             assert!(k.name(IpFamily::V6).len() <= MAX_SET_NAME);
-            assert_eq!(SetKind::ALL[k.index()], k);
+            assert_eq!(SetKind::ALL[k as usize], k);
+            assert_eq!(PerSet::from_fn(|x| x)[k], k);
         }
     }
 

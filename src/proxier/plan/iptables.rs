@@ -2,7 +2,7 @@
 //! `createAndLinkKubeChain` + `writeIptablesRules`) and the jumps from built-in chains.
 
 use super::LocalDetector;
-use super::ipsets::SetKind;
+use super::ipsets::{PerSet, SetKind};
 use crate::cluster::model::{IpFamily, Protocol};
 use crate::proxier::desired::JumpRule;
 use std::fmt::Write;
@@ -229,10 +229,10 @@ const SET_RULES: [SetRule; 12] = [
 /// What the rules depend on.
 pub struct RulesInput<'a> {
     pub family: IpFamily,
-    /// Kernel set names, indexed by [`SetKind::index`].
-    pub set_names: &'a [String; 17],
-    /// Whether each set has members, indexed by [`SetKind::index`].
-    pub set_non_empty: [bool; 17],
+    /// Kernel set names.
+    pub set_names: &'a PerSet<String>,
+    /// Whether each set has members.
+    pub set_non_empty: PerSet<bool>,
     pub masquerade_all: bool,
     pub local_detector: &'a LocalDetector,
     /// Masquerade mark value (1 << bit).
@@ -244,10 +244,10 @@ pub struct RulesInput<'a> {
 
 impl RulesInput<'_> {
     fn name(&self, k: SetKind) -> &str {
-        &self.set_names[k.index()]
+        &self.set_names[k]
     }
     fn has(&self, k: SetKind) -> bool {
-        self.set_non_empty[k.index()]
+        self.set_non_empty[k]
     }
 }
 
@@ -281,21 +281,52 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
     let mut filter = String::with_capacity(4096);
     let mark = format!("{:#x}", inp.mark);
 
-    nat.push_str("*nat\n");
-    for c in NAT_CHAINS {
-        let _ = writeln!(nat, ":{c} - [0:0]");
-    }
-    filter.push_str("*filter\n");
-    for c in FILTER_CHAINS {
-        let _ = writeln!(filter, ":{c} - [0:0]");
-    }
-
+    declare("nat", &NAT_CHAINS, &mut nat);
+    declare("filter", &FILTER_CHAINS, &mut filter);
     let lo = match inp.family {
         IpFamily::V4 => "127.0.0.0/8",
         IpFamily::V6 => "::1/128",
     };
     let _ = writeln!(nat, "-A {KUBE_SERVICES} -s {lo} -j RETURN");
+    set_rules(inp, &mut nat, &mut filter);
+    cluster_ip_masquerade(inp, &mut nat);
+    external_ip_rules(inp, &mut nat);
 
+    let _ = writeln!(
+        nat,
+        "-A {KUBE_SERVICES} -m addrtype --dst-type LOCAL -j {KUBE_NODE_PORT}"
+    );
+    let _ = writeln!(nat, "-A {KUBE_LOAD_BALANCER} -j {KUBE_MARK_MASQ}");
+    let _ = writeln!(filter, "-A {KUBE_SOURCE_RANGES_FIREWALL} -j DROP");
+    out_filter_drops(inp.lb_no_node_access, &mut filter);
+    for kind in [SetKind::ClusterIp, SetKind::LoadBalancer] {
+        if inp.has(kind) {
+            let _ = writeln!(
+                nat,
+                "-A {KUBE_SERVICES} -m set --match-set {} dst,dst -j ACCEPT",
+                inp.name(kind)
+            );
+        }
+    }
+    filter_rules(inp, &mark, &mut filter);
+    masquerade_rules(&mark, inp.random_fully, &mut nat);
+
+    nat.push_str("COMMIT\n");
+    filter.push_str("COMMIT\n");
+    nat.push_str(&filter);
+    nat
+}
+
+/// `*table` and the declaration of each of our chains in it.
+fn declare(table: &str, chains: &[&str], out: &mut String) {
+    let _ = writeln!(out, "*{table}");
+    for c in chains {
+        let _ = writeln!(out, ":{c} - [0:0]");
+    }
+}
+
+/// The rules of [`SET_RULES`] whose set has members, each into its table.
+fn set_rules(inp: &RulesInput<'_>, nat: &mut String, filter: &mut String) {
     for SetRule {
         set: kind,
         table,
@@ -309,9 +340,9 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
             continue;
         }
         let out = if table == Table::Nat {
-            &mut nat
+            &mut *nat
         } else {
-            &mut filter
+            &mut *filter
         };
         let _ = write!(out, "-A {chain} ");
         if let Some(p) = proto {
@@ -324,33 +355,42 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
             inp.name(kind)
         );
     }
+}
 
-    if inp.has(SetKind::ClusterIp) {
-        let set = inp.name(SetKind::ClusterIp);
-        let comment = SetKind::ClusterIp.comment();
-        let detector = if inp.masquerade_all {
-            None
-        } else {
-            if_not_local(inp.local_detector, inp.family)
-        };
-        if inp.masquerade_all {
-            let _ = writeln!(
-                nat,
-                "-A {KUBE_SERVICES} -m comment --comment \"{comment}\" -m set --match-set {set} dst,dst -j {KUBE_MARK_MASQ}"
-            );
-        } else if let Some(not_local) = detector {
-            let _ = writeln!(
-                nat,
-                "-A {KUBE_SERVICES} {not_local} -m comment --comment \"{comment}\" -m set --match-set {set} dst,dst -j {KUBE_MARK_MASQ}"
-            );
-        } else {
-            let _ = writeln!(
-                nat,
-                "-A {KUBE_SERVICES} -m comment --comment \"{comment}\" -m set --match-set {set} src,dst -j {KUBE_MARK_MASQ}"
-            );
-        }
+/// The ClusterIP masquerade rule: every packet with masqueradeAll, else those from outside the local
+/// detector's range, else (no detector) by `src,dst` match.
+fn cluster_ip_masquerade(inp: &RulesInput<'_>, nat: &mut String) {
+    if !inp.has(SetKind::ClusterIp) {
+        return;
     }
+    let set = inp.name(SetKind::ClusterIp);
+    let comment = SetKind::ClusterIp.comment();
+    let detector = if inp.masquerade_all {
+        None
+    } else {
+        if_not_local(inp.local_detector, inp.family)
+    };
+    if inp.masquerade_all {
+        let _ = writeln!(
+            nat,
+            "-A {KUBE_SERVICES} -m comment --comment \"{comment}\" -m set --match-set {set} dst,dst -j {KUBE_MARK_MASQ}"
+        );
+    } else if let Some(not_local) = detector {
+        let _ = writeln!(
+            nat,
+            "-A {KUBE_SERVICES} {not_local} -m comment --comment \"{comment}\" -m set --match-set {set} dst,dst -j {KUBE_MARK_MASQ}"
+        );
+    } else {
+        let _ = writeln!(
+            nat,
+            "-A {KUBE_SERVICES} -m comment --comment \"{comment}\" -m set --match-set {set} src,dst -j {KUBE_MARK_MASQ}"
+        );
+    }
+}
 
+/// ExternalIP rules: masquerade (cluster policy only), then accept traffic not from a local bridge and
+/// traffic to a local address.
+fn external_ip_rules(inp: &RulesInput<'_>, nat: &mut String) {
     for (kind, masq) in [
         (SetKind::ExternalIp, true),
         (SetKind::ExternalIpLocal, false),
@@ -372,17 +412,14 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
         );
         let _ = writeln!(nat, "{prefix} -m addrtype --dst-type LOCAL -j ACCEPT");
     }
+}
 
-    let _ = writeln!(
-        nat,
-        "-A {KUBE_SERVICES} -m addrtype --dst-type LOCAL -j {KUBE_NODE_PORT}"
-    );
-    let _ = writeln!(nat, "-A {KUBE_LOAD_BALANCER} -j {KUBE_MARK_MASQ}");
-    let _ = writeln!(filter, "-A {KUBE_SOURCE_RANGES_FIREWALL} -j DROP");
-
-    // Upstream writes `-s <ip> -m ipvs --vaddr <ip> --vproto <name> --vport <port>`; the same rule is written
-    // here the way iptables-save prints it back (host prefix on -s, numeric protocol first).
-    for (ip, proto, port) in inp.lb_no_node_access {
+/// Drops of the node's own traffic to LB addresses whose source ranges exclude it.
+///
+/// Upstream writes `-s <ip> -m ipvs --vaddr <ip> --vproto <name> --vport <port>`; the same rule is
+/// written here the way iptables-save prints it back (host prefix on -s, numeric protocol first).
+fn out_filter_drops(lb_no_node_access: &[(IpAddr, Protocol, u16)], filter: &mut String) {
+    for (ip, proto, port) in lb_no_node_access {
         let host = if ip.is_ipv4() { 32 } else { 128 };
         let _ = writeln!(
             filter,
@@ -390,17 +427,10 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
             proto_number(*proto)
         );
     }
+}
 
-    for kind in [SetKind::ClusterIp, SetKind::LoadBalancer] {
-        if inp.has(kind) {
-            let _ = writeln!(
-                nat,
-                "-A {KUBE_SERVICES} -m set --match-set {} dst,dst -j ACCEPT",
-                inp.name(kind)
-            );
-        }
-    }
-
+/// Forwarding accepts, the health-check node port accept, and the IPVS access filter.
+fn filter_rules(inp: &RulesInput<'_>, mark: &str, filter: &mut String) {
     let _ = writeln!(
         filter,
         "-A {KUBE_FORWARD} -m comment --comment \"kubernetes forwarding rules\" -m mark --mark {mark}/{mark} -j ACCEPT"
@@ -437,7 +467,10 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
         "-A {KUBE_IPVS_FILTER} -m conntrack --ctstate NEW -m set --match-set {} dst -j REJECT --reject-with {reject}",
         inp.name(SetKind::IpvsIps)
     );
+}
 
+/// KUBE-POSTROUTING (masquerade marked packets, clearing the mark) and KUBE-MARK-MASQ.
+fn masquerade_rules(mark: &str, random_fully: bool, nat: &mut String) {
     let _ = writeln!(
         nat,
         "-A {KUBE_POSTROUTING} -m mark ! --mark {mark}/{mark} -j RETURN"
@@ -447,17 +480,12 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
         nat,
         "-A {KUBE_POSTROUTING} -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE"
     );
-    nat.push_str(if inp.random_fully {
+    nat.push_str(if random_fully {
         " --random-fully\n"
     } else {
         "\n"
     });
     let _ = writeln!(nat, "-A {KUBE_MARK_MASQ} -j MARK --or-mark {mark}");
-
-    nat.push_str("COMMIT\n");
-    filter.push_str("COMMIT\n");
-    nat.push_str(&filter);
-    nat
 }
 
 #[cfg(test)]
@@ -465,13 +493,13 @@ mod tests {
     use super::*;
     use ipnet::IpNet;
 
-    fn names(family: IpFamily) -> [String; 17] {
-        SetKind::ALL.map(|k| k.name(family))
+    fn names(family: IpFamily) -> PerSet<String> {
+        PerSet::from_fn(|k| k.name(family))
     }
 
-    fn input<'a>(names: &'a [String; 17], det: &'a LocalDetector) -> RulesInput<'a> {
-        let mut non_empty = [false; 17];
-        non_empty[SetKind::ClusterIp.index()] = true;
+    fn input<'a>(names: &'a PerSet<String>, det: &'a LocalDetector) -> RulesInput<'a> {
+        let mut non_empty = PerSet::default();
+        non_empty[SetKind::ClusterIp] = true;
         RulesInput {
             family: IpFamily::V4,
             set_names: names,

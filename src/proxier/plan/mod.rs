@@ -12,11 +12,11 @@ use crate::cluster::model::{
 };
 use crate::cluster::select::{Categorized, categorize};
 use crate::proxier::desired::{
-    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService,
+    DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, TrafficPolicy,
 };
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
-use ipsets::{SetKind, entry, ip_port, ip_port_ip, ip_port_net};
+use ipsets::{PerSet, SetKind, entry, ip_port, ip_port_ip, ip_port_net};
 use ipvs::{VsTemplate, destinations};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -52,6 +52,23 @@ pub struct PlanConfig {
     pub random_fully: bool,
 }
 
+impl PlanConfig {
+    /// The configuration for `family` with kube-proxy's defaults: the `rr` scheduler, masquerade bit 14, no
+    /// masqueradeAll, no local detector, no excluded ranges, and `--random-fully` (iptables >= 1.6.2). Set
+    /// the rest with struct update syntax (`PlanConfig { masquerade_all: true, ..PlanConfig::new(…) }`).
+    pub fn new(family: IpFamily) -> Self {
+        PlanConfig {
+            family,
+            scheduler: Scheduler::default(),
+            masquerade_all: false,
+            masquerade_bit: 14,
+            local_detector: LocalDetector::None,
+            exclude_cidrs: Vec::new(),
+            random_fully: true,
+        }
+    }
+}
+
 /// Facts about this node that the plan depends on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeFacts {
@@ -65,6 +82,20 @@ pub struct NodeFacts {
     /// All local addresses of the node except those on kube-ipvs0 (ExternalIPs/LB IPs already local
     /// are not bound to kube-ipvs0).
     pub local_addresses: Vec<IpAddr>,
+}
+
+impl NodeFacts {
+    /// Node `node_name` whose addresses (of both families: each plan takes its own) are its primary IPs,
+    /// its NodePort addresses and its only local addresses; no zone.
+    pub fn new(node_name: &str, ips: Vec<IpAddr>) -> Self {
+        NodeFacts {
+            node_name: node_name.to_string(),
+            zone: None,
+            node_ips: ips.clone(),
+            node_port_ips: ips.clone(),
+            local_addresses: ips,
+        }
+    }
 }
 
 pub use node_ports::node_port_ips;
@@ -118,7 +149,7 @@ struct Context {
 #[derive(Debug, Default, Clone)]
 struct Contribution {
     /// Members per set (duplicates allowed; `IpvsIps` is derived from `bound` at the end).
-    sets: [Vec<String>; 17],
+    sets: PerSet<Vec<String>>,
     /// Virtual servers; a later service port writing the same key wins, as upstream.
     virtual_servers: BTreeMap<crate::kernel::ipvs::IpvsServiceKey, Arc<DesiredVirtualServer>>,
     bound: BTreeSet<IpAddr>,
@@ -131,7 +162,7 @@ struct Contribution {
 
 impl Contribution {
     fn set(&mut self, kind: SetKind, e: String) {
-        self.sets[kind.index()].push(e);
+        self.sets[kind].push(e);
     }
 
     fn add_vs(&mut self, service: crate::kernel::ipvs::IpvsService, dests: ipvs::Destinations) {
@@ -173,152 +204,204 @@ impl Context {
 
     /// Adds what one service port programs to `acc`. The only place that decides per service port.
     fn service_port(&self, acc: &mut Contribution, svc: &ServicePort, eps: &[Endpoint]) {
-        let family = self.family;
-        let Some(cluster_ip) = svc.cluster_ip(family) else {
+        let Some(cluster_ip) = svc.cluster_ip(self.family) else {
             return;
         };
-        let proto = svc.protocol;
-        let port = svc.port;
-        let node_name = self.node_name.as_str();
-
-        if let Some(hc) = svc.health_check_node_port {
-            let e = acc
-                .health
-                .entry(svc.name.service())
-                .or_insert_with(|| (hc, BTreeSet::new()));
-            e.1.extend(
-                eps.iter()
-                    .filter(|ep| IpFamily::of(&ep.ip) == family && ep.ready)
-                    .filter(|ep| ep.is_local(node_name))
-                    .map(|ep| ep.ip),
-            );
-        }
-
-        // Hairpin: every local endpoint, whatever its condition.
-        for ep in eps {
-            if IpFamily::of(&ep.ip) == family && ep.is_local(node_name) {
-                acc.set(
-                    SetKind::LoopBack,
-                    entry(|s| ip_port_ip(s, ep.ip, proto, ep.port, ep.ip)),
-                );
-            }
-        }
-
-        let cat = categorize(eps, svc, family, node_name, self.zone.as_deref());
-        let tmpl = VsTemplate::new(svc, self.scheduler, family);
-        let etp_local = svc.external_policy_local();
-
-        acc.set(
-            SetKind::ClusterIp,
-            entry(|s| ip_port(s, cluster_ip, proto, port)),
-        );
-        let d = pick(&cat, svc, svc.internal_policy_local, &mut acc.no_local);
-        acc.add_vs(tmpl.at(cluster_ip, port), d);
-        acc.bound.insert(cluster_ip);
-
-        for ext in svc.external_ips_of(family) {
-            let kind = if etp_local {
-                SetKind::ExternalIpLocal
-            } else {
-                SetKind::ExternalIp
-            };
-            acc.set(kind, entry(|s| ip_port(s, ext, proto, port)));
-            let d = pick(&cat, svc, etp_local, &mut acc.no_local);
-            acc.add_vs(tmpl.at(ext, port), d);
-            if !self.local_addrs.contains(&ext) {
-                acc.bound.insert(ext);
-            }
-        }
-
-        for lb in svc.load_balancer_ips_of(family) {
-            let e = entry(|s| ip_port(s, lb, proto, port));
-            if etp_local {
-                acc.set(SetKind::LoadBalancerLocal, e.clone());
-            }
-            let ranges: Vec<IpNet> = svc
-                .load_balancer_source_ranges
-                .iter()
-                .copied()
-                .filter(|r| IpFamily::of_net(r) == family)
-                .collect();
-            if !ranges.is_empty() {
-                acc.set(SetKind::LoadBalancerFw, e.clone());
-                let mut allow_from_node = false;
-                for r in &ranges {
-                    acc.set(
-                        SetKind::LoadBalancerSourceCidr,
-                        entry(|s| ip_port_net(s, lb, proto, port, *r)),
-                    );
-                    if self.node_ip.is_some_and(|n| r.contains(&n)) {
-                        allow_from_node = true;
-                    }
-                }
-                if allow_from_node {
-                    acc.set(
-                        SetKind::LoadBalancerSourceIp,
-                        entry(|s| ip_port_ip(s, lb, proto, port, lb)),
-                    );
-                } else {
-                    acc.lb_no_node_access.push((lb, proto, port));
-                }
-            }
-            acc.set(SetKind::LoadBalancer, e);
-            let d = pick(&cat, svc, etp_local, &mut acc.no_local);
-            acc.add_vs(tmpl.at(lb, port), d);
-            if !self.local_addrs.contains(&lb) {
-                acc.bound.insert(lb);
-            }
-        }
-
+        self.health_endpoints(acc, svc, eps);
+        self.hairpin(acc, svc, eps);
+        let port = Port {
+            svc,
+            cat: categorize(eps, svc, self.family, &self.node_name, self.zone.as_deref()),
+            tmpl: VsTemplate::new(svc, self.scheduler, self.family),
+            etp_local: svc.external_policy_local(),
+        };
+        port.cluster_ip(acc, cluster_ip);
+        self.external_ips(acc, &port);
+        self.load_balancers(acc, &port);
         if let Some(node_port) = svc.node_port {
             if self.node_port_ips.is_empty() {
                 // Upstream skips the rest of this service port (its health-check entry included).
                 return;
             }
-            let (all, local) = match proto {
-                Protocol::Tcp => (SetKind::NodePortTcp, SetKind::NodePortLocalTcp),
-                Protocol::Udp => (SetKind::NodePortUdp, SetKind::NodePortLocalUdp),
-                Protocol::Sctp => (SetKind::NodePortSctp, SetKind::NodePortLocalSctp),
-            };
-            let entries: Vec<String> = if proto == Protocol::Sctp {
-                self.node_port_ips
-                    .iter()
-                    .map(|ip| entry(|s| ip_port(s, *ip, proto, node_port)))
-                    .collect()
-            } else {
-                vec![node_port.to_string()]
-            };
-            if etp_local {
-                for e in &entries {
-                    acc.set(local, e.clone());
-                }
-            }
-            for e in entries {
-                acc.set(all, e);
-            }
-            for ip in &self.node_port_ips {
-                let d = pick(&cat, svc, etp_local, &mut acc.no_local);
-                acc.add_vs(tmpl.at(*ip, node_port), d);
-            }
+            self.node_ports(acc, &port, node_port);
         }
-
         if let Some(hc) = svc.health_check_node_port {
             acc.set(SetKind::HealthCheckNodePort, hc.to_string());
         }
     }
+
+    /// Records the health-check node port and the ready local endpoints of an ETP=Local service.
+    fn health_endpoints(&self, acc: &mut Contribution, svc: &ServicePort, eps: &[Endpoint]) {
+        let Some(hc) = svc.health_check_node_port else {
+            return;
+        };
+        let e = acc
+            .health
+            .entry(svc.name.service())
+            .or_insert_with(|| (hc, BTreeSet::new()));
+        e.1.extend(
+            eps.iter()
+                .filter(|ep| IpFamily::of(&ep.ip) == self.family && ep.ready)
+                .filter(|ep| ep.is_local(&self.node_name))
+                .map(|ep| ep.ip),
+        );
+    }
+
+    /// Hairpin: every local endpoint, whatever its condition.
+    fn hairpin(&self, acc: &mut Contribution, svc: &ServicePort, eps: &[Endpoint]) {
+        for ep in eps {
+            if IpFamily::of(&ep.ip) == self.family && ep.is_local(&self.node_name) {
+                acc.set(
+                    SetKind::LoopBack,
+                    entry(|s| ip_port_ip(s, ep.ip, svc.protocol, ep.port, ep.ip)),
+                );
+            }
+        }
+    }
+
+    /// ExternalIPs of this family: their set, a virtual server each, bound unless already local.
+    fn external_ips(&self, acc: &mut Contribution, port: &Port<'_>) {
+        let svc = port.svc;
+        let kind = if port.etp_local {
+            SetKind::ExternalIpLocal
+        } else {
+            SetKind::ExternalIp
+        };
+        for ext in svc.external_ips_of(self.family) {
+            acc.set(kind, entry(|s| ip_port(s, ext, svc.protocol, svc.port)));
+            port.external_vs(acc, ext, svc.port);
+            if !self.local_addrs.contains(&ext) {
+                acc.bound.insert(ext);
+            }
+        }
+    }
+
+    /// LoadBalancer ingress IPs of this family, with their source-range sets and rules.
+    fn load_balancers(&self, acc: &mut Contribution, port: &Port<'_>) {
+        let svc = port.svc;
+        let ranges: Vec<IpNet> = svc
+            .load_balancer_source_ranges
+            .iter()
+            .copied()
+            .filter(|r| IpFamily::of_net(r) == self.family)
+            .collect();
+        for lb in svc.load_balancer_ips_of(self.family) {
+            let e = entry(|s| ip_port(s, lb, svc.protocol, svc.port));
+            if port.etp_local {
+                acc.set(SetKind::LoadBalancerLocal, e.clone());
+            }
+            if !ranges.is_empty() {
+                acc.set(SetKind::LoadBalancerFw, e.clone());
+                self.source_ranges(acc, svc, lb, &ranges);
+            }
+            acc.set(SetKind::LoadBalancer, e);
+            port.external_vs(acc, lb, svc.port);
+            if !self.local_addrs.contains(&lb) {
+                acc.bound.insert(lb);
+            }
+        }
+    }
+
+    /// Source ranges of one LB address: a set entry each, and either the node's own way in
+    /// (`LoadBalancerSourceIp`) when a range covers the node IP, or an OUT-FILTER drop.
+    fn source_ranges(
+        &self,
+        acc: &mut Contribution,
+        svc: &ServicePort,
+        lb: IpAddr,
+        ranges: &[IpNet],
+    ) {
+        let (proto, port) = (svc.protocol, svc.port);
+        let mut allow_from_node = false;
+        for r in ranges {
+            acc.set(
+                SetKind::LoadBalancerSourceCidr,
+                entry(|s| ip_port_net(s, lb, proto, port, *r)),
+            );
+            if self.node_ip.is_some_and(|n| r.contains(&n)) {
+                allow_from_node = true;
+            }
+        }
+        if allow_from_node {
+            acc.set(
+                SetKind::LoadBalancerSourceIp,
+                entry(|s| ip_port_ip(s, lb, proto, port, lb)),
+            );
+        } else {
+            acc.lb_no_node_access.push((lb, proto, port));
+        }
+    }
+
+    /// The node port on every NodePort address: bitmap ports (TCP/UDP) or `ip,sctp:port` entries.
+    fn node_ports(&self, acc: &mut Contribution, port: &Port<'_>, node_port: u16) {
+        let proto = port.svc.protocol;
+        let (all, local) = match proto {
+            Protocol::Tcp => (SetKind::NodePortTcp, SetKind::NodePortLocalTcp),
+            Protocol::Udp => (SetKind::NodePortUdp, SetKind::NodePortLocalUdp),
+            Protocol::Sctp => (SetKind::NodePortSctp, SetKind::NodePortLocalSctp),
+        };
+        let entries: Vec<String> = if proto == Protocol::Sctp {
+            self.node_port_ips
+                .iter()
+                .map(|ip| entry(|s| ip_port(s, *ip, proto, node_port)))
+                .collect()
+        } else {
+            vec![node_port.to_string()]
+        };
+        if port.etp_local {
+            for e in &entries {
+                acc.set(local, e.clone());
+            }
+        }
+        for e in entries {
+            acc.set(all, e);
+        }
+        for ip in &self.node_port_ips {
+            port.external_vs(acc, *ip, node_port);
+        }
+    }
 }
 
-/// Kernel names of this family's sets, indexed by [`SetKind::index`].
-fn set_names(family: IpFamily) -> [String; 17] {
-    SetKind::ALL.map(|k| k.name(family))
+/// One service port being planned: what all its virtual servers share.
+struct Port<'a> {
+    svc: &'a ServicePort,
+    cat: Categorized<'a>,
+    tmpl: VsTemplate<'a>,
+    /// Whether external traffic prefers node-local endpoints.
+    etp_local: bool,
+}
+
+impl Port<'_> {
+    /// The ClusterIP: its set entry, virtual server (internal traffic policy) and bound address.
+    fn cluster_ip(&self, acc: &mut Contribution, cluster_ip: IpAddr) {
+        let svc = self.svc;
+        acc.set(
+            SetKind::ClusterIp,
+            entry(|s| ip_port(s, cluster_ip, svc.protocol, svc.port)),
+        );
+        let d = pick(&self.cat, svc, svc.internal_policy_local, &mut acc.no_local);
+        acc.add_vs(self.tmpl.at(cluster_ip, svc.port), d);
+        acc.bound.insert(cluster_ip);
+    }
+
+    /// A virtual server reached from outside (external traffic policy) at `addr:port`.
+    fn external_vs(&self, acc: &mut Contribution, addr: IpAddr, port: u16) {
+        let d = pick(&self.cat, self.svc, self.etp_local, &mut acc.no_local);
+        acc.add_vs(self.tmpl.at(addr, port), d);
+    }
+}
+
+/// Kernel names of this family's sets.
+fn set_names(family: IpFamily) -> PerSet<String> {
+    PerSet::from_fn(|k| k.name(family))
 }
 
 /// The iptables payload: it depends only on the configuration, which sets have members and the LB
 /// addresses the node may not reach.
 fn rules_payload(
     cfg: &PlanConfig,
-    set_names: &[String; 17],
-    set_non_empty: [bool; 17],
+    set_names: &PerSet<String>,
+    set_non_empty: PerSet<bool>,
     lb_no_node_access: &[(IpAddr, Protocol, u16)],
 ) -> String {
     iptables::payload(&iptables::RulesInput {
@@ -343,11 +426,11 @@ fn health_check(service: ServiceName, hc: &(u16, BTreeSet<IpAddr>)) -> HealthChe
 }
 
 /// The no-local-endpoints metric values.
-fn no_local_counts(internal: usize, external: usize) -> BTreeMap<&'static str, u64> {
-    let mut m = BTreeMap::new();
-    m.insert("internal", internal as u64);
-    m.insert("external", external as u64);
-    m
+fn no_local_counts(internal: usize, external: usize) -> BTreeMap<TrafficPolicy, u64> {
+    BTreeMap::from([
+        (TrafficPolicy::Internal, internal as u64),
+        (TrafficPolicy::External, external as u64),
+    ])
 }
 
 /// Computes everything upstream's IPVS proxier programs for `cfg.family` from the service and endpoint
@@ -374,15 +457,15 @@ pub fn plan(
     }
 
     for ip in &b.bound {
-        b.sets[SetKind::IpvsIps.index()].push(ip.to_string());
+        b.sets[SetKind::IpvsIps].push(ip.to_string());
     }
 
     let set_names = set_names(family);
-    let set_non_empty: [bool; 17] = std::array::from_fn(|i| !b.sets[i].is_empty());
+    let set_non_empty = b.sets.map(|s| !s.is_empty());
     let iptables_payload = rules_payload(cfg, &set_names, set_non_empty, &b.lb_no_node_access);
 
     let mut ipsets = BTreeMap::new();
-    for (kind, entries) in SetKind::ALL.into_iter().zip(b.sets) {
+    for (kind, entries) in b.sets {
         let spec = kind.spec(family);
         let entries: BTreeSet<String> = entries.into_iter().collect();
         ipsets.insert(spec.name.clone(), DesiredIpSet { spec, entries });

@@ -1,10 +1,10 @@
 //! Service addresses bound to kube-ipvs0 (only that link is ever touched).
 
+use super::diff::{Scope, StepInput};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::IpFamily;
 use crate::kernel::link::DUMMY_DEVICE;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
-use std::net::IpAddr;
 use std::time::Instant;
 
 impl Reconciler {
@@ -39,7 +39,9 @@ impl Reconciler {
                 return;
             }
         }
+        report.add_shared_step(SyncStep::Addresses, start.elapsed());
         for f in families {
+            let start = Instant::now();
             let family = f.desired.family;
             let applied = self.applied.entry(family).or_default();
             if let Some(a) = &snap.addresses {
@@ -50,32 +52,19 @@ impl Reconciler {
                     .filter(|ip| IpFamily::of(ip) == family)
                     .collect();
             }
-            let want = &f.desired.bound_addresses;
-            let scope = match &snap.addresses {
-                Some(_) => None,
-                None => self.changes.get(&family).filter(|c| !c.full),
-            };
-            let (to_add, to_del): (Vec<IpAddr>, Vec<IpAddr>) = match scope {
-                // Event-driven with a delta: only the addresses it names.
-                Some(c) => (
-                    c.addresses_added
-                        .iter()
-                        .filter(|ip| want.contains(ip) && !applied.addresses.contains(ip))
-                        .copied()
-                        .collect(),
-                    c.addresses_removed
-                        .iter()
-                        .filter(|ip| !want.contains(ip) && applied.addresses.contains(ip))
-                        .copied()
-                        .collect(),
-                ),
-                None => (
-                    want.difference(&applied.addresses).copied().collect(),
-                    applied.addresses.difference(want).copied().collect(),
-                ),
-            };
-            for ip in to_add {
-                match k.links.add_address(DUMMY_DEVICE, ip) {
+            let scope = Scope::of(f.delta, |d| {
+                d.addresses_added.iter().chain(&d.addresses_removed)
+            });
+            let diff = StepInput {
+                desired: &f.desired.bound_addresses,
+                observed: &applied.addresses,
+                scope: &scope,
+            }
+            .diff(|_, _| true);
+            let (to_add, to_del) = (diff.add, diff.delete);
+            let added = k.links.add_addresses(DUMMY_DEVICE, &to_add);
+            for (ip, result) in to_add.into_iter().zip(added) {
+                match result {
                     Ok(_) => {
                         report.addresses.added += 1;
                         applied.addresses.insert(ip);
@@ -86,8 +75,9 @@ impl Reconciler {
                     }
                 }
             }
-            for ip in to_del {
-                match k.links.del_address(DUMMY_DEVICE, ip) {
+            let deleted = k.links.del_addresses(DUMMY_DEVICE, &to_del);
+            for (ip, result) in to_del.into_iter().zip(deleted) {
+                match result {
                     Ok(_) => {
                         report.addresses.deleted += 1;
                         applied.addresses.remove(&ip);
@@ -98,7 +88,7 @@ impl Reconciler {
                     }
                 }
             }
+            report.add_family_step(SyncStep::Addresses, family, start.elapsed());
         }
-        report.add_step(SyncStep::Addresses, start.elapsed());
     }
 }

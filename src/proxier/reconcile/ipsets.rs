@@ -1,191 +1,213 @@
 //! ipsets: create missing sets, then one `IpSets::apply` with every member change of every family.
 
-use super::{FamilyInput, Reconciler, Snapshot};
-use crate::kernel::ipset::IpSetOp;
+use super::diff::{Diff, Scope, StepInput};
+use super::{Backends, FamilyInput, Reconciler, Snapshot};
+use crate::cluster::model::IpFamily;
+use crate::kernel::ipset::{IpSetOp, IpSets};
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+type Members = BTreeMap<String, BTreeSet<String>>;
+
+/// What one family's sets hold once the member changes are applied.
+#[derive(Debug)]
+struct Expected {
+    family: IpFamily,
+    /// Sets compared in full whose members differ from what was applied: their new members.
+    replaced: Members,
+    /// Sets compared in a delta's scope: (set, added, deleted).
+    patches: Vec<(String, Vec<String>, Vec<String>)>,
+}
+
 impl Reconciler {
     pub(super) fn sync_ipsets(
         &mut self,
-        k: &mut super::Backends,
+        k: &mut Backends,
         families: &[FamilyInput<'_>],
         snap: &Snapshot,
         report: &mut SyncReport,
     ) {
         let start = Instant::now();
-        let empty = BTreeSet::new();
-        let mut ops = Vec::new();
-        // Per family, the member lists we expect once `ops` are applied.
-        // Event-driven syncs with a delta patch the applied members instead (set, adds, dels).
-        type Patch = (String, Vec<String>, Vec<String>);
-        type Expected = (
-            crate::cluster::model::IpFamily,
-            BTreeMap<String, BTreeSet<String>>,
-            Vec<Patch>,
-        );
-        let mut expected: Vec<Expected> = Vec::new();
+        let no_sets = Members::new();
+        let no_members = BTreeSet::new();
+        let set_diffs = self.set_diffs(families, snap, &no_sets);
         // Missing sets of every family are created together (one process with the real backend); should
-        // that fail, each set is tried on its own below so one bad set cannot block the others.
+        // that fail, each set is tried on its own so one bad set cannot block the others.
         let missing: Vec<_> = families
             .iter()
-            .flat_map(|f| {
-                let current = snap
-                    .ipsets
-                    .as_ref()
-                    .or_else(|| self.applied.get(&f.desired.family).map(|a| &a.ipsets));
-                f.desired
-                    .ipsets
-                    .iter()
-                    .filter(move |(name, _)| current.is_none_or(|c| !c.contains_key(*name)))
-                    .map(|(_, set)| set.spec.clone())
-            })
+            .zip(&set_diffs)
+            .flat_map(|(f, d)| d.add.iter().filter_map(|n| f.desired.ipsets.get(n)))
+            .map(|set| set.spec.clone())
             .collect();
         let created_together = !missing.is_empty() && k.ipsets.create_all(&missing).is_ok();
-        for f in families {
-            let applied = self.applied.entry(f.desired.family).or_default();
-            let scope = match snap.ipsets {
-                Some(_) => None,
-                None => self.changes.get(&f.desired.family).filter(|c| !c.full),
+        let mut ops = Vec::new();
+        let mut expected = Vec::new();
+        for (f, sets) in families.iter().zip(&set_diffs) {
+            let applied = self.applied.get(&f.desired.family).map(|a| &a.ipsets);
+            let current = snap.ipsets.as_ref().or(applied).unwrap_or(&no_sets);
+            let mut exp = Expected {
+                family: f.desired.family,
+                replaced: Members::new(),
+                patches: Vec::new(),
             };
-            let current = snap.ipsets.as_ref().unwrap_or(&applied.ipsets);
-            let mut next = BTreeMap::new();
-            let mut patches = Vec::new();
-            for (name, set) in &f.desired.ipsets {
-                let members = match current.get(name) {
-                    Some(m) => m,
-                    None => {
-                        let res = if created_together {
-                            Ok(())
-                        } else {
-                            k.ipsets.create(&set.spec)
-                        };
-                        if let Err(e) = res {
-                            tracing::warn!(set = %name, error = %e, "ipset create failed");
-                            report.fail(FailureKind::Ipset);
-                            continue;
-                        }
-                        report.ipsets_created += 1;
-                        &empty
+            for name in &sets.add {
+                if let Some(set) = f.desired.ipsets.get(name) {
+                    let res = match created_together {
+                        true => Ok(()),
+                        false => k.ipsets.create(&set.spec),
+                    };
+                    if let Err(e) = res {
+                        tracing::warn!(set = %name, error = %e, "ipset create failed");
+                        report.fail(FailureKind::Ipset);
+                        continue;
                     }
-                };
-                // A set just created gets all its members below, whatever the delta says.
-                if let Some(c) = scope.filter(|_| current.contains_key(name)) {
-                    let dels: Vec<String> = c
-                        .set_dels
-                        .get(name)
-                        .into_iter()
-                        .flatten()
-                        .filter(|e| members.contains(*e))
-                        .cloned()
-                        .collect();
-                    let adds: Vec<String> = c
-                        .set_adds
-                        .get(name)
-                        .into_iter()
-                        .flatten()
-                        .filter(|e| !members.contains(*e))
-                        .cloned()
-                        .collect();
-                    for e in &dels {
-                        ops.push(IpSetOp::Del {
-                            set: name.clone(),
-                            entry: e.clone(),
-                        });
-                    }
-                    for e in &adds {
-                        ops.push(IpSetOp::Add {
-                            set: name.clone(),
-                            entry: e.clone(),
-                        });
-                    }
-                    if !adds.is_empty() || !dels.is_empty() {
-                        patches.push((name.clone(), adds, dels));
-                    }
-                    continue;
-                }
-                // Deletions first: should a planned entry ever differ in text from the kernel's form of the
-                // same member, the member ends up present (deleted, then re-added), never missing.
-                for e in members.difference(&set.entries) {
-                    ops.push(IpSetOp::Del {
-                        set: name.clone(),
-                        entry: e.clone(),
-                    });
-                }
-                for e in set.entries.difference(members) {
-                    ops.push(IpSetOp::Add {
-                        set: name.clone(),
-                        entry: e.clone(),
-                    });
-                }
-                if applied.ipsets.get(name) != Some(&set.entries) {
-                    next.insert(name.clone(), set.entries.clone());
+                    report.ipsets_created += 1;
+                    // A set just created gets all its members, whatever the delta says.
+                    member_ops(
+                        f,
+                        name,
+                        &no_members,
+                        &Scope::All,
+                        applied,
+                        &mut ops,
+                        &mut exp,
+                    );
                 }
             }
-            expected.push((f.desired.family, next, patches));
+            for name in &sets.keep {
+                let scope = Scope::of(f.delta, |d| {
+                    let adds = d.set_adds.get(name).into_iter().flatten();
+                    adds.chain(d.set_dels.get(name).into_iter().flatten())
+                });
+                let members = current.get(name).unwrap_or(&no_members);
+                member_ops(f, name, members, &scope, applied, &mut ops, &mut exp);
+            }
+            expected.push(exp);
         }
-        let ok = if ops.is_empty() {
-            true
-        } else {
-            match k.ipsets.apply(&ops) {
-                Ok(r) => {
-                    for op in &ops {
-                        match op {
-                            IpSetOp::Add { .. } => report.ipset_entries.added += 1,
-                            IpSetOp::Del { .. } => report.ipset_entries.deleted += 1,
-                        }
-                    }
-                    report.ipset_entries.added -= r
-                        .rejected
-                        .iter()
-                        .filter(|(op, _)| matches!(op, IpSetOp::Add { .. }))
-                        .count();
-                    report.ipset_entries.deleted -= r
-                        .rejected
-                        .iter()
-                        .filter(|(op, _)| matches!(op, IpSetOp::Del { .. }))
-                        .count();
-                    for (op, why) in &r.rejected {
-                        tracing::warn!(?op, reason = %why, "ipset entry rejected");
-                    }
-                    // Invalid entries stay invalid: counted, not retried before the next full sync.
-                    *report
-                        .failures
-                        .entry(FailureKind::IpsetRejected)
-                        .or_default() += r.rejected.len();
-                    true
+        let ok = apply_ops(k.ipsets.as_mut(), &ops, report);
+        self.record_ipsets(families, expected, ok);
+        report.add_shared_step(SyncStep::Ipsets, start.elapsed());
+    }
+
+    /// Per family, the sets to create (`add`) and to look into (`keep`): observed = the dump on full
+    /// syncs, else what was applied.
+    fn set_diffs(
+        &self,
+        families: &[FamilyInput<'_>],
+        snap: &Snapshot,
+        no_sets: &Members,
+    ) -> Vec<Diff<String>> {
+        families
+            .iter()
+            .map(|f| {
+                let applied = self.applied.get(&f.desired.family).map(|a| &a.ipsets);
+                StepInput {
+                    desired: &f.desired.ipsets,
+                    observed: snap.ipsets.as_ref().or(applied).unwrap_or(no_sets),
+                    scope: &Scope::All,
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, ops = ops.len(), "ipset apply failed");
-                    report.fail(FailureKind::Ipset);
-                    false
-                }
-            }
-        };
-        for (family, sets, patches) in expected {
-            let applied = self.applied.entry(family).or_default();
-            if ok {
-                // `sets` holds only the sets whose members changed; drop sets no longer planned.
-                let planned: BTreeSet<&String> = families
-                    .iter()
-                    .filter(|f| f.desired.family == family)
-                    .flat_map(|f| f.desired.ipsets.keys())
-                    .collect();
-                applied.ipsets.retain(|name, _| planned.contains(name));
-                applied.ipsets.extend(sets);
-                for (name, adds, dels) in patches {
-                    let members = applied.ipsets.entry(name).or_default();
-                    for e in &dels {
-                        members.remove(e);
-                    }
-                    members.extend(adds);
-                }
-            } else {
+                .diff(|_, _| true)
+            })
+            .collect()
+    }
+
+    /// Records what the sets hold after the member changes (or forgets them when the apply failed).
+    fn record_ipsets(&mut self, families: &[FamilyInput<'_>], expected: Vec<Expected>, ok: bool) {
+        for exp in expected {
+            let applied = self.applied.entry(exp.family).or_default();
+            if !ok {
                 // Unknown kernel contents: forget them, so the next (full) sync compares with a dump.
                 applied.ipsets.clear();
+                continue;
+            }
+            // `replaced` holds only the sets whose members changed; drop sets no longer planned.
+            let planned: BTreeSet<&String> = families
+                .iter()
+                .filter(|f| f.desired.family == exp.family)
+                .flat_map(|f| f.desired.ipsets.keys())
+                .collect();
+            applied.ipsets.retain(|name, _| planned.contains(name));
+            applied.ipsets.extend(exp.replaced);
+            for (name, adds, dels) in exp.patches {
+                let members = applied.ipsets.entry(name).or_default();
+                for e in &dels {
+                    members.remove(e);
+                }
+                members.extend(adds);
             }
         }
-        report.add_step(SyncStep::Ipsets, start.elapsed());
+    }
+}
+
+/// The member diff of one set turned into ops (deletions first: should a planned entry ever differ in
+/// text from the kernel's form of the same member, the member ends up present, never missing), and
+/// what the set holds afterwards.
+fn member_ops(
+    f: &FamilyInput<'_>,
+    name: &str,
+    members: &BTreeSet<String>,
+    scope: &Scope<String>,
+    applied: Option<&Members>,
+    ops: &mut Vec<IpSetOp>,
+    exp: &mut Expected,
+) {
+    let Some(set) = f.desired.ipsets.get(name) else {
+        return;
+    };
+    let diff = StepInput {
+        desired: &set.entries,
+        observed: members,
+        scope,
+    }
+    .diff(|_, _| true);
+    for e in &diff.delete {
+        ops.push(IpSetOp::Del {
+            set: name.to_string(),
+            entry: e.clone(),
+        });
+    }
+    for e in &diff.add {
+        ops.push(IpSetOp::Add {
+            set: name.to_string(),
+            entry: e.clone(),
+        });
+    }
+    if scope.is_all() {
+        if applied.and_then(|a| a.get(name)) != Some(&set.entries) {
+            exp.replaced.insert(name.to_string(), set.entries.clone());
+        }
+    } else if !diff.is_empty() {
+        exp.patches.push((name.to_string(), diff.add, diff.delete));
+    }
+}
+
+/// Applies every member change in one call and counts the results; false if the call failed.
+fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) -> bool {
+    if ops.is_empty() {
+        return true;
+    }
+    match ipsets.apply(ops) {
+        Ok(r) => {
+            let is_add = |op: &IpSetOp| matches!(op, IpSetOp::Add { .. });
+            let adds = ops.iter().filter(|op| is_add(op)).count();
+            let rejected_adds = r.rejected.iter().filter(|(op, _)| is_add(op)).count();
+            report.ipset_entries.added += adds - rejected_adds;
+            report.ipset_entries.deleted += (ops.len() - adds) - (r.rejected.len() - rejected_adds);
+            for (op, why) in &r.rejected {
+                tracing::warn!(?op, reason = %why, "ipset entry rejected");
+            }
+            // Invalid entries stay invalid: counted, not retried before the next full sync.
+            *report
+                .failures
+                .entry(FailureKind::IpsetRejected)
+                .or_default() += r.rejected.len();
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, ops = ops.len(), "ipset apply failed");
+            report.fail(FailureKind::Ipset);
+            false
+        }
     }
 }

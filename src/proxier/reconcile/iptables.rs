@@ -25,6 +25,7 @@ impl Reconciler {
     ) -> bool {
         let start = Instant::now();
         let family = f.desired.family;
+        let restore_failures = report.failures_of(FailureKind::IptablesRestore);
         let applied = self.applied.entry(family).or_default();
         let payload = &f.desired.iptables_payload;
         let changed = applied.iptables_payload.as_deref() != Some(payload.as_str());
@@ -80,7 +81,9 @@ impl Reconciler {
             }
         }
         let serve = applied.iptables_payload.is_some();
-        report.add_step(SyncStep::Iptables, start.elapsed());
+        report.family_mut(family).iptables_restore_failures +=
+            report.failures_of(FailureKind::IptablesRestore) - restore_failures;
+        report.add_family_step(SyncStep::Iptables, family, start.elapsed());
         serve
     }
 }

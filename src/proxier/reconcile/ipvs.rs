@@ -1,6 +1,7 @@
 //! IPVS virtual servers and real servers, written in batches (`Ipvs::apply`: several changes per netlink
 //! datagram): service adds/updates, then every real-server change, then service deletions.
 
+use super::diff::{Change, Diff, Scope, StepInput};
 use super::ownership::{Ownership, excluded};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::{IpFamily, Protocol};
@@ -85,6 +86,16 @@ struct PlannedDest {
     dest: IpvsDestination,
 }
 
+/// A virtual server whose attributes are in place, ready for its real servers.
+struct Ready<'a> {
+    key: IpvsServiceKey,
+    dvs: &'a SharedVs,
+    /// The kernel had it before this sync (else it has no real servers yet).
+    exists: bool,
+    /// Its real servers must be read from the kernel (full sync, or it existed unknown to us).
+    dump: bool,
+}
+
 impl Reconciler {
     pub(super) fn sync_ipvs(
         &mut self,
@@ -93,15 +104,17 @@ impl Reconciler {
         snap: &Snapshot,
         report: &mut SyncReport,
     ) -> UdpChanges {
-        let start = Instant::now();
         let mut udp = UdpChanges::default();
         for f in families {
+            let start = Instant::now();
             self.sync_ipvs_family(k, f, snap, report, &mut udp);
+            report.add_family_step(SyncStep::Ipvs, f.desired.family, start.elapsed());
         }
-        report.add_step(SyncStep::Ipvs, start.elapsed());
         udp
     }
 
+    /// One family: the virtual-server diff (kernel dump or applied state, in the delta's scope) turned
+    /// into service writes, then real-server writes, then deletions of ours that left the plan.
     fn sync_ipvs_family(
         &mut self,
         k: &mut Backends,
@@ -111,139 +124,90 @@ impl Reconciler {
         udp: &mut UdpChanges,
     ) {
         let family = f.desired.family;
-        let mut applied = self.applied.remove(&family).unwrap_or_default();
-        let kernel: Option<BTreeMap<IpvsServiceKey, &IpvsService>> =
-            snap.services.as_ref().map(|all| {
-                all.iter()
-                    .filter(|s| IpFamily::of(&s.key.addr) == family)
-                    .map(|s| (s.key, s))
-                    .collect()
-            });
-        let full = kernel.is_some();
-        // Event-driven with a delta: only the virtual servers it names (added/changed, removed).
-        let scope: Option<(Vec<IpvsServiceKey>, Vec<IpvsServiceKey>)> = if full {
-            None
-        } else {
-            self.scope(family).map(|c| {
-                (
-                    c.vs_added
-                        .keys()
-                        .chain(c.vs_changed.keys())
-                        .copied()
-                        .collect(),
-                    c.vs_removed.iter().copied().collect(),
-                )
-            })
-        };
-        let wanted: Vec<(&IpvsServiceKey, &SharedVs)> = match &scope {
-            Some((upserts, _)) => upserts
-                .iter()
-                .filter_map(|k| f.desired.virtual_servers.get_key_value(k))
-                .collect(),
-            None => f.desired.virtual_servers.iter().collect(),
-        };
         // `applied.virtual_servers` is updated in place: unchanged virtual servers cost no copy.
-        let mut failed_deletes: BTreeSet<IpvsServiceKey> = BTreeSet::new();
-
-        // 1. Virtual servers: add the missing, update the changed.
-        let mut ops = Vec::new();
-        // (key, exists in the kernel, kernel contents unknown, index of its op)
-        let mut todo: Vec<(&IpvsServiceKey, &SharedVs, bool, bool, Option<usize>)> = Vec::new();
-        for (key, dvs) in wanted {
-            let current = match &kernel {
-                Some(kmap) => kmap.get(key).copied(),
-                None => applied.virtual_servers.get(key).map(|p| &p.service),
-            };
-            match current {
-                None => {
-                    todo.push((key, dvs, false, false, Some(ops.len())));
-                    ops.push(IpvsOp::AddService(dvs.service.clone()));
-                }
-                Some(c) if !same_service(c, &dvs.service) => {
-                    todo.push((key, dvs, true, full, Some(ops.len())));
-                    ops.push(IpvsOp::UpdateService(dvs.service.clone()));
-                }
-                Some(_) => todo.push((key, dvs, true, full, None)),
+        let mut applied = self.applied.remove(&family).unwrap_or_default();
+        let kernel = kernel_services(snap, family);
+        let scope = Scope::of(f.delta, |d| {
+            d.vs_added
+                .keys()
+                .chain(d.vs_changed.keys())
+                .chain(d.vs_removed.iter())
+        });
+        let desired = &f.desired.virtual_servers;
+        let diff = match &kernel {
+            Some(kmap) => StepInput {
+                desired,
+                observed: kmap,
+                scope: &scope,
             }
-        }
-        let mut results = run_batch(k.ipvs.as_mut(), &ops);
-        let mut ready: Vec<(IpvsServiceKey, &SharedVs, bool, bool)> = Vec::new();
-        for (&key, dvs, mut exists, mut dump, op) in todo {
-            let Some(i) = op else {
-                ready.push((key, dvs, exists, dump));
-                continue;
-            };
-            let res = std::mem::replace(&mut results[i], Ok(()));
-            match (&ops[i], res) {
-                (IpvsOp::AddService(_), Ok(())) => report.ipvs_services.added += 1,
-                (IpvsOp::UpdateService(_), Ok(())) => report.ipvs_services.updated += 1,
-                (IpvsOp::AddService(_), Err(KernelError::Exists(_))) => {
-                    // The kernel has it although we did not know: converge and read it back.
-                    if let Err(e) = k.ipvs.update_service(&dvs.service) {
-                        tracing::warn!(service = %key, error = %e, "IPVS update failed");
-                        report.fail(FailureKind::IpvsService);
-                        continue;
-                    }
-                    report.ipvs_services.updated += 1;
-                    exists = true;
-                    dump = true;
-                }
-                (op, Err(e)) => {
-                    tracing::warn!(%op, error = %e, "IPVS service write failed");
-                    // What we applied before (if anything) stays recorded: the retry compares with it.
-                    report.fail(FailureKind::IpvsService);
-                    continue;
-                }
-                (_, Ok(())) => {}
+            .diff(|want, have| same_service(have, &want.service)),
+            None => StepInput {
+                desired,
+                observed: &applied.virtual_servers,
+                scope: &scope,
             }
-            ready.push((key, dvs, exists, dump));
-        }
+            .diff(|want, have| same_service(&have.service, &want.service)),
+        };
+        let ready = write_services(k.ipvs.as_mut(), desired, &diff, kernel.is_some(), report);
+        self.sync_destinations(k, ready, &mut applied, report, udp);
+        // Virtual servers that left the plan: only ours, never excluded ones.
+        let exclude = &f.config.exclude_cidrs;
+        let deletes: Vec<IpvsServiceKey> = match &kernel {
+            Some(_) => {
+                let own = self.ownership(f, snap, &applied);
+                diff.delete
+                    .into_iter()
+                    .filter(|key| own.owns(key, exclude))
+                    .collect()
+            }
+            None => diff
+                .delete
+                .into_iter()
+                .filter(|key| !excluded(&key.addr, exclude))
+                .collect(),
+        };
+        let failed = self.delete_services(k, &deletes, report, udp);
+        // Keep what is planned (as applied) and what we failed to delete (so it is retried).
+        scope.forget_removed(&mut applied.virtual_servers, desired, &failed);
+        applied.node_port_ips = f.node_port_ips.iter().copied().collect();
+        self.applied.insert(family, applied);
+    }
 
-        // 2. Real servers: current lists (none for new services, dumps where needed, else memory), then
-        //    every change of every virtual server in one batch.
+    /// Real servers of the virtual servers in place: current lists (none for new services, dumps where
+    /// needed, else memory), then every change in bounded batches.
+    fn sync_destinations(
+        &mut self,
+        k: &mut Backends,
+        ready: Vec<Ready<'_>>,
+        applied: &mut super::Applied,
+        report: &mut SyncReport,
+        udp: &mut UdpChanges,
+    ) {
         let mut planned: Vec<PlannedDest> = Vec::new();
-        for (key, dvs, exists, dump) in ready {
-            let prev = applied.virtual_servers.get(&key);
+        for r in ready {
+            let prev = applied.virtual_servers.get(&r.key);
             // Same value as applied: keep sharing the plan's `Arc` (it may be a fresh copy).
-            let unchanged = prev.is_some_and(|p| Arc::ptr_eq(p, dvs));
-            let current: Vec<IpvsDestination> = if !exists {
-                Vec::new()
-            } else {
-                let prev_dests = prev.map(|p| &p.destinations);
-                if !dump && prev_dests == Some(&dvs.destinations) {
+            let unchanged = prev.is_some_and(|p| Arc::ptr_eq(p, r.dvs));
+            let current = match current_destinations(k.ipvs.as_mut(), &r, prev, report) {
+                Ok(Some(c)) => c,
+                Ok(None) => {
                     if !unchanged {
-                        applied.virtual_servers.insert(key, dvs.clone());
+                        applied.virtual_servers.insert(r.key, r.dvs.clone());
                     }
                     continue;
                 }
-                let losing_tcp = key.protocol == Protocol::Tcp
-                    && prev_dests
-                        .is_none_or(|pd| pd.keys().any(|d| !dvs.destinations.contains_key(d)));
-                if dump || losing_tcp {
-                    match k.ipvs.destinations(&key) {
-                        Ok(d) => d,
-                        Err(e) => {
-                            tracing::warn!(service = %key, error = %e, "IPVS destination dump failed");
-                            report.fail(FailureKind::KernelDump);
-                            continue;
-                        }
-                    }
-                } else {
-                    prev_dests
-                        .map(|pd| pd.values().cloned().collect())
-                        .unwrap_or_default()
-                }
+                Err(()) => continue,
             };
             plan_destinations(
                 &mut self.graceful,
-                &key,
-                dvs,
+                &r.key,
+                r.dvs,
                 &current,
                 &mut planned,
                 report,
             );
             if !unchanged {
-                applied.virtual_servers.insert(key, dvs.clone());
+                applied.virtual_servers.insert(r.key, r.dvs.clone());
             }
             if planned.len() >= DEST_BATCH {
                 // Bounded batches: a first sync of many virtual servers never holds every change at once.
@@ -266,39 +230,20 @@ impl Reconciler {
             report,
             udp,
         );
+    }
 
-        // 3. Virtual servers that left the plan: only ours, never excluded ones.
-        let candidates: Vec<IpvsServiceKey> = match &kernel {
-            Some(kmap) => {
-                let own = self.ownership(f, snap, &applied);
-                kmap.keys()
-                    .filter(|key| !f.desired.virtual_servers.contains_key(key))
-                    .filter(|key| own.owns(key, &f.config.exclude_cidrs))
-                    .copied()
-                    .collect()
-            }
-            None if scope.is_some() => scope
-                .iter()
-                .flat_map(|(_, removed)| removed)
-                .filter(|key| applied.virtual_servers.contains_key(key))
-                .filter(|key| !f.desired.virtual_servers.contains_key(key))
-                .filter(|key| !excluded(&key.addr, &f.config.exclude_cidrs))
-                .copied()
-                .collect(),
-            None => applied
-                .virtual_servers
-                .keys()
-                .filter(|key| !f.desired.virtual_servers.contains_key(key))
-                .filter(|key| !excluded(&key.addr, &f.config.exclude_cidrs))
-                .copied()
-                .collect(),
-        };
-        let ops: Vec<IpvsOp> = candidates
-            .iter()
-            .map(|k| IpvsOp::DeleteService(*k))
-            .collect();
+    /// Deletes virtual servers in one batch; returns those whose deletion failed.
+    fn delete_services(
+        &mut self,
+        k: &mut Backends,
+        keys: &[IpvsServiceKey],
+        report: &mut SyncReport,
+        udp: &mut UdpChanges,
+    ) -> BTreeSet<IpvsServiceKey> {
+        let ops: Vec<IpvsOp> = keys.iter().map(|k| IpvsOp::DeleteService(*k)).collect();
         let results = run_batch(k.ipvs.as_mut(), &ops);
-        for (key, res) in candidates.into_iter().zip(results) {
+        let mut failed = BTreeSet::new();
+        for (&key, res) in keys.iter().zip(results) {
             match res {
                 Ok(()) | Err(KernelError::NotFound(_)) => {
                     report.ipvs_services.deleted += 1;
@@ -310,28 +255,11 @@ impl Reconciler {
                 Err(e) => {
                     tracing::warn!(service = %key, error = %e, "IPVS delete failed");
                     report.fail(FailureKind::IpvsService);
-                    failed_deletes.insert(key);
+                    failed.insert(key);
                 }
             }
         }
-
-        // Keep what is planned (as applied) and what we failed to delete (so it is retried).
-        match &scope {
-            // Only removed virtual servers can have left the plan.
-            Some((_, removed)) => {
-                for key in removed {
-                    if !f.desired.virtual_servers.contains_key(key) && !failed_deletes.contains(key)
-                    {
-                        applied.virtual_servers.remove(key);
-                    }
-                }
-            }
-            None => applied.virtual_servers.retain(|key, _| {
-                f.desired.virtual_servers.contains_key(key) || failed_deletes.contains(key)
-            }),
-        }
-        applied.node_port_ips = f.node_port_ips.iter().copied().collect();
-        self.applied.insert(family, applied);
+        failed
     }
 
     /// Evidence of ownership for a full sync: the kernel as dumped before this sync wrote anything, the
@@ -361,6 +289,118 @@ impl Reconciler {
         own.applied.extend(applied.virtual_servers.keys().copied());
         own
     }
+}
+
+/// The family's virtual servers in the full sync's dump (None: not dumped, or the dump failed).
+fn kernel_services(
+    snap: &Snapshot,
+    family: IpFamily,
+) -> Option<BTreeMap<IpvsServiceKey, &IpvsService>> {
+    snap.services.as_ref().map(|all| {
+        all.iter()
+            .filter(|s| IpFamily::of(&s.key.addr) == family)
+            .map(|s| (s.key, s))
+            .collect()
+    })
+}
+
+/// Adds and updates the diff's virtual servers in one batch (an add the kernel already has converges
+/// to an update) and returns every desired virtual server in scope that is now in place.
+fn write_services<'a>(
+    ipvs: &mut dyn Ipvs,
+    desired: &'a BTreeMap<IpvsServiceKey, SharedVs>,
+    diff: &Diff<IpvsServiceKey>,
+    dumped: bool,
+    report: &mut SyncReport,
+) -> Vec<Ready<'a>> {
+    let mut ops = Vec::new();
+    let mut todo: Vec<(Ready<'a>, Option<usize>)> = Vec::new();
+    for (key, change) in diff.desired_in_order() {
+        let Some(dvs) = desired.get(key) else {
+            continue;
+        };
+        let (exists, op) = match change {
+            Change::Add => (false, Some(IpvsOp::AddService(dvs.service.clone()))),
+            Change::Update => (true, Some(IpvsOp::UpdateService(dvs.service.clone()))),
+            Change::Keep => (true, None),
+        };
+        let ready = Ready {
+            key: *key,
+            dvs,
+            exists,
+            dump: exists && dumped,
+        };
+        todo.push((ready, op.is_some().then_some(ops.len())));
+        ops.extend(op);
+    }
+    let mut results = run_batch(ipvs, &ops);
+    let mut out = Vec::with_capacity(todo.len());
+    for (mut ready, op) in todo {
+        let Some(i) = op else {
+            out.push(ready);
+            continue;
+        };
+        let res = std::mem::replace(&mut results[i], Ok(()));
+        match (&ops[i], res) {
+            (IpvsOp::AddService(_), Ok(())) => report.ipvs_services.added += 1,
+            (IpvsOp::UpdateService(_), Ok(())) => report.ipvs_services.updated += 1,
+            (IpvsOp::AddService(_), Err(KernelError::Exists(_))) => {
+                // The kernel has it although we did not know: converge and read it back.
+                if let Err(e) = ipvs.update_service(&ready.dvs.service) {
+                    tracing::warn!(service = %ready.key, error = %e, "IPVS update failed");
+                    report.fail(FailureKind::IpvsService);
+                    continue;
+                }
+                report.ipvs_services.updated += 1;
+                ready.exists = true;
+                ready.dump = true;
+            }
+            (op, Err(e)) => {
+                tracing::warn!(%op, error = %e, "IPVS service write failed");
+                // What we applied before (if anything) stays recorded: the retry compares with it.
+                report.fail(FailureKind::IpvsService);
+                continue;
+            }
+            (_, Ok(())) => {}
+        }
+        out.push(ready);
+    }
+    out
+}
+
+/// The real servers a virtual server in place has now: none when new, a kernel read when dumping or
+/// when a TCP virtual server loses real servers (graceful termination needs their connection counts),
+/// else as applied. `Ok(None)`: as applied and already as desired; `Err`: the read failed (counted).
+fn current_destinations(
+    ipvs: &mut dyn Ipvs,
+    r: &Ready<'_>,
+    prev: Option<&SharedVs>,
+    report: &mut SyncReport,
+) -> Result<Option<Vec<IpvsDestination>>, ()> {
+    if !r.exists {
+        return Ok(Some(Vec::new()));
+    }
+    let prev_dests = prev.map(|p| &p.destinations);
+    if !r.dump && prev_dests == Some(&r.dvs.destinations) {
+        return Ok(None);
+    }
+    let losing_tcp = r.key.protocol == Protocol::Tcp
+        && prev_dests.is_none_or(|pd| pd.keys().any(|d| !r.dvs.destinations.contains_key(d)));
+    if r.dump || losing_tcp {
+        return match ipvs.destinations(&r.key) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) => {
+                tracing::warn!(service = %r.key, error = %e, "IPVS destination dump failed");
+                report.fail(FailureKind::KernelDump);
+                Err(())
+            }
+        };
+    }
+    Ok(Some(
+        prev_dests
+            .map(|pd| pd.values().cloned().collect())
+            .unwrap_or_default(),
+    ))
 }
 
 /// Real-server changes applied per batch (a batch is split into netlink datagrams by the backend).
@@ -442,7 +482,8 @@ fn apply_dest_changes(
     }
 }
 
-/// Plans the real-server changes of one virtual server from its current list.
+/// Plans the real-server changes of one virtual server from its current list (the shared diff over
+/// real servers; the ones leaving go through graceful termination).
 fn plan_destinations(
     graceful: &mut GracefulTermination,
     key: &IpvsServiceKey,
@@ -453,23 +494,34 @@ fn plan_destinations(
 ) {
     let cur: BTreeMap<DestKey, &IpvsDestination> =
         current.iter().map(|d| ((d.addr, d.port), d)).collect();
-    for (dk, want) in &dvs.destinations {
+    let diff = StepInput {
+        desired: &dvs.destinations,
+        observed: &cur,
+        scope: &Scope::All,
+    }
+    .diff(|want, have| same_dest(have, want));
+    for (dk, change) in diff.desired_in_order() {
         if graceful.dequeue(key, dk.0, dk.1) {
             report.graceful_restored += 1;
         }
-        let change = match cur.get(dk) {
-            None => DestChange::Add,
-            Some(c) if !same_dest(c, want) => DestChange::Update,
-            Some(_) => continue,
+        let change = match change {
+            Change::Add => DestChange::Add,
+            Change::Update => DestChange::Update,
+            Change::Keep => continue,
         };
-        planned.push(PlannedDest {
-            vs: *key,
-            change,
-            dest: want.clone(),
-        });
+        if let Some(want) = dvs.destinations.get(dk) {
+            planned.push(PlannedDest {
+                vs: *key,
+                change,
+                dest: want.clone(),
+            });
+        }
     }
-    for (dk, c) in &cur {
-        if dvs.destinations.contains_key(dk) || graceful.contains(key, dk.0, dk.1) {
+    for dk in &diff.delete {
+        let Some(c) = cur.get(dk) else {
+            continue;
+        };
+        if graceful.contains(key, dk.0, dk.1) {
             continue;
         }
         let change = match GracefulTermination::decide(key, c) {

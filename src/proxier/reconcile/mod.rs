@@ -4,13 +4,18 @@
 //! jumps, then IPVS virtual/real servers, then kube-ipvs0 addresses, then UDP conntrack cleanup. A family
 //! whose payload never restored successfully gets no IPVS services (a VIP never serves without its SNAT rule).
 //!
-//! An event-driven sync diffs the desired state against what this reconciler last applied and does not dump
-//! the kernel (except destination dumps of TCP virtual servers losing real servers, for graceful
-//! termination). A full sync dumps the kernel once per object kind and repairs drift. Only objects that are
-//! ours are ever deleted (see [`ownership`]).
+//! Every keyed step (IPVS virtual and real servers, ipset members, addresses) has one input — the desired
+//! state, the observed state and a scope — and the one shared [`diff`] turns it into add / update / delete
+//! lists; the step turns those into kernel operations and counts the results. A full sync observes the
+//! kernel (dumped once per object kind) and compares everything, repairing drift. An event-driven sync
+//! observes what this reconciler last applied (no dump, except destination dumps of TCP virtual servers
+//! losing real servers, for graceful termination) and compares only the keys its family's
+//! [`DesiredDelta`] names, or everything without one. Only objects that are ours are ever deleted (see
+//! [`ownership`]).
 
 mod addresses;
 mod conntrack;
+pub mod diff;
 mod ipsets;
 mod iptables;
 mod ipvs;
@@ -51,21 +56,6 @@ pub struct ConntrackHints {
 }
 
 impl ConntrackHints {
-    /// The hints in the trackers' results (removed UDP ClusterIPs, removed or unready UDP endpoints).
-    pub fn from_updates(
-        services: &crate::cluster::tracker::ServiceUpdateResult,
-        endpoints: &crate::cluster::tracker::EndpointsUpdateResult,
-    ) -> Self {
-        ConntrackHints {
-            stale_service_ips: services.deleted_udp_cluster_ips.clone(),
-            stale_endpoint_ips: endpoints
-                .deleted_udp_endpoints
-                .iter()
-                .map(|e| e.ip)
-                .collect(),
-        }
-    }
-
     /// Adds hints gathered since (for syncs that were coalesced).
     pub fn merge(&mut self, other: ConntrackHints) {
         self.stale_service_ips.extend(other.stale_service_ips);
@@ -78,10 +68,14 @@ impl ConntrackHints {
     }
 }
 
-/// One family's input to [`Reconciler::apply`].
+/// One family's input to [`Reconciler::sync`].
 #[derive(Debug, Clone, Copy)]
 pub struct FamilyInput<'a> {
     pub desired: &'a DesiredState,
+    /// What changed since the desired state this reconciler applied last (the incremental planner's
+    /// delta): an event-driven sync then compares only what it names. `None` (or a delta marked `full`)
+    /// compares everything; full syncs ignore it.
+    pub delta: Option<&'a DesiredDelta>,
     pub config: &'a PlanConfig,
     /// Node IPs NodePort virtual servers were planned on (NodeFacts::node_port_ips).
     pub node_port_ips: &'a [IpAddr],
@@ -115,20 +109,48 @@ pub(crate) struct Snapshot {
 }
 
 /// Applies desired states and remembers what it applied.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Reconciler {
     applied: BTreeMap<IpFamily, Applied>,
     graceful: GracefulTermination,
     dummy_ok: bool,
-    /// During [`Reconciler::apply_changes`]: per family, what changed since the desired state applied
-    /// last; the event-driven steps then look only at these objects.
-    changes: BTreeMap<IpFamily, DesiredDelta>,
+    /// The next sync must be full: the first one, and any after a sync that had a failure.
+    needs_full: bool,
+}
+
+impl Default for Reconciler {
+    fn default() -> Self {
+        Reconciler {
+            applied: BTreeMap::new(),
+            graceful: GracefulTermination::default(),
+            dummy_ok: false,
+            needs_full: true,
+        }
+    }
 }
 
 impl Reconciler {
-    /// A reconciler that has applied nothing yet (its first sync should be full).
+    /// A reconciler that has applied nothing yet (its first sync is full).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Applies every family's desired state and reports what it did. The sync is full (the kernel is
+    /// dumped and drift repaired) when `full` asks for it, on the first sync, and after any sync that
+    /// had a failure.
+    pub fn sync(
+        &mut self,
+        k: &mut Backends,
+        families: &[FamilyInput<'_>],
+        full: bool,
+        hints: &ConntrackHints,
+    ) -> SyncReport {
+        let start = std::time::Instant::now();
+        let mut report = SyncReport::default();
+        self.apply(k, families, full || self.needs_full, hints, &mut report);
+        self.needs_full = report.retry_needed;
+        report.duration = start.elapsed();
+        report
     }
 
     /// Last applied state of a family.
@@ -146,32 +168,9 @@ impl Reconciler {
         self.graceful.check(k.ipvs.as_mut())
     }
 
-    /// Like [`Reconciler::apply`], but an event-driven sync only looks at what `changes` lists for a
-    /// family (the difference between the desired state applied last and `families`' one), so its cost
-    /// is O(changes). Families without an entry, and full syncs, compare everything.
-    pub fn apply_changes(
-        &mut self,
-        k: &mut Backends,
-        families: &[FamilyInput<'_>],
-        changes: BTreeMap<IpFamily, DesiredDelta>,
-        full: bool,
-        hints: &ConntrackHints,
-        report: &mut SyncReport,
-    ) {
-        if !full {
-            self.changes = changes;
-        }
-        self.apply(k, families, full, hints, report);
-        self.changes.clear();
-    }
-
-    /// The changes an event-driven step may rely on for `family` (never during full syncs).
-    fn scope(&self, family: IpFamily) -> Option<&DesiredDelta> {
-        self.changes.get(&family).filter(|d| !d.full)
-    }
-
-    /// Applies every family's desired state. `full` dumps the kernel and repairs drift.
-    pub fn apply(
+    /// Applies every family's desired state in order: ipsets, iptables, IPVS, addresses, conntrack.
+    /// `full` dumps the kernel and repairs drift (deltas are then ignored).
+    fn apply(
         &mut self,
         k: &mut Backends,
         families: &[FamilyInput<'_>],
@@ -180,10 +179,20 @@ impl Reconciler {
         report: &mut SyncReport,
     ) {
         report.full |= full;
+        // The scope each step may rely on: a delta only on event-driven syncs, and only a partial one.
+        let families: Vec<FamilyInput<'_>> = families
+            .iter()
+            .map(|f| FamilyInput {
+                delta: f.delta.filter(|d| !full && !d.full),
+                ..*f
+            })
+            .collect();
+        let families = families.as_slice();
         for f in families {
             self.applied.entry(f.desired.family).or_default();
+            report.family_mut(f.desired.family);
             for (policy, n) in &f.desired.no_local_endpoints {
-                *report.no_local_endpoints.entry(policy).or_default() += n;
+                *report.no_local_endpoints.entry(*policy).or_default() += n;
             }
         }
         let snap = if full {
@@ -220,7 +229,7 @@ impl Reconciler {
                 report.fail(FailureKind::KernelDump);
             }
         }
-        report.add_step(SyncStep::DumpIpsets, t.elapsed());
+        report.add_shared_step(SyncStep::DumpIpsets, t.elapsed());
         let t = std::time::Instant::now();
         match k.ipvs.services() {
             Ok(s) => snap.services = Some(s),
@@ -229,7 +238,7 @@ impl Reconciler {
                 report.fail(FailureKind::KernelDump);
             }
         }
-        report.add_step(SyncStep::DumpIpvs, t.elapsed());
+        report.add_shared_step(SyncStep::DumpIpvs, t.elapsed());
         let t = std::time::Instant::now();
         self.ensure_dummy(k, report);
         if self.dummy_ok {
@@ -241,7 +250,7 @@ impl Reconciler {
                 }
             }
         }
-        report.add_step(SyncStep::DumpAddresses, t.elapsed());
+        report.add_shared_step(SyncStep::DumpAddresses, t.elapsed());
         snap
     }
 }

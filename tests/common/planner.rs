@@ -1,4 +1,5 @@
-//! Helpers shared by the planner tests: model builders and parsers for kernel dumps.
+//! Planner test helpers: model builders with the upstream tests' defaults, the small reference scenario,
+//! and parsers for the plan's payload and kernel dumps.
 #![allow(dead_code)]
 
 use kube_proxy_rs::cluster::model::{
@@ -11,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+/// The node name of upstream's proxier tests.
 pub const HOST: &str = "test-hostname";
 
 pub fn ip(s: &str) -> IpAddr {
@@ -28,20 +30,7 @@ pub fn port_name(ns: &str, name: &str, port: &str, proto: Protocol) -> ServicePo
 
 /// A ClusterIP service port with nothing else set.
 pub fn svc(ns: &str, name: &str, port: &str, proto: Protocol, cip: &str, p: u16) -> ServicePort {
-    ServicePort {
-        name: port_name(ns, name, port, proto),
-        cluster_ips: vec![ip(cip)],
-        port: p,
-        protocol: proto,
-        node_port: None,
-        external_ips: vec![],
-        load_balancer_ingress: vec![],
-        load_balancer_source_ranges: vec![],
-        session_affinity_timeout: None,
-        external_policy_local: false,
-        internal_policy_local: false,
-        health_check_node_port: None,
-    }
+    ServicePort::new(port_name(ns, name, port, proto), vec![ip(cip)], p)
 }
 
 pub fn lb(ips: &[&str]) -> Vec<LoadBalancerIngress> {
@@ -95,26 +84,58 @@ pub fn maps(
     (s, e)
 }
 
+/// The planner's defaults for `family` (rr, masquerade bit 14, no detector, `--random-fully`).
 pub fn cfg(family: IpFamily) -> PlanConfig {
-    PlanConfig {
-        family,
-        scheduler: kube_proxy_rs::scheduler::Scheduler::default(),
-        masquerade_all: false,
-        masquerade_bit: 14,
-        local_detector: LocalDetector::None,
-        exclude_cidrs: vec![],
-        random_fully: true,
-    }
+    PlanConfig::new(family)
 }
 
+/// Node [`HOST`] whose addresses are `node_ips` (NodePort and local addresses alike).
 pub fn node(node_ips: &[&str]) -> NodeFacts {
-    let ips: Vec<IpAddr> = node_ips.iter().map(|s| ip(s)).collect();
-    NodeFacts {
-        node_name: HOST.into(),
-        zone: None,
-        node_ips: ips.clone(),
-        node_port_ips: ips.clone(),
-        local_addresses: ips,
+    NodeFacts::new(HOST, node_ips.iter().map(|s| ip(s)).collect())
+}
+
+/// The small reference scenario's node (tests/planner_data/small-scenario, captured from upstream).
+pub const REF_NODE: &str = "ref-node";
+/// Its IPv4 address.
+pub const REF_NODE_V4: &str = "10.0.0.10";
+
+/// The objects of the small scenario's objects.yaml plus the apiserver's own default/kubernetes
+/// service, built by hand.
+pub fn small_scenario() -> (ServiceMap, EndpointsMap) {
+    let tcp = Protocol::Tcp;
+    let kubernetes = svc("default", "kubernetes", "https", tcp, "10.96.0.1", 443);
+    let web_http = svc("default", "web", "http", tcp, "10.96.100.10", 80);
+    let web_alt = svc("default", "web", "alt", tcp, "10.96.100.10", 81);
+    let mut web_np = svc("default", "web-np", "http", tcp, "10.96.100.20", 80);
+    web_np.node_port = Some(30080);
+    let pods = |port| {
+        vec![
+            ep("10.244.0.11", port, Some(REF_NODE)),
+            ep("10.244.0.12", port, Some(REF_NODE)),
+        ]
+    };
+    let eps = vec![
+        (kubernetes.name.clone(), vec![ep(REF_NODE_V4, 6443, None)]),
+        (web_http.name.clone(), pods(8080)),
+        (web_alt.name.clone(), pods(8081)),
+        (web_np.name.clone(), pods(8080)),
+    ];
+    maps(vec![kubernetes, web_http, web_alt, web_np], eps)
+}
+
+/// The small scenario's node facts (one address per family).
+pub fn small_scenario_node() -> NodeFacts {
+    NodeFacts::new(REF_NODE, vec![ip(REF_NODE_V4), ip("fd00:10::10")])
+}
+
+/// Defaults of the reference run: `--cluster-cidr=10.244.0.0/16`, masquerade bit 14, rr, random-fully.
+pub fn small_scenario_cfg(family: IpFamily) -> PlanConfig {
+    PlanConfig {
+        local_detector: match family {
+            IpFamily::V4 => LocalDetector::Cidrs(vec!["10.244.0.0/16".parse().unwrap()]),
+            IpFamily::V6 => LocalDetector::None,
+        },
+        ..PlanConfig::new(family)
     }
 }
 

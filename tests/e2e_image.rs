@@ -1,0 +1,579 @@
+//! The image under test: the OCI archive scripts/build-image.sh builds, checked against deploy/ and run the
+//! way the DaemonSet runs it.
+//!
+//! - `image_contents_match_the_daemonset` (host): the archive's index, manifest and config; the DaemonSet's
+//!   command, entrypoint and probe port against the image's config and files; the image's own kube-proxy,
+//!   iptables (both variants), ipset and modprobe run with the image's libraries (`chroot`).
+//! - `image_runs_like_the_daemonset` (UML guest): containerd imports the archive (`ctr images import`) and runs
+//!   the image's `/usr/local/bin/kube-proxy` with the DaemonSet's command, env and volume mounts (host
+//!   network, privileged, ConfigMap directory, `/run/xtables.lock`, the node's `/lib/modules` read-only):
+//!   ClusterIP and NodePort traffic, the DaemonSet's probe paths, a restart adopting the rules, `--cleanup`
+//!   leaving nothing, a rejected config exiting non-zero with the field named, and the image's modprobe
+//!   loading a module from the mounted `/lib/modules`.
+//!
+//! A missing image fails these tests (scripts/test.sh builds it first); `KPRS_SKIP_IMAGE_TESTS=1` opts out.
+mod common;
+
+use common::e2e::{
+    ABC, E2e, KernelState, Options, abc_pods, answers, client, distinct, has_vs, http_get, ip,
+    ipvs, real_servers, service, slice,
+};
+use common::uml::{self, BootOptions, sh};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Set to 1 to skip the image tests (for a checkout without the image build's packages).
+const SKIP_ENV: &str = "KPRS_SKIP_IMAGE_TESTS";
+/// containerd's directory inside the guest (tmpfs /run: nothing lands on the host's /var/lib).
+const CTRD: &str = "/run/kprs-containerd";
+/// In the UML guest, the node's module tree (the host's /lib/modules has no UML modules).
+const NODE_MODULES: &str = "/usr/lib/uml/modules";
+/// A module no guest loads at boot (tests/common/uml.rs MODULES), for the image's modprobe.
+const PROBE_MODULE: &str = "nf_conntrack_ftp";
+const T: Duration = Duration::from_secs(2);
+
+/// The name scripts/build-image.sh gives the image.
+fn image_ref() -> String {
+    format!(
+        "docker.io/library/kube-proxy-rs:{}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// `$CARGO_TARGET_DIR/image/kube-proxy-rs.oci.tar`.
+fn archive() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent()
+        .expect("target dir")
+        .join("image/kube-proxy-rs.oci.tar")
+}
+
+/// False (with a note) when opted out; panics when the image is missing.
+fn image_required(test: &str) -> bool {
+    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
+        println!("SKIP {test}: {SKIP_ENV}=1");
+        return false;
+    }
+    assert!(
+        archive().is_file(),
+        "{test}: image archive {} missing: run scripts/build-release.sh && scripts/build-image.sh \
+         (scripts/test.sh does), or set {SKIP_ENV}=1 to skip the image tests",
+        archive().display()
+    );
+    true
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json_file(p: &Path) -> Value {
+    let text = std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The blob a descriptor points to, under an unpacked archive.
+fn blob(dir: &Path, descriptor: &Value) -> PathBuf {
+    let digest = descriptor["digest"].as_str().expect("digest");
+    dir.join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"))
+}
+
+/// The DaemonSet of deploy/daemonset.yaml and its kube-proxy container.
+fn daemonset() -> (PodSpec, Container) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/daemonset.yaml");
+    let text = std::fs::read_to_string(path).expect("read deploy/daemonset.yaml");
+    let ds: DaemonSet = serde_saphyr::from_str(&text).expect("parse deploy/daemonset.yaml");
+    let pod = ds.spec.expect("spec").template.spec.expect("pod spec");
+    let c = pod
+        .containers
+        .iter()
+        .find(|c| c.name == "kube-proxy")
+        .expect("kube-proxy container")
+        .clone();
+    (pod, c)
+}
+
+/// The archive unpacked (outer tar, then every layer in order) into `dir`: (manifest, config, rootfs).
+fn unpack(dir: &Path) -> (Value, Value, PathBuf) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(archive())
+        .arg("-C")
+        .arg(dir));
+    let index = json_file(&dir.join("index.json"));
+    let entry = &index["manifests"][0];
+    assert_eq!(
+        entry["annotations"]["io.containerd.image.name"],
+        image_ref().as_str()
+    );
+    let manifest = json_file(&blob(dir, entry));
+    let config = json_file(&blob(dir, &manifest["config"]));
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(&rootfs).expect("mkdir rootfs");
+    for layer in manifest["layers"].as_array().expect("layers") {
+        run(Command::new("tar")
+            .arg("-xzf")
+            .arg(blob(dir, layer))
+            .arg("-C")
+            .arg(&rootfs));
+    }
+    (manifest, config, rootfs)
+}
+
+/// Runs a program of the image with the image's own libraries; returns its output.
+fn in_rootfs(rootfs: &Path, argv: &[&str]) -> String {
+    let out = run(Command::new("chroot").arg(rootfs).args(argv));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn image_contents_match_the_daemonset() {
+    if !image_required("image_contents_match_the_daemonset") {
+        return;
+    }
+    let dir = uml::run_dir("image_contents");
+    let (manifest, config, rootfs) = unpack(&dir);
+    let docker = json_file(&dir.join("manifest.json"));
+    assert_eq!(
+        docker[0]["RepoTags"][0],
+        image_ref().trim_start_matches("docker.io/library/")
+    );
+    assert_eq!(
+        docker[0]["Layers"].as_array().map(Vec::len),
+        manifest["layers"].as_array().map(Vec::len)
+    );
+
+    let (_, c) = daemonset();
+    let command = c.command.clone().expect("DaemonSet command");
+    let entrypoint = config["config"]["Entrypoint"]
+        .as_array()
+        .expect("Entrypoint");
+    assert_eq!(
+        entrypoint,
+        &vec![json!(command[0])],
+        "image entrypoint vs DaemonSet command"
+    );
+    let env: Vec<&str> = config["config"]["Env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        env.iter()
+            .any(|e| e.starts_with("PATH=") && e.contains("/usr/sbin")),
+        "{env:?}"
+    );
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.title"],
+        "kube-proxy-rs"
+    );
+
+    // The command's binary is in the image, stripped, and runs with the image's libraries.
+    let bin = rootfs.join(command[0].trim_start_matches('/'));
+    assert!(bin.is_file(), "{} not in the image", command[0]);
+    let sections = run(Command::new("readelf").arg("-S").arg(&bin));
+    assert!(
+        !String::from_utf8_lossy(&sections.stdout).contains(".debug_info"),
+        "binary not stripped"
+    );
+    let version = in_rootfs(&rootfs, &[&command[0], "--version"]);
+    assert!(version.contains(env!("CARGO_PKG_VERSION")), "{version}");
+    // Both iptables variants (the daemon picks one at run time), ipset and modprobe, runnable.
+    for tool in ["iptables", "ip6tables"] {
+        let legacy = in_rootfs(&rootfs, &[&format!("/usr/sbin/{tool}-legacy"), "--version"]);
+        assert!(legacy.contains("(legacy)"), "{legacy}");
+        let nft = in_rootfs(&rootfs, &[&format!("/usr/sbin/{tool}-nft"), "--version"]);
+        assert!(nft.contains("(nf_tables)"), "{nft}");
+        for suffix in [
+            "-legacy-save",
+            "-legacy-restore",
+            "-nft-save",
+            "-nft-restore",
+        ] {
+            assert!(
+                rootfs.join(format!("usr/sbin/{tool}{suffix}")).exists(),
+                "{tool}{suffix}"
+            );
+        }
+    }
+    assert!(in_rootfs(&rootfs, &["/usr/sbin/ipset", "--version"]).contains("ipset v"));
+    assert!(in_rootfs(&rootfs, &["/sbin/modprobe", "--version"]).contains("kmod version"));
+    assert!(
+        rootfs
+            .join("etc/ssl/certs/ca-certificates.crt")
+            .metadata()
+            .is_ok_and(|m| m.len() > 100_000)
+    );
+
+    // Every mount path of the DaemonSet can be mounted (no file in the way of a directory).
+    for m in c.volume_mounts.as_deref().unwrap_or_default() {
+        let p = rootfs.join(m.mount_path.trim_start_matches('/'));
+        assert!(
+            !p.is_symlink(),
+            "{} is a symlink in the image",
+            m.mount_path
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// In the UML guest: containerd + runc.
+
+/// containerd inside the guest, state on tmpfs, the image imported.
+struct Containerd {
+    child: Child,
+}
+
+impl Containerd {
+    /// cgroup v2, overlayfs, containerd; then `ctr images import` of the archive.
+    fn start(dir: &Path) -> Containerd {
+        sh(
+            "mkdir -p /sys/fs/cgroup && (mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup) \
+            && for c in cpu io memory pids; do echo +$c > /sys/fs/cgroup/cgroup.subtree_control || true; done; \
+            modprobe -d /run/m overlay",
+        );
+        std::fs::create_dir_all(CTRD).expect("mkdir containerd dir");
+        let config = format!(
+            "version = 2\nroot = \"{CTRD}/root\"\nstate = \"{CTRD}/state\"\n\
+             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"{CTRD}/containerd.sock\"\n"
+        );
+        std::fs::write(format!("{CTRD}/config.toml"), config).expect("containerd config");
+        let log = std::fs::File::create(dir.join("containerd.log")).expect("containerd log");
+        let child = Command::new("containerd")
+            .args(["--config", &format!("{CTRD}/config.toml")])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn containerd");
+        let ctrd = Containerd { child };
+        let end = Instant::now() + Duration::from_secs(60);
+        while !ctr()
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            assert!(
+                Instant::now() < end,
+                "containerd did not answer within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let started = Instant::now();
+        run(ctr().args(["images", "import"]).arg(archive()));
+        println!("ctr images import: {:.1?}", started.elapsed());
+        ctrd
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ctr() -> Command {
+    let mut c = Command::new("ctr");
+    c.args(["--address", &format!("{CTRD}/containerd.sock")]);
+    c
+}
+
+/// Container ids: one per `ctr run`.
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// The ConfigMap-like directory the DaemonSet mounts at /var/lib/kube-proxy: the fixture's config with the
+/// kubeconfig at its in-pod path (as deploy/configmap.yaml has it), and the kubeconfig.
+fn configmap_dir(e: &E2e, name: &str, extra: &str) -> PathBuf {
+    let dir = e.dir.join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir configmap dir");
+    let kubeconfig = e.dir.join("kubeconfig");
+    let config = std::fs::read_to_string(&e.config_path).expect("read config");
+    let config = config.replace(
+        &format!("kubeconfig: {}", kubeconfig.display()),
+        "kubeconfig: /var/lib/kube-proxy/kubeconfig.conf",
+    );
+    std::fs::write(dir.join("config.conf"), format!("{config}{extra}")).expect("config.conf");
+    std::fs::copy(&kubeconfig, dir.join("kubeconfig.conf")).expect("kubeconfig.conf");
+    dir
+}
+
+/// `ctr run` of the image as the DaemonSet's pod: host network, privileged, its env, and its volumes
+/// mounted where it mounts them (configMap → `configmap`; hostPath → the guest's path, the node's
+/// /lib/modules being the UML module tree); `argv` replaces the entrypoint as a pod's `command` does.
+fn ctr_run(e: &E2e, configmap: &Path, argv: &[String]) -> Command {
+    let (pod, c) = daemonset();
+    assert_eq!(
+        pod.host_network,
+        Some(true),
+        "DaemonSet must use the host network"
+    );
+    let privileged = c.security_context.as_ref().and_then(|s| s.privileged);
+    assert_eq!(
+        privileged,
+        Some(true),
+        "DaemonSet container must be privileged"
+    );
+    let mut cmd = ctr();
+    cmd.args(["run", "--rm", "--net-host", "--privileged"]);
+    for m in c.volume_mounts.as_deref().unwrap_or_default() {
+        let vol = pod
+            .volumes
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|v| v.name == m.name);
+        let vol = vol.unwrap_or_else(|| panic!("volume {} not declared", m.name));
+        let src = match (&vol.config_map, &vol.host_path) {
+            (Some(_), _) => configmap.to_path_buf(),
+            (_, Some(h)) if h.path == "/lib/modules" => PathBuf::from(NODE_MODULES),
+            (_, Some(h)) => {
+                if h.type_.as_deref() == Some("FileOrCreate") && !Path::new(&h.path).exists() {
+                    std::fs::write(&h.path, "").expect("create hostPath file");
+                }
+                PathBuf::from(&h.path)
+            }
+            _ => panic!("volume {}: only configMap and hostPath are mapped", m.name),
+        };
+        let mode = if m.read_only == Some(true) {
+            "ro"
+        } else {
+            "rw"
+        };
+        cmd.arg("--mount").arg(format!(
+            "type=bind,src={},dst={},options=rbind:{mode}",
+            src.display(),
+            m.mount_path
+        ));
+    }
+    for env in c.env.as_deref().unwrap_or_default() {
+        let field = env.value_from.as_ref().and_then(|f| f.field_ref.as_ref());
+        let value = match (&env.value, field) {
+            (Some(v), _) => v.clone(),
+            (None, Some(f)) if f.field_path == "spec.nodeName" => e.opts.node.clone(),
+            _ => panic!("env {}: unsupported source", env.name),
+        };
+        cmd.args(["--env", &format!("{}={value}", env.name)]);
+    }
+    let id = format!("kube-proxy-{}", RUNS.fetch_add(1, Ordering::SeqCst));
+    cmd.args(["--env", "NO_COLOR=1", &image_ref(), &id])
+        .args(argv);
+    cmd
+}
+
+/// The DaemonSet's command (`$(NODE_NAME)` expanded as the kubelet does) plus `args`.
+fn daemonset_argv(e: &E2e, args: &[&str]) -> Vec<String> {
+    let (_, c) = daemonset();
+    let command = c.command.expect("DaemonSet command");
+    command
+        .iter()
+        .map(|a| a.replace("$(NODE_NAME)", &e.opts.node))
+        .chain(args.iter().map(|a| a.to_string()))
+        .collect()
+}
+
+/// The fixture's launcher: the image's kube-proxy in a container, like the DaemonSet.
+fn image_launch(e: &E2e, args: &[&str]) -> Command {
+    ctr_run(e, &e.dir.join("configmap"), &daemonset_argv(e, args))
+}
+
+fn load_services(e: &E2e) {
+    e.apply(service("web", "10.96.0.10", "TCP", 80, json!({})));
+    e.apply(slice("web", "TCP", 8080, ABC));
+    e.apply(service(
+        "np",
+        "10.96.0.20",
+        "TCP",
+        80,
+        json!({"type": "NodePort",
+               "ports": [{"name": "p", "port": 80, "targetPort": 8080, "protocol": "TCP", "nodePort": 30080}]}),
+    ));
+    e.apply(slice("np", "TCP", 8080, ABC));
+}
+
+fn converged(t: &str) -> bool {
+    real_servers(t, "-t", "10.96.0.10:80").len() == 3
+        && real_servers(t, "-t", "10.0.0.10:30080").len() == 3
+}
+
+/// ClusterIP and NodePort from a client outside the node, each answered by all three pods.
+fn check_traffic(outside: &common::netns::Pod, when: &str) {
+    let all = vec![
+        "pod-a".to_string(),
+        "pod-b".to_string(),
+        "pod-c".to_string(),
+    ];
+    let got = answers(9, &format!("ClusterIP {when}"), || {
+        outside.tcp_request(ip("10.96.0.10"), 80, T)
+    });
+    assert_eq!(distinct(&got), all, "ClusterIP {when}: {got:?}");
+    let got = answers(9, &format!("NodePort {when}"), || {
+        outside.tcp_request(ip("10.0.0.10"), 30080, T)
+    });
+    assert_eq!(distinct(&got), all, "NodePort {when}: {got:?}");
+}
+
+/// The DaemonSet's liveness and readiness probes answer 200 on the daemon's healthz port.
+fn check_probes(e: &E2e) {
+    let (_, c) = daemonset();
+    for probe in [c.liveness_probe.as_ref(), c.readiness_probe.as_ref()] {
+        let get = probe
+            .and_then(|p| p.http_get.as_ref())
+            .expect("httpGet probe");
+        let port = match &get.port {
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => *p,
+            other => panic!("probe port {other:?}: expected a number"),
+        };
+        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let path = get.path.as_deref().unwrap_or("/");
+        let r = http_get(addr, path)
+            .unwrap_or_else(|| panic!("probe {path} on {port}: no answer\n{}", e.log()));
+        assert_eq!(r.status, 200, "probe {path}: {}", r.body);
+    }
+}
+
+/// Nothing of kube-proxy's left in the kernel (kubelet's hint chain is not kube-proxy's).
+fn assert_clean() {
+    for save in ["iptables-legacy-save", "ip6tables-legacy-save"] {
+        let text = sh(save);
+        let kube: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("KUBE-") && !l.contains("KUBE-IPTABLES-HINT"))
+            .collect();
+        assert!(kube.is_empty(), "{save}: KUBE- rules left: {kube:#?}");
+    }
+    let sets = sh("ipset list -n");
+    assert!(
+        !sets.lines().any(|l| l.starts_with("KUBE-")),
+        "KUBE- sets left: {sets}"
+    );
+    assert!(
+        !sh("ip -o link show").contains("kube-ipvs0"),
+        "kube-ipvs0 left"
+    );
+    let t = ipvs();
+    assert!(
+        !t.lines().any(|l| l.starts_with("-A")),
+        "IPVS services left:\n{t}"
+    );
+}
+
+fn image_in_guest() {
+    let run_dir = uml::guest_run_dir().expect("guest");
+    let _ctrd = Containerd::start(&run_dir);
+    let images = String::from_utf8_lossy(&run(ctr().args(["images", "ls"])).stdout).into_owned();
+    assert!(images.contains(&image_ref()), "{images}");
+
+    // kubelet's hint chain in legacy, as on a node whose kubelet uses iptables-legacy: the image's daemon
+    // must pick legacy by itself (no KUBE_PROXY_IPTABLES_BACKEND, as in the DaemonSet).
+    sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
+    let _pods = abc_pods();
+    let outside = client("client-a", "192.168.10.2", "192.168.10.1");
+    let mut e = E2e::start(Options {
+        launch: image_launch,
+        ..Options::default()
+    });
+    configmap_dir(&e, "configmap", "");
+
+    // The image's modprobe loads a module from the node's /lib/modules as the DaemonSet mounts it.
+    assert!(!sh("cat /proc/modules").contains(PROBE_MODULE));
+    let argv = vec!["/sbin/modprobe".to_string(), PROBE_MODULE.to_string()];
+    run(&mut ctr_run(&e, &e.dir.join("configmap"), &argv));
+    assert!(
+        sh("cat /proc/modules").contains(PROBE_MODULE),
+        "image's modprobe did not load {PROBE_MODULE}"
+    );
+
+    // A config the daemon rejects: non-zero exit, the field named.
+    let bad = configmap_dir(&e, "configmap-bad", "detectLocalMode: Magic\n");
+    let out = ctr_run(&e, &bad, &daemonset_argv(&e, &[]))
+        .output()
+        .expect("ctr run");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "bad config accepted:\n{text}");
+    assert!(text.contains("detectLocalMode"), "field not named:\n{text}");
+
+    image_serves_restarts_and_cleans_up(&mut e, &outside);
+}
+
+fn image_serves_restarts_and_cleans_up(e: &mut E2e, outside: &common::netns::Pod) {
+    load_services(e);
+    let started = Instant::now();
+    e.start_daemon();
+    e.wait_ipvs("services programmed by the image's daemon", converged);
+    println!("first sync from the image: {:.1?}", started.elapsed());
+    assert!(
+        e.log().contains("kubelet hint chain in legacy"),
+        "backend choice:\n{}",
+        e.log()
+    );
+    check_traffic(outside, "from the image");
+    check_probes(e);
+    assert!(has_vs(&ipvs(), "-t", "10.0.0.10:30080"));
+
+    // Restart from the image: the new daemon adopts what the first one programmed (same state, traffic).
+    let status = e.stop_daemon();
+    assert!(
+        status.success(),
+        "SIGTERM through ctr: {status}\n{}",
+        e.log()
+    );
+    let before = KernelState::read();
+    e.start_daemon();
+    let after = KernelState::read();
+    assert_eq!(
+        before,
+        after,
+        "restart changed the kernel state:\n{}",
+        before.diff(&after)
+    );
+    check_traffic(outside, "after the restart");
+    let status = e.stop_daemon();
+    assert!(status.success(), "{status}");
+
+    // --cleanup from the image leaves nothing of ours; kubelet's hint chain stays.
+    let (status, out) = e.cleanup();
+    assert!(
+        status.success(),
+        "cleanup from the image failed ({status}):\n{out}"
+    );
+    assert_clean();
+    println!("--- logs ---\n{}", e.all_logs());
+}
+
+#[test]
+fn image_runs_like_the_daemonset() {
+    if !uml::in_guest() && !image_required("image_runs_like_the_daemonset") {
+        return;
+    }
+    let opts = BootOptions {
+        mem: "768M",
+        timeout: Duration::from_secs(480),
+    };
+    uml::run("image_runs_like_the_daemonset", opts, image_in_guest);
+}
