@@ -251,6 +251,19 @@ impl E2e {
         }
     }
 
+    /// Kills the daemon with SIGKILL (no cleanup, kernel state stays) and reaps it.
+    pub fn kill_daemon(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+        }
+    }
+
+    /// The pid of the running daemon (None when none runs).
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(|d| d.child.id())
+    }
+
     /// Whether the daemon process is still running (None when none was started).
     pub fn daemon_exit(&mut self) -> Option<ExitStatus> {
         self.daemon

@@ -4,4 +4,5 @@ pub mod e2e;
 pub mod netns;
 pub mod planner;
 pub mod scale;
+pub mod soak;
 pub mod uml;
