@@ -289,6 +289,23 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     // Read back: the backend's save_all equals an independent parse and the expected members.
     let saved = ipset.save_all().unwrap();
     assert_eq!(fake.save_all().unwrap(), saved, "fake vs kernel");
+    // The same dump carries every set's header: ours with their spec's type and family (none for
+    // bitmap sets), foreign ones with their own type name.
+    let dumped = ipset.dump().unwrap();
+    assert_eq!(dumped.members, saved);
+    for s in &specs {
+        let h = &dumped.headers[&s.name];
+        assert_eq!(h.type_name, s.set_type.as_str(), "{}", s.name);
+        assert_eq!(h.set_type, Some(s.set_type), "{}", s.name);
+        let family = (s.set_type != IpSetType::BitmapPort).then_some(s.family);
+        assert_eq!(h.family, family, "{}", s.name);
+    }
+    let foreign = &dumped.headers["FOREIGN-6"];
+    assert_eq!(
+        (foreign.type_name.as_str(), foreign.set_type),
+        ("hash:net", None)
+    );
+    assert_eq!(foreign.family, Some(IpFamily::V6));
     assert_eq!(saved, independent_save());
     for (set, members) in &expected {
         assert_eq!(&saved[set], members, "members of {set}");

@@ -19,7 +19,8 @@ use kube_proxy_rs::proxier::desired::{DesiredIpSet, DesiredState, DesiredVirtual
 use kube_proxy_rs::proxier::plan::PlanConfig;
 use kube_proxy_rs::proxier::testkit::{Applier, Log, Rec};
 use kube_proxy_rs::proxier::{
-    Backends, ConntrackHints, FamilyInput, FamilySnapshot, Proxier, SyncInput, SyncReport,
+    Backends, ConntrackHints, FailureKind, FamilyInput, FamilySnapshot, Proxier, SyncInput,
+    SyncReport,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -508,6 +509,75 @@ uml_test!(foreign_objects_survive_and_cleanup_removes_ours, {
         &[IpFamily::V4, IpFamily::V6],
     );
     assert!(again.is_ok(), "{:?}", again.err());
+});
+
+/// `ipset save` without the foreign set `name`'s lines.
+fn ipset_save_without(name: &str) -> Vec<String> {
+    let mut lines = ipset_save();
+    lines.retain(|l| l.split_whitespace().nth(1) != Some(name));
+    lines
+}
+
+uml_test!(full_sync_recreates_our_sets_of_the_wrong_type, {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = direct_proxier(&log);
+    let (v4, v6) = (desired(IpFamily::V4), desired(IpFamily::V6));
+    sync(&mut p, &v4, &v6, false);
+    let reference_sets = ipset_save();
+    assert_eq!(reference_sets, sorted(&reference("ipset-save.txt")));
+    // Another tool re-creates two of our unreferenced sets with another type / family, and has a set of
+    // its own whose type none of ours has.
+    sh("ipset create foreign-ports bitmap:port range 0-1000 && ipset add foreign-ports 80");
+    sh("ipset destroy KUBE-NODE-PORT-LOCAL-SCTP-HASH \
+        && ipset create KUBE-NODE-PORT-LOCAL-SCTP-HASH bitmap:port range 0-65535 \
+        && ipset add KUBE-NODE-PORT-LOCAL-SCTP-HASH 99");
+    sh("ipset destroy KUBE-6-LOAD-BALANCER-FW \
+        && ipset create KUBE-6-LOAD-BALANCER-FW hash:ip,port family inet");
+    let foreign = sh("ipset save foreign-ports");
+    let r = sync(&mut p, &v4, &v6, false);
+    assert_eq!(r.writes(), 0, "event-driven syncs do not look: {r:#?}");
+    let r = sync(&mut p, &v4, &v6, true);
+    assert_eq!(r.ipsets_created, 2, "{r:#?}");
+    let terse = sh("ipset list -t KUBE-NODE-PORT-LOCAL-SCTP-HASH");
+    assert!(terse.contains("Type: hash:ip,port"), "{terse}");
+    let terse = sh("ipset list -t KUBE-6-LOAD-BALANCER-FW");
+    assert!(terse.contains("family inet6"), "{terse}");
+    assert_eq!(ipset_save_without("foreign-ports"), reference_sets);
+    assert_eq!(sh("ipset save foreign-ports"), foreign);
+    let r = sync(&mut p, &v4, &v6, true);
+    assert_eq!(r.writes(), 0, "repaired: {r:#?}");
+
+    // A wrong-type set in use (a foreign rule matches it) cannot be destroyed: counted, left as is, and
+    // repaired by a later sync once it is free.
+    sh("ipset destroy KUBE-6-NODE-PORT-LOCAL-UDP \
+        && ipset create KUBE-6-NODE-PORT-LOCAL-UDP hash:ip family inet6 \
+        && ip6tables -N FOREIGN6 \
+        && ip6tables -A FOREIGN6 -m set --match-set KUBE-6-NODE-PORT-LOCAL-UDP src -j RETURN");
+    let (c4, c6) = (config(IpFamily::V4), config(IpFamily::V6));
+    let inputs = [
+        FamilyInput {
+            desired: &v4,
+            delta: None,
+            config: &c4,
+            node_port_ips: &[],
+        },
+        FamilyInput {
+            desired: &v6,
+            delta: None,
+            config: &c6,
+            node_port_ips: &[],
+        },
+    ];
+    let r = p.apply(&inputs, true, &ConntrackHints::default());
+    assert_eq!(r.failures_of(FailureKind::Ipset), 1, "{r:#?}");
+    assert!(r.retry_needed, "{r:#?}");
+    let terse = sh("ipset list -t KUBE-6-NODE-PORT-LOCAL-UDP");
+    assert!(terse.contains("Type: hash:ip"), "{terse}");
+    sh("ip6tables -F FOREIGN6 && ip6tables -X FOREIGN6");
+    let r = sync(&mut p, &v4, &v6, false);
+    assert!(r.full, "the sync after a failure is full: {r:#?}");
+    assert_eq!(r.ipsets_created, 1, "{r:#?}");
+    assert_eq!(ipset_save_without("foreign-ports"), reference_sets);
 });
 
 /// A python HTTP server in a fresh netns reachable at `pod_ip` through a veth from the root netns.

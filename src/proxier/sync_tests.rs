@@ -372,7 +372,7 @@ fn identical_syncs_write_nothing_and_event_syncs_do_not_dump() {
     let reads = k.reads();
     let count = |p: &str| reads.iter().filter(|l| l.starts_with(p)).count();
     assert_eq!(count("ipvs.services"), 1);
-    assert_eq!(count("ipset.save_all"), 1);
+    assert_eq!(count("ipset.dump"), 1);
     assert_eq!(count("link.addresses"), 1);
     assert_eq!(
         count("ipvs.destinations"),
@@ -854,6 +854,81 @@ fn full_sync_repairs_drift() {
     let r = apply(&mut p, &small(), true);
     assert_eq!(r.iptables_restores, 1, "{r:?}");
     assert_eq!(k.restored().last().unwrap().1, small().iptables_payload);
+}
+
+#[test]
+fn full_sync_recreates_our_sets_of_the_wrong_type() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    apply(&mut p, &small(), true);
+    let want = k.ipsets.set("KUBE-NODE-PORT-TCP").unwrap();
+    // Another tool destroys two of our (unreferenced) sets and re-creates them with another type or
+    // family, and owns a set of its own.
+    let port_set = IpSetType::HashIpPort;
+    k.ipsets.insert_set(
+        "KUBE-NODE-PORT-TCP",
+        port_set,
+        IpFamily::V4,
+        ["1.2.3.4,tcp:80"],
+    );
+    k.ipsets.insert_set(
+        "KUBE-IPVS-IPS",
+        IpSetType::HashIp,
+        IpFamily::V6,
+        ["fd00::1"],
+    );
+    k.ipsets.insert_set(
+        "FOREIGN",
+        IpSetType::HashIpPort,
+        IpFamily::V4,
+        ["1.2.3.4,tcp:80"],
+    );
+    // An event-driven sync trusts its memory; the next full sync repairs both.
+    assert_eq!(apply(&mut p, &small(), false).writes(), 0);
+    k.clear_logs();
+    let r = apply(&mut p, &small(), true);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.ipsets_created, 2, "{r:?}");
+    assert_eq!(k.ipsets.set("KUBE-NODE-PORT-TCP").unwrap(), want);
+    let ipvs_ips = k.ipsets.set("KUBE-IPVS-IPS").unwrap();
+    assert_eq!(ipvs_ips.family, IpFamily::V4);
+    assert_eq!(ipvs_ips.members, small().ipsets["KUBE-IPVS-IPS"].entries);
+    let foreign = k.ipsets.set("FOREIGN").unwrap();
+    assert_eq!(foreign.set_type, IpSetType::HashIpPort);
+    assert_eq!(foreign.members.len(), 1);
+    let writes = k.writes();
+    let destroyed: Vec<_> = writes
+        .iter()
+        .filter(|w| w.contains("ipset.destroy"))
+        .collect();
+    assert_eq!(destroyed.len(), 2, "{writes:?}");
+    assert_eq!(apply(&mut p, &small(), true).writes(), 0, "repaired");
+
+    // A wrong-type set in use cannot be destroyed: counted, left alone, retried on the next sync.
+    k.ipsets.insert_set(
+        "KUBE-NODE-PORT-UDP",
+        IpSetType::HashIp,
+        IpFamily::V4,
+        ["10.1.1.1"],
+    );
+    k.ipsets.pin("KUBE-NODE-PORT-UDP", true);
+    let r = apply(&mut p, &small(), true);
+    assert_eq!(r.failures_of(FailureKind::Ipset), 1, "{r:?}");
+    assert!(r.retry_needed);
+    let stuck = k.ipsets.set("KUBE-NODE-PORT-UDP").unwrap();
+    assert_eq!(
+        (stuck.set_type, stuck.members.len()),
+        (IpSetType::HashIp, 1)
+    );
+    k.ipsets.pin("KUBE-NODE-PORT-UDP", false);
+    let r = apply(&mut p, &small(), false);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert!(r.full, "the sync after a failure is full");
+    let fixed = k.ipsets.set("KUBE-NODE-PORT-UDP").unwrap();
+    assert_eq!(
+        (fixed.set_type, fixed.members.len()),
+        (IpSetType::BitmapPort, 0)
+    );
 }
 
 #[test]

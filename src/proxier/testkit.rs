@@ -6,6 +6,7 @@ use crate::cluster::model::IpFamily;
 use crate::kernel::conntrack::fake::FakeConntrack;
 use crate::kernel::conntrack::{Conntrack, ConntrackFlow};
 use crate::kernel::ipset::fake::FakeIpSets;
+use crate::kernel::ipset::save::SavedSets;
 use crate::kernel::ipset::{ApplyReport, IpSetOp, IpSetSpec, IpSets};
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::fake::FakeIptables;
@@ -178,9 +179,9 @@ impl<T: IpSets> IpSets for Rec<T> {
         self.w("ipset.create", spec.name.clone())?;
         self.inner.create(spec)
     }
-    fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>> {
-        self.r("ipset.save_all", String::new())?;
-        self.inner.save_all()
+    fn dump(&mut self) -> KernelResult<SavedSets> {
+        self.r("ipset.dump", String::new())?;
+        self.inner.dump()
     }
     fn apply(&mut self, ops: &[IpSetOp]) -> KernelResult<ApplyReport> {
         self.w("ipset.apply", format!("{} ops", ops.len()))?;

@@ -8,12 +8,11 @@
 //! it) is reported as rejected with ipset's message and the batch is sent again without them, so one
 //! bad line cannot block the rest.
 
-use super::save::{parse_list_terse, parse_save};
+use super::save::{SavedSets, parse_list_terse, parse_save};
 use super::types::SetTypes;
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSets};
 use crate::kernel::iptables::exec;
 use crate::kernel::{KernelError, KernelResult};
-use std::collections::{BTreeMap, BTreeSet};
 
 /// How many times one batch is re-sent without a failing line before giving up.
 pub const MAX_RESTORE_RETRIES: usize = 16;
@@ -114,13 +113,13 @@ impl IpSets for IpsetCli {
         Ok(())
     }
 
-    fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>> {
+    fn dump(&mut self) -> KernelResult<SavedSets> {
         let text = self.run(&["save"], None)?.ok()?;
         let saved = parse_save(&text);
         for (name, h) in &saved.headers {
             self.types.learn(name, &h.type_name, h.family);
         }
-        Ok(saved.members)
+        Ok(saved)
     }
 
     fn apply(&mut self, ops: &[IpSetOp]) -> KernelResult<ApplyReport> {

@@ -4,6 +4,7 @@
 //! another one.
 
 use super::entry::canonical_entry;
+use super::save::{SavedSets, SetHeader};
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
 use crate::kernel::{KernelError, KernelResult};
 use crate::net::IpFamily;
@@ -194,15 +195,21 @@ impl IpSets for FakeIpSets {
         }
     }
 
-    fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>> {
+    fn dump(&mut self) -> KernelResult<SavedSets> {
         let mut st = self.lock();
         st.calls.push("save".into());
         Self::take_failure(&mut st, "ipset save")?;
-        Ok(st
-            .sets
-            .iter()
-            .map(|(n, s)| (n.clone(), s.members.clone()))
-            .collect())
+        let mut out = SavedSets::default();
+        for (n, s) in &st.sets {
+            let header = SetHeader {
+                type_name: s.set_type.as_str().to_string(),
+                set_type: Some(s.set_type),
+                family: (s.set_type != IpSetType::BitmapPort).then_some(s.family),
+            };
+            out.headers.insert(n.clone(), header);
+            out.members.insert(n.clone(), s.members.clone());
+        }
+        Ok(out)
     }
 
     fn apply(&mut self, ops: &[IpSetOp]) -> KernelResult<ApplyReport> {

@@ -82,8 +82,12 @@ pub trait IpSets: Send {
     fn create_all(&mut self, specs: &[IpSetSpec]) -> KernelResult<()> {
         specs.iter().try_for_each(|spec| self.create(spec))
     }
+    /// Every set's header (type and family) and members, as `ipset save` shows them (one dump).
+    fn dump(&mut self) -> KernelResult<save::SavedSets>;
     /// Every set with its members, as `ipset save` shows them (one dump).
-    fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>>;
+    fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>> {
+        Ok(self.dump()?.members)
+    }
     /// Applies all ops in one batch with `-exist` semantics; invalid or refused entries are reported, the
     /// rest applied.
     fn apply(&mut self, ops: &[IpSetOp]) -> KernelResult<ApplyReport>;

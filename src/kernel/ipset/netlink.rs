@@ -12,6 +12,7 @@ use super::codec::{
     FLAG_LIST_HEADER, ListPart, NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_UNSPEC, Reply, Request, attr,
     cmd, data,
 };
+use super::save::{SavedSets, SetHeader, parse_type};
 use super::text::{elem_of, render};
 use super::types::{SetTypes, op_set};
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
@@ -348,12 +349,18 @@ impl IpSets for NetlinkIpSets {
         first_error.map_or(Ok(()), Err)
     }
 
-    fn save_all(&mut self) -> KernelResult<BTreeMap<String, BTreeSet<String>>> {
+    fn dump(&mut self) -> KernelResult<SavedSets> {
         let listing = assemble(self.list(false)?);
-        let mut out = BTreeMap::new();
+        let mut out = SavedSets::default();
         for (name, (type_name, family, members)) in listing {
             self.types.learn(&name, &type_name, family);
-            out.insert(name, members);
+            let header = SetHeader {
+                set_type: parse_type(&type_name),
+                type_name,
+                family,
+            };
+            out.headers.insert(name.clone(), header);
+            out.members.insert(name, members);
         }
         Ok(out)
     }

@@ -3,7 +3,8 @@
 use super::diff::{Diff, Scope, StepInput};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::IpFamily;
-use crate::kernel::ipset::{IpSetOp, IpSets};
+use crate::kernel::ipset::save::SetHeader;
+use crate::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -25,10 +26,12 @@ impl Reconciler {
         &mut self,
         k: &mut Backends,
         families: &[FamilyInput<'_>],
-        snap: &Snapshot,
+        snap: &mut Snapshot,
         report: &mut SyncReport,
     ) {
         let start = Instant::now();
+        let stuck = repair_set_types(k.ipsets.as_mut(), families, snap, report);
+        let snap = &*snap;
         let no_sets = Members::new();
         let no_members = BTreeSet::new();
         let set_diffs = self.set_diffs(families, snap, &no_sets);
@@ -75,7 +78,7 @@ impl Reconciler {
                     );
                 }
             }
-            for name in &sets.keep {
+            for name in sets.keep.iter().filter(|n| !stuck.contains(*n)) {
                 let scope = Scope::of(f.delta, |d| {
                     let adds = d.set_adds.get(name).into_iter().flatten();
                     adds.chain(d.set_dels.get(name).into_iter().flatten())
@@ -138,6 +141,58 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// Full syncs: destroys every planned set whose kernel type or family differs from its spec (another tool
+/// re-created it), and drops it from the dump so it is created and filled as missing. Returns the sets
+/// that could not be destroyed (in use): counted as failures and left alone until the next sync.
+fn repair_set_types(
+    ipsets: &mut dyn IpSets,
+    families: &[FamilyInput<'_>],
+    snap: &mut Snapshot,
+    report: &mut SyncReport,
+) -> BTreeSet<String> {
+    let mut stuck = BTreeSet::new();
+    let Some(members) = snap.ipsets.as_mut() else {
+        return stuck;
+    };
+    let planned = families.iter().flat_map(|f| f.desired.ipsets.values());
+    for set in planned {
+        let spec = &set.spec;
+        let Some(header) = snap.ipset_headers.get(&spec.name) else {
+            continue;
+        };
+        if header_matches(header, spec) {
+            continue;
+        }
+        let family = header.family.map(|f| format!("{f:?}"));
+        tracing::warn!(
+            set = %spec.name,
+            kernel_type = %header.type_name,
+            kernel_family = ?family,
+            wanted_type = spec.set_type.as_str(),
+            wanted_family = ?spec.family,
+            "ipset has the wrong type, re-creating it"
+        );
+        match ipsets.destroy(&spec.name) {
+            Ok(()) => {
+                members.remove(&spec.name);
+            }
+            Err(e) => {
+                tracing::warn!(set = %spec.name, error = %e, "ipset of the wrong type not destroyed");
+                report.fail(FailureKind::Ipset);
+                stuck.insert(spec.name.clone());
+            }
+        }
+    }
+    stuck
+}
+
+/// Whether an existing set has the spec's type and (hash sets) family; an unknown family is accepted.
+fn header_matches(header: &SetHeader, spec: &IpSetSpec) -> bool {
+    let family_ok =
+        spec.set_type == IpSetType::BitmapPort || header.family.is_none_or(|f| f == spec.family);
+    header.set_type == Some(spec.set_type) && family_ok
 }
 
 /// The member diff of one set turned into ops (deletions first: should a planned entry ever differ in

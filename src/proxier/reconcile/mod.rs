@@ -24,6 +24,7 @@ pub mod ownership;
 use crate::cluster::model::IpFamily;
 use crate::kernel::conntrack::Conntrack;
 use crate::kernel::ipset::IpSets;
+use crate::kernel::ipset::save::SetHeader;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::{Ipvs, IpvsService, IpvsServiceKey};
 use crate::kernel::link::Links;
@@ -104,6 +105,8 @@ pub struct Applied {
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
     pub ipsets: Option<BTreeMap<String, BTreeSet<String>>>,
+    /// Type and family of every set, from the same dump as `ipsets`.
+    pub ipset_headers: BTreeMap<String, SetHeader>,
     pub services: Option<Vec<IpvsService>>,
     pub addresses: Option<BTreeSet<IpAddr>>,
 }
@@ -195,13 +198,13 @@ impl Reconciler {
                 *report.no_local_endpoints.entry(*policy).or_default() += n;
             }
         }
-        let snap = if full {
+        let mut snap = if full {
             self.snapshot(k, report)
         } else {
             Snapshot::default()
         };
 
-        self.sync_ipsets(k, families, &snap, report);
+        self.sync_ipsets(k, families, &mut snap, report);
 
         let mut serve = Vec::new();
         for f in families {
@@ -222,8 +225,11 @@ impl Reconciler {
         use crate::proxier::report::SyncStep;
         let mut snap = Snapshot::default();
         let t = std::time::Instant::now();
-        match k.ipsets.save_all() {
-            Ok(s) => snap.ipsets = Some(s),
+        match k.ipsets.dump() {
+            Ok(s) => {
+                snap.ipsets = Some(s.members);
+                snap.ipset_headers = s.headers;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "ipset save failed");
                 report.fail(FailureKind::KernelDump);
