@@ -233,18 +233,11 @@ fn guest_body() {
 }
 
 fn main() {
-    if uml::in_guest() {
-        guest_body();
-        return;
-    }
-    let _ = std::fs::remove_file(result_file());
-    let opts = uml::BootOptions {
-        mem: "1024M",
-        timeout: Duration::from_secs(900),
-    };
-    uml::run("ipvs_load", opts, guest_body);
-    match std::fs::read_to_string(result_file()) {
-        Ok(t) => print!("{t}"),
-        Err(_) => println!("ipvs_load: no result (is /usr/bin/linux installed?)"),
-    }
+    uml::bench_main(
+        "ipvs_load",
+        "1024M",
+        Duration::from_secs(900),
+        &result_file(),
+        guest_body,
+    );
 }

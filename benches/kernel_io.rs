@@ -200,18 +200,11 @@ fn guest_body() {
 }
 
 fn main() {
-    if uml::in_guest() {
-        guest_body();
-        return;
-    }
-    let _ = std::fs::remove_file(result_file());
-    let opts = uml::BootOptions {
-        mem: "1024M",
-        timeout: Duration::from_secs(1800),
-    };
-    uml::run("kernel_io", opts, guest_body);
-    match std::fs::read_to_string(result_file()) {
-        Ok(t) => print!("{t}"),
-        Err(_) => println!("kernel_io: no result (is /usr/bin/linux installed?)"),
-    }
+    uml::bench_main(
+        "kernel_io",
+        "1024M",
+        Duration::from_secs(1800),
+        &result_file(),
+        guest_body,
+    );
 }

@@ -311,3 +311,18 @@ pub fn sh(cmd: &str) -> String {
     }
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `main` of a bench that measures inside one UML boot: in the guest it runs `body`, which writes its
+/// figures to `result`; on the host it boots the guest (with `mem` and `timeout`) and prints that file.
+pub fn bench_main(name: &str, mem: &'static str, timeout: Duration, result: &Path, body: fn()) {
+    if in_guest() {
+        body();
+        return;
+    }
+    let _ = std::fs::remove_file(result);
+    run(name, BootOptions { mem, timeout }, body);
+    match std::fs::read_to_string(result) {
+        Ok(t) => print!("{t}"),
+        Err(_) => println!("{name}: no result (is /usr/bin/linux installed?)"),
+    }
+}
