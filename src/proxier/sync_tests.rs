@@ -561,6 +561,11 @@ fn set_conns(k: &Kit, vs: &IpvsServiceKey, addr: &str, port: u16, active: u32, i
         .unwrap();
 }
 
+/// Whether the fake kernel holds real server `addr:port` under `vs`.
+fn has_dest(k: &Kit, vs: &IpvsServiceKey, addr: &str, port: u16) -> bool {
+    k.dests(vs).unwrap().contains_key(&(ip(addr), port))
+}
+
 #[test]
 fn graceful_termination_drains_tcp_deletes_udp_and_restores() {
     let k = Kit::new();
@@ -598,16 +603,8 @@ fn graceful_termination_drains_tcp_deletes_udp_and_restores() {
     assert_eq!(r.graceful_queued, 1, "{r:?}");
     // TCP with connections: weight 0, kept. UDP: gone. TCP without connections: gone.
     assert_eq!(k.dests(&tcp).unwrap()[&(ip("10.244.0.12"), 8080)].weight, 0);
-    assert!(
-        !k.dests(&udp)
-            .unwrap()
-            .contains_key(&(ip("10.244.0.12"), 53))
-    );
-    assert!(
-        !k.dests(&idle)
-            .unwrap()
-            .contains_key(&(ip("10.244.0.12"), 8080))
-    );
+    assert!(!has_dest(&k, &udp, "10.244.0.12", 53));
+    assert!(!has_dest(&k, &idle, "10.244.0.12", 8080));
     assert!(
         p.reconciler()
             .graceful()
@@ -639,11 +636,7 @@ fn graceful_termination_drains_tcp_deletes_udp_and_restores() {
     set_conns(&k, &tcp, "10.244.0.12", 8080, 0, 0);
     let c = p.check_graceful();
     assert_eq!((c.deleted, c.pending, c.failures), (1, 0, 0));
-    assert!(
-        !k.dests(&tcp)
-            .unwrap()
-            .contains_key(&(ip("10.244.0.12"), 8080))
-    );
+    assert!(!has_dest(&k, &tcp, "10.244.0.12", 8080));
 }
 
 #[test]
@@ -679,11 +672,7 @@ fn restart_adopts_draining_real_servers() {
     );
     set_conns(&k, &tcp, "10.244.0.99", 8080, 0, 0);
     assert_eq!(p.check_graceful().deleted, 1);
-    assert!(
-        !k.dests(&tcp)
-            .unwrap()
-            .contains_key(&(ip("10.244.0.99"), 8080))
-    );
+    assert!(!has_dest(&k, &tcp, "10.244.0.99", 8080));
 }
 
 #[test]
