@@ -166,6 +166,55 @@ const KERNEL_WRITE_FAILURES: Desc = Desc {
     help: "Failed kernel writes since start, by backend (ipvs, ipset, iptables, link, conntrack, sysctl)",
 };
 
+const HEAP_INUSE: Desc = Desc {
+    name: "heap_inuse_bytes",
+    help: "Bytes the C allocator (glibc malloc) has handed out and not taken back, read at scrape time",
+};
+
+const HEAP_FREE: Desc = Desc {
+    name: "heap_free_bytes",
+    help: "Bytes the C allocator (glibc malloc) holds free for reuse (resident until trimmed), read at scrape time",
+};
+
+/// `kubeproxy_rs_heap_inuse_bytes` and `kubeproxy_rs_heap_free_bytes`: the allocator's statistics,
+/// read when scraped (glibc only).
+#[derive(Clone)]
+struct HeapCollector {
+    in_use: IntGauge,
+    free: IntGauge,
+}
+
+impl HeapCollector {
+    fn new() -> Result<HeapCollector, prometheus::Error> {
+        let gauge =
+            |d: Desc| IntGauge::with_opts(Opts::new(d.name, d.help).namespace(EXTRA_NAMESPACE));
+        Ok(HeapCollector {
+            in_use: gauge(HEAP_INUSE)?,
+            free: gauge(HEAP_FREE)?,
+        })
+    }
+}
+
+impl Collector for HeapCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut d = self.in_use.desc();
+        d.extend(self.free.desc());
+        d
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Some(s) = crate::malloc::stats() else {
+            return Vec::new();
+        };
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.in_use.set(int(s.in_use));
+        self.free.set(int(s.free));
+        let mut families = self.in_use.collect();
+        families.extend(self.free.collect());
+        families
+    }
+}
+
 const INVALID_OBJECTS: Desc = Desc {
     name: "invalid_objects_total",
     help: "Malformed API objects skipped since start, by kind",
@@ -231,7 +280,8 @@ fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 impl Metrics {
-    /// Builds every metric in a fresh registry, with the process collector (`process_*`) on Linux.
+    /// Builds every metric in a fresh registry, with the process collector (`process_*`) on Linux and
+    /// `kubeproxy_rs_heap_inuse_bytes` where the allocator is glibc's.
     pub fn new() -> Result<Metrics, MetricsError> {
         let registry = Registry::new();
         let b = Builder(&registry);
@@ -265,6 +315,9 @@ impl Metrics {
         m.registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        if crate::malloc::stats().is_some() {
+            m.registry.register(Box::new(HeapCollector::new()?))?;
+        }
         Ok(m)
     }
 
@@ -427,6 +480,28 @@ mod tests {
         assert_eq!(b[0], 0.001);
         assert!((b[14] - 16.384).abs() < 1e-9);
         assert!(b.windows(2).all(|w| (w[1] / w[0] - 2.0).abs() < 1e-9));
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn heap_inuse_gauge_is_read_at_scrape_time() {
+        let m = Metrics::new().unwrap();
+        let read = |text: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("kubeproxy_rs_heap_inuse_bytes "))
+                .unwrap_or_else(|| panic!("no heap gauge in:\n{text}"));
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        let before = read(&m.encode().unwrap());
+        let block = vec![1u8; 48 << 20];
+        let during = read(&m.encode().unwrap());
+        drop(std::hint::black_box(block));
+        assert!(before > 0.0, "heap in use {before}");
+        assert!(
+            during >= before + f64::from(40u32 << 20),
+            "gauge {during} with 48 MiB more allocated than at {before}"
+        );
     }
 
     #[test]
