@@ -5,7 +5,7 @@
 #   scripts/mem-probe.sh [-e VAR=VALUE]... [N]     # default N = 10000; KPRS_BENCH_SKIP_FLOOR is set
 #
 # Each daemon start writes one file `<out>/samples-<pid>.txt` (out: target/mem-probe/<stamp>/), a line per
-# second: uptime, VmRSS, VmHWM, RssAnon, RssFile (kB), threads, `kubeproxy_rs_heap_inuse_bytes` and
+# second: uptime, VmHWM, VmRSS, RssAnon, RssFile (kB), threads, `kubeproxy_rs_heap_inuse_bytes` and
 # `kubeproxy_rs_heap_free_bytes` from /metrics (0 before the server is up); at exit the last /proc/PID/smaps_rollup and the per-mapping RSS of
 # the biggest anonymous mappings. `-e` passes environment variables to the daemon (for example
 # GLIBC_TUNABLES=glibc.malloc.arena_max=1) to compare allocator settings without a rebuild. The daemon
@@ -35,7 +35,7 @@ wrapper="$out/wrapper.sh"
 pid=$$
 (
   f="$out/samples-$pid.txt"
-  echo "# uptime_s vmrss_kb vmhwm_kb rssanon_kb rssfile_kb threads heap_inuse_bytes heap_free_bytes" >"$f"
+  echo "# uptime_s vmhwm_kb vmrss_kb rssanon_kb rssfile_kb threads heap_inuse_bytes heap_free_bytes" >"$f"
   while [ -r /proc/$pid/status ]; do
     s=$(awk '/^VmRSS|^VmHWM|^RssAnon|^RssFile|^Threads/ {printf "%s ", $2}' /proc/$pid/status 2>/dev/null)
     h=$(curl -s -m 1 http://127.0.0.1:10249/metrics 2>/dev/null \
@@ -56,6 +56,6 @@ echo "mem-probe: samples in $out (env: ${envs[*]:-none})"
 KPRS_BENCH_SKIP_FLOOR=1 KPRS_BENCH_DAEMON="$wrapper" nice scripts/bench-scale.sh "$n" | tee "$out/bench.txt"
 for f in "$out"/samples-*.txt; do
   [ -e "$f" ] || continue
-  echo "== $f: peak VmHWM $(awk '!/^#/ && $3>m {m=$3} END {printf "%.1f MiB", m/1024}' "$f")," \
+  echo "== $f: peak VmHWM $(awk '!/^#/ && $2>m {m=$2} END {printf "%.1f MiB", m/1024}' "$f")," \
     "max heap $(awk '!/^#/ && $7>m {m=$7} END {printf "%.1f MiB", m/1048576}' "$f")"
 done

@@ -84,17 +84,29 @@ impl TrimSchedule {
     }
 }
 
-/// Caps the number of malloc arenas (`mallopt(M_ARENA_MAX, n)`); call before starting threads. Returns
-/// false when the allocator refused or is not glibc's.
+/// Most arenas the daemon's allocator keeps ([`configure`]): one per busy thread (a watcher's worker and
+/// the sync's blocking thread); more only spread fragmentation over more memory.
+pub const ARENA_MAX: i32 = 2;
+/// Allocations from this size on get their own mapping and go back to the kernel when freed
+/// ([`configure`]); glibc's default starts here too but raises it to the largest block freed so far (up
+/// to 32 MiB), after which the sync's large transient buffers stay resident in the heap.
+pub const MMAP_THRESHOLD: i32 = 128 * 1024;
+
+/// Sets the allocator up for a long-running daemon: at most [`ARENA_MAX`] arenas and a fixed
+/// [`MMAP_THRESHOLD`]. Call before starting threads. Returns false when the allocator refused a setting
+/// or is not glibc's.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn limit_arenas(n: u16) -> bool {
+pub fn configure() -> bool {
     // SAFETY: mallopt only sets an allocator parameter; M_ARENA_MAX accepts any positive value.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, libc::c_int::from(n)) == 1 }
+    let arenas = unsafe { libc::mallopt(libc::M_ARENA_MAX, ARENA_MAX) };
+    // SAFETY: as above; M_MMAP_THRESHOLD accepts values up to 32 MiB (and fixes the threshold).
+    let mmap = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
+    arenas == 1 && mmap == 1
 }
 
-/// Caps the number of malloc arenas; does nothing without glibc.
+/// Sets the allocator up for a long-running daemon; does nothing without glibc.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn limit_arenas(_n: u16) -> bool {
+pub fn configure() -> bool {
     false
 }
 
@@ -132,6 +144,14 @@ mod tests {
         assert!(
             after + (32 << 20) < during,
             "in_use {after} after freeing, {during} before"
+        );
+    }
+
+    #[test]
+    fn glibc_accepts_the_daemon_settings() {
+        assert!(
+            configure(),
+            "mallopt refused M_ARENA_MAX or M_MMAP_THRESHOLD"
         );
     }
 

@@ -340,35 +340,29 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
 }
 
 /// Runs `sync_loop` on the runner's schedule until the returned sender turns true, giving free heap
-/// memory back to the kernel around syncs ([`trim_heap`]).
+/// memory back to the kernel after syncs ([`trim_heap`]).
 fn spawn_sync_loop(
     runner: Runner,
     sync_loop: sync::SyncLoop,
     synced: watch::Synced,
 ) -> (tokio_watch::Sender<bool>, JoinHandle<()>) {
     let sync_loop = Arc::new(tokio::sync::Mutex::new(sync_loop));
-    let trim = Arc::new(Mutex::new((false, TrimSchedule::new(TRIM_INTERVAL))));
+    let trim = Arc::new(Mutex::new(TrimSchedule::new(TRIM_INTERVAL)));
     let (stop_tx, stop_rx) = tokio_watch::channel(false);
     let task = tokio::spawn(runner.run(
         move || {
             let (sync_loop, trim, synced) = (sync_loop.clone(), trim.clone(), synced.clone());
             async move {
                 let mut sync_loop = sync_loop.lock().await;
-                // The initial lists leave their pages freed but resident: give them back before the
-                // first sync allocates its plan elsewhere.
-                let first = synced.proxy_ready()
+                // The first sync (right after the initial lists) and full syncs free the most.
+                let ready = synced.proxy_ready();
+                sync_loop.sync().await;
+                if ready
                     && trim
                         .lock()
-                        .is_ok_and(|mut t| !std::mem::replace(&mut t.0, true));
-                if first {
-                    trim_heap("initial lists").await;
-                }
-                sync_loop.sync().await;
-                if trim
-                    .lock()
-                    .is_ok_and(|mut t| t.1.due(std::time::Instant::now()))
+                        .is_ok_and(|mut t| t.due(std::time::Instant::now()))
                 {
-                    trim_heap("sync").await;
+                    trim_heap().await;
                 }
             }
         },
@@ -384,12 +378,11 @@ const TRIM_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Gives the allocator's free memory back to the kernel when it holds much (on a blocking thread: a trim
 /// walks every arena).
-async fn trim_heap(after: &'static str) {
+async fn trim_heap() {
     let start = std::time::Instant::now();
     let r = tokio::task::spawn_blocking(|| crate::malloc::trim_if_wasteful(TRIM_MIN_FREE)).await;
     if let Ok(Some(s)) = r {
         tracing::info!(
-            after,
             in_use_mib = s.in_use >> 20,
             free_mib = s.free >> 20,
             took = ?start.elapsed(),
