@@ -77,6 +77,7 @@ impl SyncSettings {
                             .filter(|n| IpFamily::of_net(n) == family)
                             .collect(),
                         random_fully,
+                        unavailable_schedulers: BTreeSet::new(),
                     },
                 )
             })
