@@ -63,7 +63,11 @@ pub fn scheduler_choice(annotations: Option<&BTreeMap<String, String>>) -> Optio
             Some((_, Ok(bits))) => bits,
             Some((raw, Err(e))) => return Some(invalid(flags_key, raw, e.to_string())),
         };
-        return Some(SchedulerChoice::Set { scheduler, flags });
+        return Some(SchedulerChoice::Set {
+            scheduler,
+            flags,
+            source: sched_key,
+        });
     }
     for (sched_key, flags_key) in PAIRS {
         if let Some(raw) = value(annotations, flags_key) {
@@ -87,7 +91,15 @@ mod tests {
     }
 
     fn set(scheduler: Scheduler, flags: u32) -> Option<SchedulerChoice> {
-        Some(SchedulerChoice::Set { scheduler, flags })
+        from(SCHEDULER, scheduler, flags)
+    }
+
+    fn from(source: &'static str, scheduler: Scheduler, flags: u32) -> Option<SchedulerChoice> {
+        Some(SchedulerChoice::Set {
+            scheduler,
+            flags,
+            source,
+        })
     }
 
     fn error(c: Option<SchedulerChoice>) -> AnnotationError {
@@ -128,14 +140,14 @@ mod tests {
     fn kube_router_aliases_and_precedence() {
         assert_eq!(
             choice(&[(KUBE_ROUTER_SCHEDULER, "mh")]),
-            set(Scheduler::Mh, 0)
+            from(KUBE_ROUTER_SCHEDULER, Scheduler::Mh, 0)
         );
         assert_eq!(
             choice(&[
                 (KUBE_ROUTER_SCHEDULER, "mh"),
                 (KUBE_ROUTER_SCHEDULER_FLAGS, "flag-1,flag-2")
             ]),
-            set(Scheduler::Mh, 0x18)
+            from(KUBE_ROUTER_SCHEDULER, Scheduler::Mh, 0x18)
         );
         // Ours wins, with its own flags; kube-router's flags go with kube-router's scheduler only.
         assert_eq!(
@@ -160,6 +172,52 @@ mod tests {
             (KUBE_ROUTER_SCHEDULER, "sh"),
         ]));
         assert_eq!((e.annotation, e.value.as_str()), (SCHEDULER, "fancy"));
+    }
+
+    /// A Service as the watcher decodes it from the API server's JSON, converted.
+    fn converted(annotations: serde_json::Value) -> crate::cluster::convert::ConvertedService {
+        use crate::cluster::decode::Decoded;
+        use k8s_openapi::api::core::v1::Service;
+        let v = serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "annotations": annotations},
+            "spec": {"type": "NodePort", "clusterIP": "10.0.0.1",
+                     "ports": [{"name": "x", "port": 80, "nodePort": 30080}, {"name": "y", "port": 81}]},
+        });
+        let svc = Decoded::<Service>::from_value(v).object().cloned().unwrap();
+        crate::cluster::convert::service_ports(&svc).unwrap()
+    }
+
+    #[test]
+    fn conversion_puts_the_choice_on_every_port_and_never_rejects_the_service() {
+        let c = converted(serde_json::json!({
+            SCHEDULER: "sh", SCHEDULER_FLAGS: "sh-port", "unrelated": "mh", KUBE_ROUTER_SCHEDULER: "lc"
+        }));
+        assert_eq!(c.ports.len(), 2);
+        for p in &c.ports {
+            assert_eq!(p.scheduler, set(Scheduler::Sh, 0x10), "{}", p.name);
+        }
+        let c = converted(serde_json::json!({KUBE_ROUTER_SCHEDULER: "mh"}));
+        let want = from(KUBE_ROUTER_SCHEDULER, Scheduler::Mh, 0);
+        assert!(c.ports.iter().all(|p| p.scheduler == want));
+        // A bad value keeps the Service and its ports; the error travels with them.
+        let c = converted(serde_json::json!({SCHEDULER: "nope"}));
+        assert_eq!(c.ports.len(), 2);
+        for p in &c.ports {
+            let e = error(p.scheduler.clone());
+            assert_eq!((e.annotation, e.value.as_str()), (SCHEDULER, "nope"));
+        }
+        assert!(
+            c.ports
+                .iter()
+                .all(|p| p.node_port.is_some() == (p.port == 80))
+        );
+        let c = converted(serde_json::json!({"unrelated": "sh"}));
+        assert!(c.ports.iter().all(|p| p.scheduler.is_none()));
+        // The annotation is part of the port's value: a change is a change of the service.
+        assert_ne!(
+            converted(serde_json::json!({SCHEDULER: "sh"})),
+            converted(serde_json::json!({SCHEDULER: "rr"}))
+        );
     }
 
     #[test]

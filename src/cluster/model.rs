@@ -86,8 +86,13 @@ pub struct ServicePort {
 /// A per-Service IPVS scheduler from the Service's annotations (`cluster::annotations`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchedulerChoice {
-    /// This scheduler, with these scheduler flags on top of its default ones (`mh-port` for `mh`).
-    Set { scheduler: Scheduler, flags: u32 },
+    /// This scheduler, with these scheduler flags on top of its default ones (`mh-port` for `mh`),
+    /// from scheduler annotation `source` (ours or its alias).
+    Set {
+        scheduler: Scheduler,
+        flags: u32,
+        source: &'static str,
+    },
     /// A bad value: the Service stays on the node's scheduler (and the daemon reports it).
     Invalid(Arc<AnnotationError>),
 }
@@ -96,7 +101,9 @@ impl SchedulerChoice {
     /// The scheduler and extra flags asked for, if the value was valid.
     pub fn valid(&self) -> Option<(Scheduler, u32)> {
         match self {
-            SchedulerChoice::Set { scheduler, flags } => Some((*scheduler, *flags)),
+            SchedulerChoice::Set {
+                scheduler, flags, ..
+            } => Some((*scheduler, *flags)),
             SchedulerChoice::Invalid(_) => None,
         }
     }

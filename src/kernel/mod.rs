@@ -5,6 +5,7 @@ pub mod ipset;
 pub mod iptables;
 pub mod ipvs;
 pub mod link;
+pub mod modules;
 pub mod netlink;
 pub mod sysctl;
 

@@ -64,7 +64,11 @@ fn schedulers(sm: &ServiceMap, cfg: &PlanConfig) -> BTreeMap<(IpAddr, u16), (Str
 }
 
 fn set(scheduler: Scheduler, flags: u32) -> Option<SchedulerChoice> {
-    Some(SchedulerChoice::Set { scheduler, flags })
+    Some(SchedulerChoice::Set {
+        scheduler,
+        flags,
+        source: "ipvs.kube-proxy-rs.io/scheduler",
+    })
 }
 
 /// Asserts the four virtual servers of the service at `prefix` (node port `np`) have `want`.
