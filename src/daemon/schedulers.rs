@@ -23,6 +23,8 @@ pub struct SchedulerModules {
     node: Scheduler,
     /// Every scheduler tried: `None` loaded, `Some(error)` could not be loaded.
     tried: BTreeMap<Scheduler, Option<String>>,
+    /// Schedulers the kernel refused in a virtual-server write although loaded (never retried).
+    refused: Unavailable,
 }
 
 impl SchedulerModules {
@@ -32,6 +34,7 @@ impl SchedulerModules {
             modules,
             node,
             tried: BTreeMap::new(),
+            refused: Unavailable::new(),
         }
     }
 
@@ -50,22 +53,42 @@ impl SchedulerModules {
         for s in new.copied().collect::<Vec<_>>().into_iter().chain(again) {
             let module = format!("ip_vs_{}", s.name());
             let result = self.modules.ensure_loaded(&module);
-            match &result {
-                Ok(()) => tracing::info!(scheduler = %s, module, "IPVS scheduler module loaded"),
-                Err(e) => {
+            let error = result.err().map(|e| e.to_string());
+            let before = self.tried.insert(s, error.clone());
+            match error {
+                None => tracing::info!(scheduler = %s, module, "IPVS scheduler module loaded"),
+                // A retry failing as before is not news.
+                Some(e) if before == Some(Some(e.clone())) => {
+                    tracing::debug!(scheduler = %s, module, error = %e, "IPVS scheduler still unavailable")
+                }
+                Some(e) => {
                     tracing::warn!(scheduler = %s, module, error = %e, "IPVS scheduler unavailable")
                 }
             }
-            self.tried.insert(s, result.err().map(|e| e.to_string()));
         }
     }
 
-    /// The schedulers that could not be loaded, with why.
+    /// Records the schedulers (by name) the kernel refused in virtual-server writes: unavailable
+    /// from now on (the node's scheduler and unknown names aside: nothing to fall back from).
+    pub fn refused_by_kernel(&mut self, names: &BTreeSet<String>) {
+        for s in names.iter().filter_map(|n| n.parse::<Scheduler>().ok()) {
+            if s != self.node && !self.refused.contains_key(&s) {
+                tracing::warn!(scheduler = %s, "the kernel has no such IPVS scheduler");
+                let why = format!("the kernel refused scheduler {:?}", s.name());
+                self.refused.insert(s, why);
+            }
+        }
+    }
+
+    /// The schedulers that could not be loaded or that the kernel refused, with why.
     pub fn unavailable(&self) -> Unavailable {
-        self.tried
+        let failed = self
+            .tried
             .iter()
-            .filter_map(|(s, e)| e.clone().map(|e| (*s, e)))
-            .collect()
+            .filter_map(|(s, e)| e.clone().map(|e| (*s, e)));
+        let mut out: Unavailable = failed.collect();
+        out.extend(self.refused.iter().map(|(s, e)| (*s, e.clone())));
+        out
     }
 }
 
@@ -209,6 +232,14 @@ mod tests {
         m.load(&BTreeSet::new(), true);
         assert_eq!(fake.lock().unwrap().attempts.len(), 3);
         assert!(m.unavailable().is_empty());
+        // Loaded, but the kernel refuses it: unavailable for good; the node's scheduler never is.
+        let names = BTreeSet::from(["sh".to_string(), "rr".to_string(), "bogus".to_string()]);
+        m.refused_by_kernel(&names);
+        let un = m.unavailable();
+        assert_eq!(un.keys().copied().collect::<Vec<_>>(), [Scheduler::Sh]);
+        assert!(un[&Scheduler::Sh].contains("refused"), "{un:?}");
+        m.load(&BTreeSet::from([Scheduler::Sh]), true);
+        assert!(m.unavailable().contains_key(&Scheduler::Sh));
     }
 
     fn name(n: &str) -> ServiceName {

@@ -482,6 +482,10 @@ impl SyncLoop {
             wanted: schedulers::wanted(&self.services, &svc.updated_services),
         };
         let result = tokio::task::spawn_blocking(move || job.run()).await;
+        if let Ok(Ok(o)) = &result {
+            // Planned as unavailable from the next sync on (this one failed: it is retried soon).
+            lock(&self.schedulers).refused_by_kernel(&o.report.refused_schedulers);
+        }
         self.report_ignored_annotations(&svc.updated_services);
         let outcome = match result {
             Ok(Ok(o)) => {

@@ -169,3 +169,77 @@ fn invalid_or_unavailable_schedulers_fall_back_to_the_node_scheduler() {
     let v4 = ("10.3.0.", "");
     assert_service(&got, IpFamily::V4, v4, 30003, ("lc", 0));
 }
+
+mod reconcile {
+    //! The plan applied to the fake kernel: a scheduler change edits virtual servers in place; a
+    //! scheduler the kernel refuses is reported.
+    use super::*;
+    use crate::proxier::testkit::{Applier, Kit};
+    use crate::proxier::{ConntrackHints, FamilyInput, SyncReport};
+
+    fn apply(p: &mut Applier, d: &DesiredState, cfg: &PlanConfig, full: bool) -> SyncReport {
+        let nips = node().node_port_ips;
+        let input = FamilyInput {
+            desired: d,
+            delta: None,
+            config: cfg,
+            node_port_ips: &nips,
+        };
+        p.apply(&[input], full, &ConntrackHints::default())
+    }
+
+    fn one(choice: Option<SchedulerChoice>) -> ServiceMap {
+        services(vec![port("web", 30001, "10.1.0.", "fd01::", choice)])
+    }
+
+    #[test]
+    fn a_scheduler_change_edits_every_virtual_server_in_place() {
+        let kit = Kit::new();
+        let mut p = kit.applier();
+        let cfg = PlanConfig::new(IpFamily::V4);
+        let eps = EndpointsMap::new();
+        let first = plan(&one(set(Scheduler::Sh, 0)), &eps, &node(), &cfg);
+        let r = apply(&mut p, &first, &cfg, true);
+        assert_eq!(r.ipvs_services.added, 4, "{r:?}");
+        for (choice, full) in [(set(Scheduler::Mh, 0x8), false), (None, true)] {
+            let d = plan(&one(choice), &eps, &node(), &cfg);
+            kit.clear_logs();
+            let r = apply(&mut p, &d, &cfg, full);
+            let counts = r.ipvs_services;
+            assert_eq!(
+                (counts.added, counts.updated, counts.deleted),
+                (0, 4, 0),
+                "{r:?}"
+            );
+            assert!(
+                r.failures.is_empty() && r.refused_schedulers.is_empty(),
+                "{r:?}"
+            );
+            let writes = kit.writes();
+            let count = |op: &str| writes.iter().filter(|w| w.contains(op)).count();
+            assert_eq!(count("ipvs.update_service"), 4, "{writes:?}");
+            let recreated = count("ipvs.delete_service") + count("ipvs.add_service");
+            assert_eq!(recreated, 0, "{writes:?}");
+        }
+    }
+
+    #[test]
+    fn a_scheduler_the_kernel_refuses_is_reported() {
+        let kit = Kit::new();
+        let mut p = kit.applier();
+        let cfg = PlanConfig::new(IpFamily::V4);
+        let mut d = plan(
+            &one(set(Scheduler::Sh, 0)),
+            &EndpointsMap::new(),
+            &node(),
+            &cfg,
+        );
+        // What the kernel says for a scheduler it has no module for (the fake knows the stock names).
+        let vs = d.virtual_servers.values_mut().next().unwrap();
+        Arc::make_mut(vs).service.scheduler = "nope".into();
+        let r = apply(&mut p, &d, &cfg, true);
+        assert_eq!(r.refused_schedulers, BTreeSet::from(["nope".to_string()]));
+        assert!(r.retry_needed && !r.failures.is_empty(), "{r:?}");
+        assert_eq!(r.ipvs_services.added, 3, "{r:?}");
+    }
+}
