@@ -422,7 +422,10 @@ mod tests {
             KernelError::NotFound(_)
         ));
         match kernel_error(Kind::ServiceWrite, "x", Some("bogus"), e(libc::ENOENT)) {
-            KernelError::Unsupported(m) => assert!(m.contains("bogus"), "{m}"),
+            KernelError::SchedulerNotFound { scheduler, detail } => {
+                assert_eq!(scheduler, "bogus");
+                assert!(detail.contains('x'), "{detail}");
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(
