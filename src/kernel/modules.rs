@@ -2,7 +2,6 @@
 //! it, reading the node's `/lib/modules`).
 
 use super::{KernelError, KernelResult};
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -60,18 +59,20 @@ impl Modules for Modprobe {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 /// In-memory loader: `available` modules load, others fail as `modprobe` does; every attempt is
 /// recorded.
 #[derive(Debug, Clone, Default)]
 pub struct FakeModules {
     /// Modules that can be loaded.
-    pub available: BTreeSet<String>,
+    pub available: std::collections::BTreeSet<String>,
     /// Modules loaded so far.
-    pub loaded: BTreeSet<String>,
+    pub loaded: std::collections::BTreeSet<String>,
     /// Every `ensure_loaded` call, in order.
     pub attempts: Vec<String>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl FakeModules {
     /// A loader that can load `available`.
     pub fn new(available: &[&str]) -> Self {
@@ -82,6 +83,7 @@ impl FakeModules {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl Modules for FakeModules {
     fn ensure_loaded(&mut self, name: &str) -> KernelResult<()> {
         self.attempts.push(name.to_string());
