@@ -65,6 +65,7 @@ pub struct Metrics {
     conntrack_deleted_entries: IntCounterVec,
     kernel_write_failures: IntCounterVec,
     invalid_objects: IntCounterVec,
+    annotation_errors: IntCounterVec,
     /// Per-service IPVS traffic counters, rendered at scrape time (`--ipvs-traffic-metrics`).
     traffic: std::sync::OnceLock<std::sync::Arc<crate::traffic::TrafficMetrics>>,
 }
@@ -220,6 +221,11 @@ const INVALID_OBJECTS: Desc = Desc {
     help: "Malformed API objects skipped since start, by kind",
 };
 
+const ANNOTATION_ERRORS: Desc = Desc {
+    name: "service_annotation_errors_total",
+    help: "Service annotation values ignored since start (the Service keeps the node's setting), by annotation",
+};
+
 /// Creates metrics and registers them in one registry.
 struct Builder<'a>(&'a Registry);
 
@@ -308,6 +314,7 @@ impl Metrics {
             conntrack_deleted_entries: b.counter_vec(CONNTRACK_DELETED_ENTRIES, &["ip_family"])?,
             kernel_write_failures: b.extra_counter_vec(KERNEL_WRITE_FAILURES, &["backend"])?,
             invalid_objects: b.extra_counter_vec(INVALID_OBJECTS, &["kind"])?,
+            annotation_errors: b.extra_counter_vec(ANNOTATION_ERRORS, &["annotation"])?,
             registry,
             traffic: std::sync::OnceLock::new(),
         };
@@ -439,6 +446,13 @@ impl Metrics {
     /// Counts one malformed API object of `kind` (`Service`, `EndpointSlice`, `Node`) that was skipped.
     pub fn inc_invalid_object(&self, kind: &str) {
         self.invalid_objects.with_label_values(&[kind]).inc();
+    }
+
+    /// Counts one ignored value of Service annotation `annotation`.
+    pub fn inc_annotation_error(&self, annotation: &str) {
+        self.annotation_errors
+            .with_label_values(&[annotation])
+            .inc();
     }
 
     /// Renders every metric in the Prometheus text format (version 0.0.4).

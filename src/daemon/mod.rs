@@ -5,6 +5,7 @@ pub mod backends;
 pub mod events;
 pub mod node;
 pub mod prepare;
+pub mod schedulers;
 pub mod sync;
 pub mod watch_config;
 
