@@ -3,11 +3,9 @@
 use crate::cluster::model::{Endpoint, IpFamily, Protocol, ServicePort};
 use crate::kernel::ipvs::{FLAG_PERSISTENT, IpvsDestination, IpvsService, IpvsServiceKey};
 use crate::scheduler::{SCHED_FLAGS_MASK, Scheduler};
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Real servers keyed by (address, port).
-pub type Destinations = BTreeMap<(IpAddr, u16), IpvsDestination>;
+pub use crate::proxier::desired::Destinations;
 
 /// Netmask IPVS reports for a virtual server of `family`.
 pub fn netmask(family: IpFamily) -> u32 {

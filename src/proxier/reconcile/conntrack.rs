@@ -54,12 +54,7 @@ fn conntrack_family(
         .virtual_servers
         .iter()
         .filter(|(key, vs)| key.protocol == Protocol::Udp && !vs.destinations.is_empty())
-        .map(|(key, vs)| {
-            (
-                (key.addr, key.port),
-                vs.destinations.keys().copied().collect(),
-            )
-        })
+        .map(|(key, vs)| ((key.addr, key.port), vs.destinations.keys().collect()))
         .collect();
     let planned: BTreeSet<(IpAddr, u16)> = f
         .desired

@@ -391,7 +391,7 @@ fn current_destinations(
         return Ok(None);
     }
     let losing_tcp = r.key.protocol == Protocol::Tcp
-        && prev_dests.is_none_or(|pd| pd.keys().any(|d| !r.dvs.destinations.contains_key(d)));
+        && prev_dests.is_none_or(|pd| pd.keys().any(|d| !r.dvs.destinations.contains_key(&d)));
     if r.dump || losing_tcp {
         return match ipvs.destinations(&r.key) {
             Ok(d) => Ok(Some(d)),
@@ -479,7 +479,7 @@ fn apply_dest_changes(
                             vs.destinations.remove(&dk);
                         }
                         DestChange::Drain | DestChange::Delete => {
-                            vs.destinations.insert(dk, p.dest.clone());
+                            vs.destinations.insert(p.dest.clone());
                         }
                     }
                 }
@@ -500,8 +500,13 @@ fn plan_destinations(
 ) {
     let cur: BTreeMap<DestKey, &IpvsDestination> =
         current.iter().map(|d| ((d.addr, d.port), d)).collect();
+    let want: BTreeMap<DestKey, &IpvsDestination> = dvs
+        .destinations
+        .values()
+        .map(|d| ((d.addr, d.port), d))
+        .collect();
     let diff = StepInput {
-        desired: &dvs.destinations,
+        desired: &want,
         observed: &cur,
         scope: &Scope::All,
     }
