@@ -346,9 +346,7 @@ impl IncrementalPlanner {
                 // Only the old state is needed from here on: its indexes go before the replan.
                 let old = old.map(|o| o.state);
                 let mut p = Planned::new(node, cfg);
-                let mut fresh = HashMap::new();
-                p.compute_all(services, endpoints, &mut fresh);
-                p.absorb(services, endpoints, fresh, true);
+                p.plan_all(services, endpoints);
                 if let Some(o) = &old {
                     // Unchanged virtual servers keep their old (shared) values.
                     for (k, v) in p.state.virtual_servers.iter_mut() {
@@ -409,21 +407,18 @@ impl Planned {
         Fresh::from(name, c)
     }
 
-    /// Plans every service, walking both maps once.
-    fn compute_all(
-        &self,
-        services: &ServiceMap,
-        endpoints: &EndpointsMap,
-        out: &mut HashMap<ServiceName, Fresh>,
-    ) {
-        let ctx = &self.ctx;
+    /// Plans every service into this (new, empty) plan, walking both maps once. Each service's
+    /// contribution is absorbed as soon as it is computed: no map of every service's contribution is
+    /// held at once (that was most of the first sync's transient heap).
+    fn plan_all(&mut self, services: &ServiceMap, endpoints: &EndpointsMap) {
+        let ctx = Context::new(&self.node, &self.cfg);
+        let mut t = Touched::default();
         let mut eps_iter = endpoints.iter().peekable();
         let mut current: Option<(ServiceName, Contribution)> = None;
         for (port, svc) in services {
             if !current.as_ref().is_some_and(|(n, _)| same_service(port, n)) {
                 if let Some((n, c)) = current.take() {
-                    let f = Fresh::from(&n, c);
-                    out.insert(n, f);
+                    self.absorb_planned(n, c, &mut t);
                 }
                 current = Some((port.service(), Contribution::default()));
             }
@@ -437,8 +432,27 @@ impl Planned {
             }
         }
         if let Some((n, c)) = current.take() {
-            let f = Fresh::from(&n, c);
-            out.insert(n, f);
+            self.absorb_planned(n, c, &mut t);
+        }
+        // A full replan records nothing: its caller diffs the states.
+        let mut d = DesiredDelta::default();
+        self.resolve_sets(t.entries, t.bound, false, &mut d);
+        self.resolve_rest(t.lb_rules, t.health, t.no_local, true, &mut d);
+    }
+
+    /// Full replan: stores one service's contribution and puts its virtual servers into the state where
+    /// it is the greatest owner so far (services come in name order, so the greatest name wins, as
+    /// [`resolve_vs`](Self::resolve_vs) decides).
+    fn absorb_planned(&mut self, name: ServiceName, c: Contribution, t: &mut Touched) {
+        let mut f = Fresh::from(&name, c);
+        let stored = std::mem::take(&mut f.stored);
+        self.replace(&name, stored, f.lb_no_node_access, f.health, t);
+        // Not needed: every winner is placed here.
+        t.vs.clear();
+        for (k, v) in f.virtual_servers {
+            if self.vs_owners.get(&k).and_then(|o| o.last()) == Some(&name) {
+                self.state.virtual_servers.insert(k, v);
+            }
         }
     }
 
