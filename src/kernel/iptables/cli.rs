@@ -302,6 +302,14 @@ impl Iptables for IptablesCli {
         Ok(true)
     }
 
+    /// Legacy tools only: their tables are the kernel's x_tables, readable with `getsockopt`.
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        if !self.binaries(family).save.contains("-legacy") {
+            return None;
+        }
+        super::fingerprint::tables(family, tables)
+    }
+
     fn supports_random_fully(&mut self) -> bool {
         self.version()
             .is_some_and(|v| v >= IptablesVersion::RANDOM_FULLY)

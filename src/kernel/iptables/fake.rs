@@ -654,6 +654,21 @@ impl Iptables for FakeIptables {
         Ok(true)
     }
 
+    /// A hash of the tables as `iptables-save` would print them (like the legacy backend's).
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let st = self.lock();
+        let mut h = std::hash::DefaultHasher::new();
+        for t in tables {
+            t.hash(&mut h);
+            st.tables
+                .get(&(family, t.to_string()))
+                .map(|tb| render_table(t, tb))
+                .hash(&mut h);
+        }
+        Some(h.finish())
+    }
+
     fn supports_random_fully(&mut self) -> bool {
         self.lock().random_fully
     }

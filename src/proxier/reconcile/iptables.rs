@@ -14,7 +14,8 @@ impl Reconciler {
     ///
     /// When the payload changed, on a full sync, or while a jump is missing, the tables are read with one
     /// `iptables-save`; when they already hold the payload and every jump (a no-op periodic sync, or a
-    /// restart over rules a previous run wrote) nothing is written. Otherwise one `iptables-restore` writes
+    /// restart over rules a previous run wrote) nothing is written, and the backend's fingerprint of the
+    /// tables is kept: later full syncs skip the save while the fingerprint is unchanged. Otherwise one `iptables-restore` writes
     /// the payload plus `-I` lines for the missing jumps: one process however many jumps are missing.
     pub(super) fn sync_iptables(
         &mut self,
@@ -29,12 +30,16 @@ impl Reconciler {
         let applied = self.applied.entry(family).or_default();
         let payload = &f.desired.iptables_payload;
         let changed = applied.iptables_payload.as_deref() != Some(payload.as_str());
-        if full || changed || !applied.jumps_ok {
+        // A full sync with nothing new to write skips the save while the tables read as verified.
+        let unchanged = full && !changed && applied.jumps_ok && still_verified(k, f, applied);
+        if (full && !unchanged) || changed || !applied.jumps_ok {
+            applied.tables_verified = None;
             // The payload parsed once: its tables, and its chains with their rules.
             let wanted = KernelTables::parse(&rules::split_tables(payload), family);
             let mut tables: BTreeSet<&str> = wanted.tables.keys().map(String::as_str).collect();
             tables.extend(f.desired.jumps.iter().map(|j| j.table));
             let tables: Vec<&str> = tables.into_iter().collect();
+            let before = k.iptables.fingerprint(family, &tables);
             match k.iptables.save_tables(family, &tables) {
                 Ok(saved) => {
                     let kernel = KernelTables::parse(&saved, family);
@@ -49,6 +54,7 @@ impl Reconciler {
                     if missing.is_empty() && plain_payload(payload) && kernel.holds(&wanted) {
                         applied.iptables_payload = Some(payload.clone());
                         applied.jumps_ok = rechecked_ok;
+                        applied.tables_verified = verified(k, f, &tables, before);
                     } else {
                         match k
                             .iptables
@@ -86,6 +92,33 @@ impl Reconciler {
         report.add_family_step(SyncStep::Iptables, family, start.elapsed());
         serve
     }
+}
+
+/// Whether the tables still have the fingerprint they had when a save last showed that they hold this
+/// payload and these jumps (then a periodic sync need not read them again).
+fn still_verified(k: &mut Backends, f: &FamilyInput<'_>, applied: &super::Applied) -> bool {
+    let Some(v) = &applied.tables_verified else {
+        return false;
+    };
+    let tables: Vec<&str> = v.tables.iter().map(String::as_str).collect();
+    v.jumps == f.desired.jumps
+        && k.iptables.fingerprint(f.desired.family, &tables) == Some(v.fingerprint)
+}
+
+/// The evidence to keep after a save showed the tables holding the payload: only when the fingerprint
+/// read before the save is still the one after it (nothing changed in between).
+fn verified(
+    k: &mut Backends,
+    f: &FamilyInput<'_>,
+    tables: &[&str],
+    before: Option<u64>,
+) -> Option<super::TablesVerified> {
+    let after = k.iptables.fingerprint(f.desired.family, tables)?;
+    (before == Some(after)).then(|| super::TablesVerified {
+        tables: tables.iter().map(|t| t.to_string()).collect(),
+        jumps: f.desired.jumps.clone(),
+        fingerprint: after,
+    })
 }
 
 /// The fallback when the tables cannot be read: restore the payload, then check and insert each jump
