@@ -480,15 +480,24 @@ uml_test!(iptables_fingerprint_tracks_rules_not_counters, {
         ipt.fingerprint(v4, &["filter", "nat"])
     );
     assert_eq!(ipt.fingerprint(v4, &["nosuchtable"]), None);
-    // ip6tables too; the nft backend has none.
+    // ip6tables too, counters excluded there as well.
+    sh(
+        "ip6tables-legacy -t filter -N KUBE-FP6 && ip6tables-legacy -t filter -A KUBE-FP6 -j ACCEPT",
+    );
     let v6 = ipt
         .fingerprint(IpFamily::V6, &["filter"])
         .expect("ip6tables legacy fingerprint");
-    sh("ip6tables-legacy -t filter -N KUBE-FP6");
+    sh("ip6tables-legacy -t filter -R KUBE-FP6 1 -j ACCEPT -c 9 900");
+    assert!(sh("ip6tables-legacy -t filter -S KUBE-FP6 -v").contains("-c 9 900"));
+    assert_eq!(ipt.fingerprint(IpFamily::V6, &["filter"]), Some(v6));
+    sh("ip6tables-legacy -t filter -A KUBE-FP6 -j DROP");
     assert_ne!(ipt.fingerprint(IpFamily::V6, &["filter"]), Some(v6));
+    // The nft backend has none (the UML kernel has no nf_tables to test one against).
     let mut nft = IptablesCli::with_backend(Backend::Nft);
     assert_eq!(nft.fingerprint(v4, &["filter"]), None);
+    // Tools of unknown backend have none.
+    assert_eq!(IptablesCli::new().fingerprint(v4, &["filter"]), None);
     sh("iptables-legacy -t nat -F KUBE-FP && iptables-legacy -t nat -X KUBE-FP");
     sh("iptables-legacy -t filter -F KUBE-FP && iptables-legacy -t filter -X KUBE-FP");
-    sh("ip6tables-legacy -t filter -X KUBE-FP6");
+    sh("ip6tables-legacy -t filter -F KUBE-FP6 && ip6tables-legacy -t filter -X KUBE-FP6");
 });

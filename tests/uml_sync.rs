@@ -9,7 +9,7 @@ use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
 use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
 use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
-use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
+use kube_proxy_rs::kernel::iptables::cli::{Backend, IptablesCli};
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
 use kube_proxy_rs::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
 use kube_proxy_rs::kernel::link::DUMMY_DEVICE;
@@ -56,7 +56,8 @@ fn backends(log: &Arc<Mutex<Log>>) -> Backends {
             log: log.clone(),
         }),
         iptables: Box::new(Rec {
-            inner: IptablesCli::new(),
+            // The guest's iptables is legacy (tests/common/uml.rs); named so, the backend fingerprints.
+            inner: IptablesCli::with_backend(Backend::Legacy),
             log: log.clone(),
         }),
         links: Box::new(Rec {
@@ -417,6 +418,18 @@ uml_test!(small_scenario_matches_upstream_and_is_stable, {
     assert_eq!(r.writes(), 0, "nothing to repair: {r:#?}");
     let programmed = (ipvs, sets, ipt, ip6t, addrs);
     assert_eq!(kernel_state(), programmed);
+    // That save found the tables holding the rules: while their fingerprint stays, the next periodic
+    // sync starts no iptables-save and dumps no virtual server (the real servers' quick view matches).
+    let before = calls(&log).len();
+    let r = p.sync_proxy_rules(scenario_input(true));
+    assert_eq!(r.writes(), 0, "{r:#?}");
+    let c = calls(&log)[before..].to_vec();
+    assert!(!c.iter().any(|l| l.contains("iptables.save")), "{c:#?}");
+    assert!(!c.iter().any(|l| l.contains("ipvs.destinations")), "{c:#?}");
+    assert!(
+        c.iter().any(|l| l.contains("ipvs.destination_view")),
+        "{c:#?}"
+    );
 
     // Drift in v4 only: a jump deleted and a foreign rule in one of our chains. The next periodic sync
     // restores that family once (with the jump), and the kernel is the reference again.

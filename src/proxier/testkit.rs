@@ -172,6 +172,12 @@ impl<T: Ipvs> Ipvs for Rec<T> {
             })
             .collect())
     }
+    fn destination_view(
+        &mut self,
+    ) -> KernelResult<Option<crate::kernel::ipvs::procfs::DestinationView>> {
+        self.r("ipvs.destination_view", String::new())?;
+        self.inner.destination_view()
+    }
 }
 
 impl<T: IpSets> IpSets for Rec<T> {
@@ -249,6 +255,10 @@ impl<T: Iptables> Iptables for Rec<T> {
     }
     fn supports_random_fully(&mut self) -> bool {
         self.inner.supports_random_fully()
+    }
+    // Forwarded unlogged: a getsockopt read, not a process.
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        self.inner.fingerprint(family, tables)
     }
 }
 

@@ -302,7 +302,8 @@ impl Iptables for IptablesCli {
         Ok(true)
     }
 
-    /// Legacy tools only: their tables are the kernel's x_tables, readable with `getsockopt`.
+    /// Legacy tools only: their tables are the kernel's x_tables, readable with `getsockopt` (nft tools
+    /// and tools of unknown backend have none).
     fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
         if !self.binaries(family).save.contains("-legacy") {
             return None;
