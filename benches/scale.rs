@@ -258,7 +258,10 @@ impl Daemon {
         let child = Command::new(exe)
             .args(&args)
             .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
-            .env("KUBE_PROXY_LOG", "info,kube_proxy_rs::daemon::sync=debug")
+            .env(
+                "KUBE_PROXY_LOG",
+                "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug",
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)

@@ -101,8 +101,15 @@ fn still_verified(k: &mut Backends, f: &FamilyInput<'_>, applied: &super::Applie
         return false;
     };
     let tables: Vec<&str> = v.tables.iter().map(String::as_str).collect();
-    v.jumps == f.desired.jumps
-        && k.iptables.fingerprint(f.desired.family, &tables) == Some(v.fingerprint)
+    let now = k.iptables.fingerprint(f.desired.family, &tables);
+    tracing::debug!(
+        family = f.desired.family.label(),
+        ?tables,
+        recorded = v.fingerprint,
+        ?now,
+        "iptables fingerprint check"
+    );
+    v.jumps == f.desired.jumps && now == Some(v.fingerprint)
 }
 
 /// The evidence to keep after a save showed the tables holding the payload: only when the fingerprint
@@ -113,7 +120,15 @@ fn verified(
     tables: &[&str],
     before: Option<u64>,
 ) -> Option<super::TablesVerified> {
-    let after = k.iptables.fingerprint(f.desired.family, tables)?;
+    let after = k.iptables.fingerprint(f.desired.family, tables);
+    tracing::debug!(
+        family = f.desired.family.label(),
+        ?tables,
+        ?before,
+        ?after,
+        "iptables tables verified"
+    );
+    let after = after?;
     (before == Some(after)).then(|| super::TablesVerified {
         tables: tables.iter().map(|t| t.to_string()).collect(),
         jumps: f.desired.jumps.clone(),
