@@ -96,6 +96,8 @@ pub struct IptablesCli {
     v4: Binaries,
     v6: Binaries,
     version: Option<Option<IptablesVersion>>,
+    /// Blob size of each table last fingerprinted (legacy only).
+    table_sizes: BTreeMap<(IpFamily, String), usize>,
 }
 
 impl Default for IptablesCli {
@@ -127,6 +129,7 @@ impl IptablesCli {
             v4,
             v6,
             version: None,
+            table_sizes: BTreeMap::new(),
         }
     }
 
@@ -308,7 +311,7 @@ impl Iptables for IptablesCli {
         if !self.binaries(family).save.contains("-legacy") {
             return None;
         }
-        super::fingerprint::tables(family, tables)
+        super::fingerprint::tables(family, tables, &mut self.table_sizes)
     }
 
     fn supports_random_fully(&mut self) -> bool {

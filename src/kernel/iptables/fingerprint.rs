@@ -6,6 +6,7 @@
 //! unexpected (no such table, a blob that does not walk) gives None and the caller saves as before.
 
 use crate::net::IpFamily;
+use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -28,7 +29,14 @@ fn layout(family: IpFamily) -> (libc::c_int, libc::c_int, usize, usize) {
 }
 
 /// The fingerprint of `tables` (in order) of one family; None when any cannot be read this way.
-pub fn tables(family: IpFamily, tables: &[&str]) -> Option<u64> {
+/// `sizes` remembers each table's blob size: a table whose size is unchanged is read with one call
+/// instead of two (on kernels with `CONFIG_BPFILTER_UMH` every IPv4 call first tries to load the
+/// bpfilter helper module, which costs a process start).
+pub fn tables(
+    family: IpFamily,
+    tables: &[&str],
+    sizes: &mut BTreeMap<(IpFamily, String), usize>,
+) -> Option<u64> {
     let (af, level, next_at, counters_at) = layout(family);
     // SAFETY: socket(2) with constant arguments; the fd is owned right away.
     let fd = unsafe { libc::socket(af, libc::SOCK_RAW, libc::IPPROTO_RAW) };
@@ -39,7 +47,16 @@ pub fn tables(family: IpFamily, tables: &[&str]) -> Option<u64> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut h = DefaultHasher::new();
     for table in tables {
-        let mut blob = table_blob(&fd, level, table)?;
+        let key = (family, table.to_string());
+        let hinted = sizes.get(&key).and_then(|&n| entries(&fd, level, table, n));
+        let mut blob = match hinted {
+            Some(b) => b,
+            None => {
+                let b = table_blob(&fd, level, table)?;
+                sizes.insert(key, b.len());
+                b
+            }
+        };
         zero_counters(&mut blob, next_at, counters_at)?;
         table.hash(&mut h);
         blob.hash(&mut h);
@@ -56,6 +73,11 @@ fn table_blob(fd: &OwnedFd, level: libc::c_int, table: &str) -> Option<Vec<u8>> 
     info[..table.len()].copy_from_slice(table.as_bytes());
     getsockopt(fd, level, SO_GET_INFO, &mut info)?;
     let size = u32::from_ne_bytes(info[80..84].try_into().ok()?) as usize;
+    entries(fd, level, table, size)
+}
+
+/// The entries of a table of exactly `size` bytes (the kernel refuses any other size), or None.
+fn entries(fd: &OwnedFd, level: libc::c_int, table: &str, size: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; ENTRIES_HEADER + size];
     buf[..table.len()].copy_from_slice(table.as_bytes());
     buf[32..36].copy_from_slice(&(size as u32).to_ne_bytes());
