@@ -540,11 +540,12 @@ impl Iptables for FakeIptables {
         Ok(())
     }
 
-    fn ensure_rule_first(
+    fn ensure_rule_at(
         &mut self,
         family: IpFamily,
         table: &str,
         chain: &str,
+        position: usize,
         args: &[String],
     ) -> KernelResult<bool> {
         let mut st = self.lock();
@@ -576,9 +577,22 @@ impl Iptables for FakeIptables {
         if c.rules.contains(&norm) {
             return Ok(false);
         }
+        let at = position.max(1) - 1;
+        if at > c.rules.len() {
+            let cmd = format!(
+                "{} -w -t {table} -I {chain} {position} {}",
+                tool(family),
+                rules::render(args)
+            );
+            return Err(command_error(
+                cmd,
+                1,
+                format!("{}: Index of insertion too big.", tool(family)),
+            ));
+        }
         st.calls.push(format!("insert {family:?} {table} {chain}"));
         if let Some(c) = st.tables.get_mut(&key).and_then(|t| t.get_mut(chain)) {
-            c.rules.insert(0, norm);
+            c.rules.insert(at, norm);
         }
         Self::sync_refs(&st);
         Ok(true)
