@@ -895,17 +895,9 @@ fn uptime() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Sets up pods, client, API objects, foreign objects and the daemon.
-fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
-    let mut pods = e2e::abc_pods();
-    pods.push(e2e::client(CLIENT.0, CLIENT.1, CLIENT.2));
-    for (pod, ip6) in pods.iter_mut().zip(ABC6.iter().chain([&CLIENT6])) {
-        pod.add_ipv6(ip6, POD6_GW)?;
-    }
-    let e = E2e::start(Options {
-        sync_period: format!("{SYNC_PERIOD_S}s"),
-        ..Options::default()
-    });
+/// The stable Services (TCP, UDP, NodePort, IPv6 TCP; endpoints the three pods, always ready) and the
+/// marker's EndpointSlice.
+fn apply_stable(e: &E2e) {
     e.apply(e2e::service(
         "stable-tcp",
         STABLE_TCP.0,
@@ -938,6 +930,20 @@ fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
     let mut slice6 = e2e::slice("stable-tcp6", "TCP", 8080, &abc6);
     slice6["addressType"] = json!("IPv6");
     e.apply(slice6);
+}
+
+/// Sets up pods, client, API objects, foreign objects and the daemon.
+fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
+    let mut pods = e2e::abc_pods();
+    pods.push(e2e::client(CLIENT.0, CLIENT.1, CLIENT.2));
+    for (pod, ip6) in pods.iter_mut().zip(ABC6.iter().chain([&CLIENT6])) {
+        pod.add_ipv6(ip6, POD6_GW)?;
+    }
+    let e = E2e::start(Options {
+        sync_period: format!("{SYNC_PERIOD_S}s"),
+        ..Options::default()
+    });
+    apply_stable(&e);
     let mut rng = Rng::new(p.seed);
     let load = Load::new(p.services, &mut rng);
     for i in 0..p.services {

@@ -709,6 +709,40 @@ COMMIT
     }
 
     #[test]
+    fn ensure_rule_at_inserts_at_the_position_as_the_real_tool() {
+        let mut ipt = FakeIptables::new();
+        ipt.restore(
+            IpFamily::V4,
+            "*nat\n:KUBE-SERVICES - [0:0]\n-A OUTPUT -s 1.1.1.1/32 -j RETURN\n-A OUTPUT -s 2.2.2.2/32 -j RETURN\nCOMMIT\n",
+        )
+        .unwrap();
+        // Two rules: positions 1 to 3 exist, 4 is past the end and refused.
+        let err = ipt
+            .ensure_rule_at(IpFamily::V4, "nat", "OUTPUT", 4, &jump())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("Index of insertion too big"),
+            "{err}"
+        );
+        assert!(
+            ipt.ensure_rule_at(IpFamily::V4, "nat", "OUTPUT", 2, &jump())
+                .unwrap()
+        );
+        assert!(
+            !ipt.ensure_rule_at(IpFamily::V4, "nat", "OUTPUT", 1, &jump())
+                .unwrap()
+        );
+        let nat = ipt.save(IpFamily::V4, "nat").unwrap();
+        let output: Vec<&str> = nat.lines().filter(|l| l.starts_with("-A OUTPUT")).collect();
+        assert_eq!(output.len(), 3, "{nat}");
+        assert!(
+            output[0].contains("1.1.1.1") && output[2].contains("2.2.2.2"),
+            "{nat}"
+        );
+        assert!(output[1].contains("-j KUBE-SERVICES"), "{nat}");
+    }
+
+    #[test]
     fn noflush_restore_twice_and_jumps() {
         let mut ipt = FakeIptables::new();
         // A foreign chain and rule that must survive.
