@@ -48,6 +48,7 @@ fn service_port(i: usize) -> ServicePort {
         external_policy_local: false,
         internal_policy_local: false,
         health_check_node_port: None,
+        scheduler: None,
     }
 }
 

@@ -23,8 +23,22 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .worker_threads(worker_threads())
         .thread_name("kube-proxy")
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(daemon::run(options))
+}
+
+/// Most async worker threads the daemon runs. The workers only decode watch events and serve HTTP; syncs
+/// run on the blocking pool. Tokio's default (one per CPU) costs a stack and, through glibc's per-thread
+/// arenas, heap fragmentation per CPU on large nodes for no gain.
+pub const MAX_WORKER_THREADS: usize = 2;
+
+/// Async worker threads: one per CPU, at most [`MAX_WORKER_THREADS`].
+fn worker_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, MAX_WORKER_THREADS)
 }

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod kernel;
+pub mod malloc;
 pub mod metrics;
 pub mod net;
 pub mod proxier;

@@ -33,6 +33,8 @@ fn init_logging(options: &Options) {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: the allocator's arena limit and mmap threshold (see `malloc::configure`).
+    kube_proxy_rs::malloc::configure();
     let options = match config::parse_args(std::env::args_os()) {
         Ok(Invocation::Run(options)) => options,
         Ok(Invocation::Help(text)) => {

@@ -65,6 +65,7 @@ pub struct Metrics {
     conntrack_deleted_entries: IntCounterVec,
     kernel_write_failures: IntCounterVec,
     invalid_objects: IntCounterVec,
+    annotation_errors: IntCounterVec,
     /// Per-service IPVS traffic counters, rendered at scrape time (`--ipvs-traffic-metrics`).
     traffic: std::sync::OnceLock<std::sync::Arc<crate::traffic::TrafficMetrics>>,
 }
@@ -166,9 +167,63 @@ const KERNEL_WRITE_FAILURES: Desc = Desc {
     help: "Failed kernel writes since start, by backend (ipvs, ipset, iptables, link, conntrack, sysctl)",
 };
 
+const HEAP_INUSE: Desc = Desc {
+    name: "heap_inuse_bytes",
+    help: "Bytes the C allocator (glibc malloc) has handed out and not taken back, read at scrape time",
+};
+
+const HEAP_FREE: Desc = Desc {
+    name: "heap_free_bytes",
+    help: "Bytes the C allocator (glibc malloc) holds free for reuse (resident until trimmed), read at scrape time",
+};
+
+/// `kubeproxy_rs_heap_inuse_bytes` and `kubeproxy_rs_heap_free_bytes`: the allocator's statistics,
+/// read when scraped (glibc only).
+#[derive(Clone)]
+struct HeapCollector {
+    in_use: IntGauge,
+    free: IntGauge,
+}
+
+impl HeapCollector {
+    fn new() -> Result<HeapCollector, prometheus::Error> {
+        let gauge =
+            |d: Desc| IntGauge::with_opts(Opts::new(d.name, d.help).namespace(EXTRA_NAMESPACE));
+        Ok(HeapCollector {
+            in_use: gauge(HEAP_INUSE)?,
+            free: gauge(HEAP_FREE)?,
+        })
+    }
+}
+
+impl Collector for HeapCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut d = self.in_use.desc();
+        d.extend(self.free.desc());
+        d
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Some(s) = crate::malloc::stats() else {
+            return Vec::new();
+        };
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.in_use.set(int(s.in_use));
+        self.free.set(int(s.free));
+        let mut families = self.in_use.collect();
+        families.extend(self.free.collect());
+        families
+    }
+}
+
 const INVALID_OBJECTS: Desc = Desc {
     name: "invalid_objects_total",
     help: "Malformed API objects skipped since start, by kind",
+};
+
+const ANNOTATION_ERRORS: Desc = Desc {
+    name: "service_annotation_errors_total",
+    help: "Service annotation values ignored since start (the Service keeps the node's setting), by annotation",
 };
 
 /// Creates metrics and registers them in one registry.
@@ -231,7 +286,8 @@ fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 impl Metrics {
-    /// Builds every metric in a fresh registry, with the process collector (`process_*`) on Linux.
+    /// Builds every metric in a fresh registry, with the process collector (`process_*`) on Linux and
+    /// `kubeproxy_rs_heap_inuse_bytes` where the allocator is glibc's.
     pub fn new() -> Result<Metrics, MetricsError> {
         let registry = Registry::new();
         let b = Builder(&registry);
@@ -258,6 +314,7 @@ impl Metrics {
             conntrack_deleted_entries: b.counter_vec(CONNTRACK_DELETED_ENTRIES, &["ip_family"])?,
             kernel_write_failures: b.extra_counter_vec(KERNEL_WRITE_FAILURES, &["backend"])?,
             invalid_objects: b.extra_counter_vec(INVALID_OBJECTS, &["kind"])?,
+            annotation_errors: b.extra_counter_vec(ANNOTATION_ERRORS, &["annotation"])?,
             registry,
             traffic: std::sync::OnceLock::new(),
         };
@@ -265,6 +322,9 @@ impl Metrics {
         m.registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        if crate::malloc::stats().is_some() {
+            m.registry.register(Box::new(HeapCollector::new()?))?;
+        }
         Ok(m)
     }
 
@@ -388,6 +448,13 @@ impl Metrics {
         self.invalid_objects.with_label_values(&[kind]).inc();
     }
 
+    /// Counts one ignored value of Service annotation `annotation`.
+    pub fn inc_annotation_error(&self, annotation: &str) {
+        self.annotation_errors
+            .with_label_values(&[annotation])
+            .inc();
+    }
+
     /// Renders every metric in the Prometheus text format (version 0.0.4).
     pub fn encode(&self) -> Result<String, MetricsError> {
         let mut buf = Vec::new();
@@ -427,6 +494,28 @@ mod tests {
         assert_eq!(b[0], 0.001);
         assert!((b[14] - 16.384).abs() < 1e-9);
         assert!(b.windows(2).all(|w| (w[1] / w[0] - 2.0).abs() < 1e-9));
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn heap_inuse_gauge_is_read_at_scrape_time() {
+        let m = Metrics::new().unwrap();
+        let read = |text: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("kubeproxy_rs_heap_inuse_bytes "))
+                .unwrap_or_else(|| panic!("no heap gauge in:\n{text}"));
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        let before = read(&m.encode().unwrap());
+        let block = vec![1u8; 48 << 20];
+        let during = read(&m.encode().unwrap());
+        drop(std::hint::black_box(block));
+        assert!(before > 0.0, "heap in use {before}");
+        assert!(
+            during >= before + f64::from(40u32 << 20),
+            "gauge {during} with 48 MiB more allocated than at {before}"
+        );
     }
 
     #[test]

@@ -281,6 +281,7 @@ mod tests {
             external_policy_local: false,
             internal_policy_local: false,
             health_check_node_port: None,
+            scheduler: None,
         }
     }
 
@@ -346,6 +347,7 @@ mod tests {
                 local_detector: LocalDetector::None,
                 exclude_cidrs: vec![],
                 random_fully: false,
+                unavailable_schedulers: Default::default(),
             };
             let d = plan(&services, &Default::default(), &node, &cfg);
             planned.extend(d.virtual_servers.keys().copied());

@@ -560,6 +560,10 @@ fn clusterip_body() {
         )
         .unwrap_or_else(|| panic!("no sync duration metric:\n{metrics}"));
         assert!(count >= 1.0, "{count}");
+        // The allocator's bytes in use, read at scrape time (glibc): the daemon holds at least its caches.
+        let heap = metric_value(&metrics, "kubeproxy_rs_heap_inuse_bytes")
+            .unwrap_or_else(|| panic!("no heap gauge:\n{metrics}"));
+        assert!(heap > 1_000_000.0, "heap in use {heap}");
 
         // 3. Scale to four: the new pod gets traffic.
         api.apply_value(Kind::EndpointSlice, slice(&[a, b, c, d]))

@@ -161,12 +161,14 @@ uml_test!(ipvs_crud_errors_and_ipvsadm_agree, {
         Err(KernelError::Exists(_))
     ));
     match c.add_service(&svc(key("10.96.0.12", 80, Protocol::Tcp), "nosuch")) {
-        Err(KernelError::Unsupported(m)) => assert!(m.contains("nosuch"), "{m}"),
+        Err(e @ KernelError::SchedulerNotFound { .. }) => {
+            assert!(e.to_string().contains("\"nosuch\""), "{e}")
+        }
         other => panic!("unknown scheduler: {other:?}"),
     }
     assert!(matches!(
         c.update_service(&svc(tcp4, "nosuch")),
-        Err(KernelError::Unsupported(_))
+        Err(KernelError::SchedulerNotFound { scheduler, .. }) if scheduler == "nosuch"
     ));
     let missing = key("10.96.9.9", 80, Protocol::Tcp);
     assert!(matches!(

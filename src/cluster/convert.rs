@@ -315,6 +315,8 @@ fn port_template(
         external_policy_local,
         internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
         health_check_node_port,
+        // A bad value never rejects the Service: it stays on the node's scheduler.
+        scheduler: super::annotations::scheduler_choice(svc.metadata.annotations.as_ref()),
     })
 }
 

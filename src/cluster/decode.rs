@@ -17,6 +17,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
+use super::annotations::SERVICE_ANNOTATIONS;
 use super::convert::ANNOTATION_TRIGGER_TIME;
 
 /// Which part of a JSON value to keep before the typed decode.
@@ -120,7 +121,10 @@ const NODE_ADDRESS: Keep = Keep::Fields(&[("address", TEXT), ("type", TEXT)]);
 
 impl Lenient for Service {
     const KEEP: Keep = Keep::Fields(&[
-        ("metadata", meta_fields!()),
+        (
+            "metadata",
+            meta_fields!(("annotations", Keep::Strings(Some(SERVICE_ANNOTATIONS)))),
+        ),
         (
             "spec",
             Keep::Fields(&[

@@ -1,5 +1,6 @@
 //! The cluster side: models, conversion from API objects, change trackers, endpoint selection, watchers.
 
+pub mod annotations;
 pub mod client;
 pub mod convert;
 pub mod decode;

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 pub use crate::net::{IpFamily, Protocol};
+use crate::scheduler::Scheduler;
 
 /// Identifies one port of one service: namespace/name:portName plus protocol (as upstream's ServicePortName).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -78,6 +79,55 @@ pub struct ServicePort {
     /// internalTrafficPolicy: Local.
     pub internal_policy_local: bool,
     pub health_check_node_port: Option<u16>,
+    /// The IPVS scheduler the Service's annotations ask for; `None`: the node's scheduler.
+    pub scheduler: Option<SchedulerChoice>,
+}
+
+/// A per-Service IPVS scheduler from the Service's annotations (`cluster::annotations`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchedulerChoice {
+    /// This scheduler, with these scheduler flags on top of its default ones (`mh-port` for `mh`),
+    /// from scheduler annotation `source` (ours or its alias).
+    Set {
+        scheduler: Scheduler,
+        flags: u32,
+        source: &'static str,
+    },
+    /// A bad value: the Service stays on the node's scheduler (and the daemon reports it).
+    Invalid(Arc<AnnotationError>),
+}
+
+impl SchedulerChoice {
+    /// The scheduler and extra flags asked for, if the value was valid.
+    pub fn valid(&self) -> Option<(Scheduler, u32)> {
+        match self {
+            SchedulerChoice::Set {
+                scheduler, flags, ..
+            } => Some((*scheduler, *flags)),
+            SchedulerChoice::Invalid(_) => None,
+        }
+    }
+}
+
+/// A Service annotation whose value was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationError {
+    /// The annotation's key.
+    pub annotation: &'static str,
+    /// Its value, as given.
+    pub value: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+impl fmt::Display for AnnotationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "annotation {}={:?} ignored: {}",
+            self.annotation, self.value, self.reason
+        )
+    }
 }
 
 impl ServicePort {
@@ -98,6 +148,7 @@ impl ServicePort {
             external_policy_local: false,
             internal_policy_local: false,
             health_check_node_port: None,
+            scheduler: None,
         }
     }
 

@@ -1,7 +1,8 @@
-//! Kubernetes Events (events.k8s.io/v1) about the own Node, sent in the background so callers never wait
+//! Kubernetes Events (events.k8s.io/v1) about the own Node (and Services' ignored annotations), sent in the background so callers never wait
 //! on the API server.
 
 use crate::cluster::convert::ConvertError;
+use crate::cluster::model::ServiceName;
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -12,6 +13,8 @@ use tokio::sync::mpsc;
 pub const COMPONENT: &str = "kube-proxy";
 
 struct Pending {
+    /// What the event is about; `None`: the own Node.
+    regarding: Option<ObjectReference>,
     warning: bool,
     reason: String,
     action: String,
@@ -56,7 +59,8 @@ impl Events {
                     action: p.action,
                     secondary: None,
                 };
-                if let Err(e) = recorder.publish(&ev, &node_ref).await {
+                let regarding = p.regarding.as_ref().unwrap_or(&node_ref);
+                if let Err(e) = recorder.publish(&ev, regarding).await {
                     tracing::warn!(reason = %ev.reason, error = %e, "could not publish event");
                 }
             }
@@ -74,8 +78,26 @@ impl Events {
         self.send(true, reason, action, note);
     }
 
+    /// Queues a Warning event regarding Service `service` (published in its namespace).
+    pub fn service_warning(&self, service: &ServiceName, reason: &str, action: &str, note: String) {
+        let _ = self.tx.send(Pending {
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".to_string()),
+                kind: Some("Service".to_string()),
+                namespace: Some(service.namespace.clone()),
+                name: Some(service.name.clone()),
+                ..Default::default()
+            }),
+            warning: true,
+            reason: reason.to_string(),
+            action: action.to_string(),
+            note: Some(note),
+        });
+    }
+
     fn send(&self, warning: bool, reason: &str, action: &str, note: Option<String>) {
         let _ = self.tx.send(Pending {
+            regarding: None,
             warning,
             reason: reason.to_string(),
             action: action.to_string(),

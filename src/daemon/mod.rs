@@ -5,6 +5,7 @@ pub mod backends;
 pub mod events;
 pub mod node;
 pub mod prepare;
+pub mod schedulers;
 pub mod sync;
 pub mod watch_config;
 
@@ -14,6 +15,7 @@ use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{GoDuration, LocalMode, Options};
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::IptablesCli;
+use crate::malloc::TrimSchedule;
 use crate::metrics::Metrics;
 use crate::proxier::Proxier;
 use crate::proxier::graceful::CHECK_INTERVAL;
@@ -306,6 +308,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     for &f in &families {
         health.updated(f);
     }
+    let synced_for_trim = synced.clone();
     let sync_loop = sync::SyncLoop::new(
         settings,
         options.clone(),
@@ -319,7 +322,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         runner_handle,
         cluster.events,
     );
-    let (loop_stop_tx, loop_task) = spawn_sync_loop(runner, sync_loop);
+    let (loop_stop_tx, loop_task) = spawn_sync_loop(runner, sync_loop, synced_for_trim);
 
     let stop = stop_rx
         .recv()
@@ -337,21 +340,56 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     stop_result(stop)
 }
 
-/// Runs `sync_loop` on the runner's schedule until the returned sender turns true.
+/// Runs `sync_loop` on the runner's schedule until the returned sender turns true, giving free heap
+/// memory back to the kernel after syncs ([`trim_heap`]).
 fn spawn_sync_loop(
     runner: Runner,
     sync_loop: sync::SyncLoop,
+    synced: watch::Synced,
 ) -> (tokio_watch::Sender<bool>, JoinHandle<()>) {
     let sync_loop = Arc::new(tokio::sync::Mutex::new(sync_loop));
+    let trim = Arc::new(Mutex::new(TrimSchedule::new(TRIM_INTERVAL)));
     let (stop_tx, stop_rx) = tokio_watch::channel(false);
     let task = tokio::spawn(runner.run(
         move || {
-            let sync_loop = sync_loop.clone();
-            async move { sync_loop.lock().await.sync().await }
+            let (sync_loop, trim, synced) = (sync_loop.clone(), trim.clone(), synced.clone());
+            async move {
+                let mut sync_loop = sync_loop.lock().await;
+                // The first sync (right after the initial lists) and full syncs free the most.
+                let ready = synced.proxy_ready();
+                sync_loop.sync().await;
+                if ready
+                    && trim
+                        .lock()
+                        .is_ok_and(|mut t| t.due(std::time::Instant::now()))
+                {
+                    trim_heap().await;
+                }
+            }
         },
         stopped(stop_rx),
     ));
     (stop_tx, task)
+}
+
+/// Free heap memory beyond this (or an eighth of the heap in use) is given back to the kernel.
+const TRIM_MIN_FREE: u64 = 2 << 20;
+/// Heap trims after syncs are at most this frequent (the first sync and full syncs free the most).
+const TRIM_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Gives the allocator's free memory back to the kernel when it holds much (on a blocking thread: a trim
+/// walks every arena).
+async fn trim_heap() {
+    let start = std::time::Instant::now();
+    let r = tokio::task::spawn_blocking(|| crate::malloc::trim_if_wasteful(TRIM_MIN_FREE)).await;
+    if let Ok(Some(s)) = r {
+        tracing::info!(
+            in_use_mib = s.in_use >> 20,
+            free_mib = s.free >> 20,
+            took = ?start.elapsed(),
+            "returned free heap memory to the kernel"
+        );
+    }
 }
 
 /// The metrics registry (families initialised) and the proxy health, the Node's eligibility set.

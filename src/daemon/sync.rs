@@ -3,14 +3,17 @@
 //! service health checks, events) and schedule a retry on failure.
 
 use super::events::Events;
+use super::schedulers::{self, SchedulerModules, Unavailable};
 use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName, ports_of};
 use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult};
 use crate::cluster::watch::{NodeInfo, Synced, Trackers};
 use crate::config::Options;
+use crate::kernel::modules::Modprobe;
 use crate::metrics::{Metrics, TrafficPolicy};
 use crate::proxier::plan::{NodeFacts, PlanConfig, node_port_ips};
 use crate::proxier::{ConntrackHints, FailureKind, FamilySnapshot, Proxier, SyncInput, SyncReport};
 use crate::runner::RunnerHandle;
+use crate::scheduler::Scheduler;
 use crate::server::{ProxyHealth, ServiceHealthServer};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -77,6 +80,7 @@ impl SyncSettings {
                             .filter(|n| IpFamily::of_net(n) == family)
                             .collect(),
                         random_fully,
+                        unavailable_schedulers: BTreeSet::new(),
                     },
                 )
             })
@@ -114,6 +118,10 @@ pub struct SyncLoop {
     endpoint_total: u64,
     /// Conntrack hints of syncs that did not get to clean conntrack (kept for the next sync).
     pending_hints: ConntrackHints,
+    /// Modules of the schedulers Services ask for by annotation (loaded on first use).
+    schedulers: Arc<Mutex<SchedulerModules>>,
+    /// The unavailable schedulers as of the last sync (Services asking for one were reported).
+    unavailable: Unavailable,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -145,16 +153,24 @@ struct SyncJob {
     changed: Option<BTreeSet<ServiceName>>,
     /// Where to publish what this sync programmed (`--ipvs-traffic-metrics`).
     traffic: Option<Arc<crate::traffic::TrafficMetrics>>,
+    schedulers: Arc<Mutex<SchedulerModules>>,
+    /// Annotated schedulers of the Services changed since the last sync (their modules are loaded).
+    wanted: BTreeSet<Scheduler>,
 }
 
 impl SyncJob {
     fn run(self) -> Result<Outcome, String> {
+        let unavailable = {
+            let mut m = lock(&self.schedulers);
+            m.load(&self.wanted, self.full);
+            m.unavailable()
+        };
         let mut p = lock(&self.proxier);
         let read_start = Instant::now();
         let local = local_addresses(&mut p, &self.settings.families, self.full)
             .map_err(|e| format!("listing local addresses: {e}"))?;
         let local_read = read_start.elapsed();
-        let families = snapshots_split(
+        let mut families = snapshots_split(
             &self.settings,
             &self.options,
             self.node.as_deref(),
@@ -163,6 +179,9 @@ impl SyncJob {
             &self.services,
             &self.endpoints,
         );
+        for f in &mut families {
+            f.config.unavailable_schedulers = unavailable.keys().copied().collect();
+        }
         let traffic_index = self.traffic.is_some().then(|| traffic_index(&families));
         let report = p.sync_proxy_rules(SyncInput {
             families,
@@ -403,7 +422,6 @@ impl SyncLoop {
     ) -> SyncLoop {
         SyncLoop {
             settings,
-            options,
             trackers,
             synced,
             node,
@@ -420,6 +438,12 @@ impl SyncLoop {
             service_total: 0,
             endpoint_total: 0,
             pending_hints: ConntrackHints::default(),
+            schedulers: Arc::new(Mutex::new(SchedulerModules::new(
+                Box::new(Modprobe::default()),
+                options.config.scheduler(),
+            ))),
+            unavailable: Unavailable::new(),
+            options,
         }
     }
 
@@ -454,8 +478,16 @@ impl SyncLoop {
             hints,
             changed,
             traffic: self.metrics.traffic().cloned(),
+            schedulers: self.schedulers.clone(),
+            wanted: schedulers::wanted(&self.services, &svc.updated_services),
         };
-        let outcome = match tokio::task::spawn_blocking(move || job.run()).await {
+        let result = tokio::task::spawn_blocking(move || job.run()).await;
+        if let Ok(Ok(o)) = &result {
+            // Planned as unavailable from the next sync on (this one failed: it is retried soon).
+            lock(&self.schedulers).refused_by_kernel(&o.report.refused_schedulers);
+        }
+        self.report_ignored_annotations(&svc.updated_services);
+        let outcome = match result {
             Ok(Ok(o)) => {
                 self.pending_changed = Some(BTreeSet::new());
                 o
@@ -482,6 +514,18 @@ impl SyncLoop {
         }
         log_timing(&outcome, sync_start, &eps.trigger_times);
         self.publish(outcome, full, &eps.trigger_times).await;
+    }
+
+    /// Reports the Services whose scheduler annotation is ignored (Event, metric), each once per change.
+    fn report_ignored_annotations(&mut self, updated: &BTreeSet<ServiceName>) {
+        let now = lock(&self.schedulers).unavailable();
+        let node = self.options.config.scheduler();
+        for i in
+            schedulers::ignored_annotations(&self.services, updated, &self.unavailable, &now, node)
+        {
+            schedulers::report(&i, &self.events, &self.metrics);
+        }
+        self.unavailable = now;
     }
 
     /// Folds the trackers' pending changes into the maps and records the change metrics.

@@ -5,6 +5,7 @@ pub mod ipset;
 pub mod iptables;
 pub mod ipvs;
 pub mod link;
+pub mod modules;
 pub mod netlink;
 pub mod sysctl;
 
@@ -19,9 +20,12 @@ pub enum KernelError {
     /// The object does not exist (ENOENT / ESRCH).
     #[error("not found: {0}")]
     NotFound(String),
-    /// The kernel does not support what was asked (unknown scheduler, missing module, ...).
+    /// The kernel does not support what was asked (missing module, address family, ...).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// An IPVS service write named a scheduler the kernel does not have (ENOENT: module missing).
+    #[error("IPVS scheduler {scheduler:?} not found: {detail}")]
+    SchedulerNotFound { scheduler: String, detail: String },
     /// Any other errno from netlink, with the operation and the kernel's message.
     #[error("{op}: errno {errno}: {message}")]
     Errno {

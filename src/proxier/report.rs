@@ -2,7 +2,7 @@
 
 use crate::cluster::model::IpFamily;
 use crate::proxier::desired::TrafficPolicy;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Kind of kernel write that failed during a sync.
@@ -110,6 +110,9 @@ pub struct SyncReport {
     pub ipvs_withheld: usize,
     /// Each family's own figures.
     pub families: BTreeMap<IpFamily, FamilyReport>,
+    /// Schedulers the kernel refused in IPVS service writes (no such scheduler): the daemon plans
+    /// them as unavailable from the next sync on.
+    pub refused_schedulers: BTreeSet<String>,
 }
 
 impl SyncReport {

@@ -995,6 +995,7 @@ fn local_policy_cluster() -> (ServiceMap, EndpointsMap) {
         external_policy_local: true,
         internal_policy_local: false,
         health_check_node_port: Some(31000),
+        scheduler: None,
     };
     let endpoint = Endpoint {
         ip: ip("10.244.1.5"),

@@ -122,9 +122,10 @@ fn check_scheduler(name: &str) -> KernelResult<()> {
     if name.parse::<crate::scheduler::Scheduler>().is_ok() {
         Ok(())
     } else {
-        Err(KernelError::Unsupported(format!(
-            "scheduler {name:?} not found"
-        )))
+        Err(KernelError::SchedulerNotFound {
+            scheduler: name.to_string(),
+            detail: "no such scheduler module".into(),
+        })
     }
 }
 
@@ -343,7 +344,7 @@ mod tests {
         assert!(matches!(f.add_service(&s), Err(KernelError::Exists(_))));
         assert!(matches!(
             f.add_service(&svc("10.0.0.2", 80, "nope")),
-            Err(KernelError::Unsupported(_))
+            Err(KernelError::SchedulerNotFound { scheduler, .. }) if scheduler == "nope"
         ));
         let listed = f.services().unwrap();
         assert_eq!(listed.len(), 1);

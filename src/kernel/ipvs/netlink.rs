@@ -35,10 +35,10 @@ fn kernel_error(kind: Kind, what: &str, sched: Option<&str>, e: NlError) -> Kern
     e.into_kernel(what, |errno, detail| match errno {
         libc::EEXIST => Some(KernelError::Exists(detail)),
         // NEW/SET_SERVICE answer ENOENT only when the scheduler (or PE) module is missing.
-        libc::ENOENT if kind == Kind::ServiceWrite => Some(KernelError::Unsupported(format!(
-            "{detail}: scheduler {:?} not found",
-            sched.unwrap_or("")
-        ))),
+        libc::ENOENT if kind == Kind::ServiceWrite => Some(KernelError::SchedulerNotFound {
+            scheduler: sched.unwrap_or("").to_string(),
+            detail,
+        }),
         libc::ENOENT | libc::ESRCH => Some(KernelError::NotFound(detail)),
         libc::EOPNOTSUPP | libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT => {
             Some(KernelError::Unsupported(detail))
@@ -422,7 +422,10 @@ mod tests {
             KernelError::NotFound(_)
         ));
         match kernel_error(Kind::ServiceWrite, "x", Some("bogus"), e(libc::ENOENT)) {
-            KernelError::Unsupported(m) => assert!(m.contains("bogus"), "{m}"),
+            KernelError::SchedulerNotFound { scheduler, detail } => {
+                assert_eq!(scheduler, "bogus");
+                assert!(detail.contains('x'), "{detail}");
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(

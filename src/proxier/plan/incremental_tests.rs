@@ -1,7 +1,7 @@
 //! Equivalence of the incremental planner with the full plan over pseudo-random change sequences.
 
 use super::*;
-use crate::cluster::model::{Endpoint, LoadBalancerIngress, ServicePort};
+use crate::cluster::model::{Endpoint, LoadBalancerIngress, SchedulerChoice, ServicePort};
 use crate::proxier::plan::{LocalDetector, plan};
 use std::sync::Arc;
 
@@ -56,6 +56,25 @@ fn config(family: IpFamily) -> PlanConfig {
         ]),
         ..PlanConfig::new(family)
     }
+}
+
+/// No annotation (half the time), or an annotated `sh` or `mh` with flags: a service switching
+/// scheduler is replanned like any other change.
+fn random_scheduler(rng: &mut Rng) -> Option<SchedulerChoice> {
+    rng.pick(&[
+        None,
+        None,
+        Some(SchedulerChoice::Set {
+            scheduler: crate::scheduler::Scheduler::Sh,
+            flags: 0x10,
+            source: "ipvs.kube-proxy-rs.io/scheduler",
+        }),
+        Some(SchedulerChoice::Set {
+            scheduler: crate::scheduler::Scheduler::Mh,
+            flags: 0x8,
+            source: "kube-router.io/service.scheduler",
+        }),
+    ])
 }
 
 /// A random service with 1-2 ports drawing from small pools, so services collide on external IPs,
@@ -126,6 +145,7 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
         };
         let port = rng.pick(&[80, 443, 53]);
         out.push(ServicePort {
+            scheduler: random_scheduler(rng),
             node_port: has_np.then(|| 30080 + rng.below(4) as u16),
             external_ips,
             load_balancer_ingress,

@@ -2,7 +2,7 @@
 
 use crate::cluster::model::{Endpoint, IpFamily, Protocol, ServicePort};
 use crate::kernel::ipvs::{FLAG_PERSISTENT, IpvsDestination, IpvsService, IpvsServiceKey};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{SCHED_FLAGS_MASK, Scheduler};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -45,6 +45,12 @@ impl<'a> VsTemplate<'a> {
             netmask: netmask(family),
             protocol: svc.protocol,
         }
+    }
+
+    /// This template with scheduler `flags` added (a Service's annotated flags).
+    pub fn with_scheduler_flags(mut self, flags: u32) -> Self {
+        self.flags |= flags & SCHED_FLAGS_MASK;
+        self
     }
 
     /// The virtual server at `addr:port`.

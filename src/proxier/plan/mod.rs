@@ -50,12 +50,15 @@ pub struct PlanConfig {
     pub exclude_cidrs: Vec<IpNet>,
     /// Whether `iptables` supports `--random-fully` on MASQUERADE.
     pub random_fully: bool,
+    /// Schedulers the kernel cannot use (module not loadable): Services asking for one of these
+    /// by annotation stay on `scheduler`.
+    pub unavailable_schedulers: BTreeSet<Scheduler>,
 }
 
 impl PlanConfig {
     /// The configuration for `family` with kube-proxy's defaults: the `rr` scheduler, masquerade bit 14, no
-    /// masqueradeAll, no local detector, no excluded ranges, and `--random-fully` (iptables >= 1.6.2). Set
-    /// the rest with struct update syntax (`PlanConfig { masquerade_all: true, ..PlanConfig::new(…) }`).
+    /// masqueradeAll, no local detector, no excluded ranges, `--random-fully` (iptables >= 1.6.2) and every
+    /// scheduler available. Set the rest with struct update syntax (`PlanConfig { masquerade_all: true, ..PlanConfig::new(…) }`).
     pub fn new(family: IpFamily) -> Self {
         PlanConfig {
             family,
@@ -65,6 +68,7 @@ impl PlanConfig {
             local_detector: LocalDetector::None,
             exclude_cidrs: Vec::new(),
             random_fully: true,
+            unavailable_schedulers: BTreeSet::new(),
         }
     }
 }
@@ -137,6 +141,7 @@ struct Context {
     node_name: String,
     zone: Option<String>,
     scheduler: Scheduler,
+    unavailable_schedulers: BTreeSet<Scheduler>,
     /// The node's primary IP of this family (LB source-range checks).
     node_ip: Option<IpAddr>,
     /// NodePort addresses of this family, sorted and deduplicated.
@@ -192,6 +197,7 @@ impl Context {
             node_name: node.node_name.clone(),
             zone: node.zone.clone(),
             scheduler: cfg.scheduler,
+            unavailable_schedulers: cfg.unavailable_schedulers.clone(),
             node_ip: node
                 .node_ips
                 .iter()
@@ -212,7 +218,7 @@ impl Context {
         let port = Port {
             svc,
             cat: categorize(eps, svc, self.family, &self.node_name, self.zone.as_deref()),
-            tmpl: VsTemplate::new(svc, self.scheduler, self.family),
+            tmpl: self.template(svc),
             etp_local: svc.external_policy_local(),
         };
         port.cluster_ip(acc, cluster_ip);
@@ -227,6 +233,17 @@ impl Context {
         }
         if let Some(hc) = svc.health_check_node_port {
             acc.set(SetKind::HealthCheckNodePort, hc.to_string());
+        }
+    }
+
+    /// The virtual-server template of `svc`: its annotated scheduler and flags if valid and available,
+    /// else the node's scheduler.
+    fn template(&self, svc: &ServicePort) -> VsTemplate<'static> {
+        match svc.scheduler.as_ref().and_then(|c| c.valid()) {
+            Some((sched, flags)) if !self.unavailable_schedulers.contains(&sched) => {
+                VsTemplate::new(svc, sched, self.family).with_scheduler_flags(flags)
+            }
+            _ => VsTemplate::new(svc, self.scheduler, self.family),
         }
     }
 
@@ -488,3 +505,7 @@ pub fn plan(
         no_local_endpoints: no_local_counts(b.no_local.internal.len(), b.no_local.external.len()),
     }
 }
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod scheduler_tests;

@@ -348,6 +348,9 @@ fn write_services<'a>(
                 // The kernel has it although we did not know: converge and read it back.
                 if let Err(e) = ipvs.update_service(&ready.dvs.service) {
                     tracing::warn!(service = %ready.key, error = %e, "IPVS update failed");
+                    if let KernelError::SchedulerNotFound { scheduler, .. } = e {
+                        report.refused_schedulers.insert(scheduler);
+                    }
                     report.fail(FailureKind::IpvsService);
                     continue;
                 }
@@ -357,6 +360,9 @@ fn write_services<'a>(
             }
             (op, Err(e)) => {
                 tracing::warn!(%op, error = %e, "IPVS service write failed");
+                if let KernelError::SchedulerNotFound { scheduler, .. } = e {
+                    report.refused_schedulers.insert(scheduler);
+                }
                 // What we applied before (if anything) stays recorded: the retry compares with it.
                 report.fail(FailureKind::IpvsService);
                 continue;
