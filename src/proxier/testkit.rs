@@ -218,16 +218,19 @@ impl<T: Iptables> Iptables for Rec<T> {
         )?;
         self.inner.ensure_chain(family, table, chain)
     }
-    fn ensure_rule_first(
+    fn ensure_rule_at(
         &mut self,
         family: IpFamily,
         table: &str,
         chain: &str,
+        position: usize,
         args: &[String],
     ) -> KernelResult<bool> {
         let what = format!("{family:?} {table} {chain} {}", args.join(" "));
         self.r("iptables.check_rule", what.clone())?;
-        let inserted = self.inner.ensure_rule_first(family, table, chain, args)?;
+        let inserted = self
+            .inner
+            .ensure_rule_at(family, table, chain, position, args)?;
         if inserted {
             self.wrote("iptables.insert_rule", what);
         }

@@ -163,9 +163,6 @@ impl IptablesCli {
         args: &[String],
     ) -> KernelResult<Output> {
         let mut all: Vec<&str> = vec!["-w", WAIT_SECONDS, "-t", table, op, chain];
-        if op == "-I" {
-            all.push("1");
-        }
         all.extend(args.iter().map(String::as_str));
         exec::run(&self.binaries(family).cmd, &all, None)
     }
@@ -232,11 +229,12 @@ impl Iptables for IptablesCli {
         Err(out.error())
     }
 
-    fn ensure_rule_first(
+    fn ensure_rule_at(
         &mut self,
         family: IpFamily,
         table: &str,
         chain: &str,
+        position: usize,
         args: &[String],
     ) -> KernelResult<bool> {
         let check = self.run_cmd(family, table, "-C", chain, args)?;
@@ -246,7 +244,9 @@ impl Iptables for IptablesCli {
         if check.code != Some(1) {
             return Err(check.error());
         }
-        self.run_cmd(family, table, "-I", chain, args)?.ok()?;
+        let mut at = vec![position.max(1).to_string()];
+        at.extend_from_slice(args);
+        self.run_cmd(family, table, "-I", chain, &at)?.ok()?;
         Ok(true)
     }
 

@@ -33,6 +33,18 @@ pub trait Iptables: Send {
         table: &str,
         chain: &str,
         args: &[String],
+    ) -> KernelResult<bool> {
+        self.ensure_rule_at(family, table, chain, 1, args)
+    }
+    /// Inserts `-I <chain> <position> <args>` (1-based) unless an identical rule exists (`-C`); true if
+    /// inserted.
+    fn ensure_rule_at(
+        &mut self,
+        family: IpFamily,
+        table: &str,
+        chain: &str,
+        position: usize,
+        args: &[String],
     ) -> KernelResult<bool>;
     /// Deletes one rule (`-D`); Ok(false) if it was not there.
     fn delete_rule(

@@ -1,5 +1,6 @@
 //! The iptables payload and the jumps from built-in chains.
 
+use super::iptables_jumps::JumpPlacer;
 use super::{Backends, FamilyInput, Reconciler};
 use crate::cluster::model::IpFamily;
 use crate::kernel::iptables::rules;
@@ -49,8 +50,17 @@ impl Reconciler {
                         .iter()
                         .filter(|j| !kernel.has_jump(j, family))
                         .partition(|j| applied.jumps_restored.contains(*j));
+                    let mut placer = JumpPlacer::new(family, &f.desired.jumps, |t, c| {
+                        kernel.chains(t)?.get(c).cloned()
+                    });
                     // Jumps we restored before that read as missing again: `-C` decides (then `-I`).
-                    let rechecked_ok = ensure_jumps(k, family, recheck, report);
+                    let recheck = placer.placing_order(&recheck);
+                    let rechecked_ok = ensure_jumps(k, family, recheck, Some(&mut placer), report);
+                    let missing: Vec<(&JumpRule, usize)> = placer
+                        .placing_order(&missing)
+                        .into_iter()
+                        .map(|j| (j, placer.place(j)))
+                        .collect();
                     if missing.is_empty() && plain_payload(payload) && kernel.holds(&wanted) {
                         applied.iptables_payload = Some(payload.clone());
                         applied.jumps_ok = rechecked_ok;
@@ -67,7 +77,7 @@ impl Reconciler {
                                 applied.jumps_ok = rechecked_ok;
                                 applied
                                     .jumps_restored
-                                    .extend(missing.iter().map(|j| (*j).clone()));
+                                    .extend(missing.iter().map(|(j, _)| (*j).clone()));
                             }
                             Err(e) => {
                                 // The kernel keeps the rules it had: nothing is flushed.
@@ -156,20 +166,28 @@ fn restore_blind(
             report.fail(FailureKind::IptablesRestore);
         }
     }
-    applied.jumps_ok = ensure_jumps(k, family, &f.desired.jumps, report);
+    applied.jumps_ok = ensure_jumps(k, family, &f.desired.jumps, None, report);
 }
 
-/// [`ensure_jump`] for each of `jumps`, counting insertions and failures; true if none failed.
+/// [`ensure_jump`] for each of `jumps`, counting insertions and failures; true if none failed. With a
+/// placer, each goes where [`JumpPlacer`] puts it; without (the chains could not be read), at the top.
 fn ensure_jumps<'a>(
     k: &mut Backends,
     family: IpFamily,
     jumps: impl IntoIterator<Item = &'a JumpRule>,
+    mut placer: Option<&mut JumpPlacer<'_>>,
     report: &mut SyncReport,
 ) -> bool {
     let mut ok = true;
     for jump in jumps {
-        match ensure_jump(k, family, jump) {
-            Ok(true) => report.jumps_inserted += 1,
+        let at = placer.as_ref().map_or(1, |p| p.position(jump));
+        match ensure_jump(k, family, jump, at) {
+            Ok(true) => {
+                report.jumps_inserted += 1;
+                if let Some(p) = placer.as_deref_mut() {
+                    p.record(jump, at);
+                }
+            }
             Ok(false) => {}
             Err(()) => {
                 report.fail(FailureKind::IptablesJump);
@@ -180,14 +198,19 @@ fn ensure_jumps<'a>(
     ok
 }
 
-/// `iptables -N <target>` if needed, then `-C` and, when missing, `-I` of one jump; true if inserted.
-/// Failures are logged.
-fn ensure_jump(k: &mut Backends, family: IpFamily, jump: &JumpRule) -> Result<bool, ()> {
+/// `iptables -N <target>` if needed, then `-C` and, when missing, `-I` of one jump at the 1-based
+/// `position`; true if inserted. Failures are logged.
+fn ensure_jump(
+    k: &mut Backends,
+    family: IpFamily,
+    jump: &JumpRule,
+    position: usize,
+) -> Result<bool, ()> {
     k.iptables
         .ensure_chain(family, jump.table, jump.target)
         .and_then(|()| {
             k.iptables
-                .ensure_rule_first(family, jump.table, jump.chain, &jump.args())
+                .ensure_rule_at(family, jump.table, jump.chain, position, &jump.args())
         })
         .map_err(|e| {
             tracing::warn!(family = family.label(), chain = jump.chain, target = jump.target,
@@ -224,13 +247,13 @@ fn plain_payload(payload: &str) -> bool {
     !in_table
 }
 
-/// The payload with `-I <chain> 1 …` lines for `missing` jumps at the end of their table (a table the
-/// payload lacks gets its own section). Lines run in order, each inserting at the top, as upstream's
-/// successive `iptables -I` calls do. A jump target neither declared by the payload nor in the kernel is
-/// declared (created empty), as `iptables -N` would.
+/// The payload with `-I <chain> <position> …` lines for `missing` jumps at the end of their table (a
+/// table the payload lacks gets its own section). Lines run in the given order, each position counted
+/// after the lines before it ([`JumpPlacer`]). A jump target neither declared by the payload nor in the
+/// kernel is declared (created empty), as `iptables -N` would.
 fn with_jumps(
     payload: &str,
-    missing: &[&JumpRule],
+    missing: &[(&JumpRule, usize)],
     wanted: &KernelTables,
     kernel: &KernelTables,
 ) -> String {
@@ -243,14 +266,18 @@ fn with_jumps(
     let section = |t: &str| -> String {
         let mut text = String::new();
         let mut created = BTreeSet::new();
-        for j in missing.iter().filter(|j| j.table == t) {
+        for (j, _) in missing.iter().filter(|(j, _)| j.table == t) {
             let exists = has_chain(wanted, t, j.target) || has_chain(kernel, t, j.target);
             if !exists && created.insert(j.target) {
                 text.push_str(&format!(":{} - [0:0]\n", j.target));
             }
         }
-        for j in missing.iter().filter(|j| j.table == t) {
-            text.push_str(&format!("-I {} 1 {}\n", j.chain, rules::render(&j.args())));
+        for (j, at) in missing.iter().filter(|(j, _)| j.table == t) {
+            text.push_str(&format!(
+                "-I {} {at} {}\n",
+                j.chain,
+                rules::render(&j.args())
+            ));
         }
         text
     };
@@ -272,7 +299,7 @@ fn with_jumps(
     }
     let rest: BTreeSet<&str> = missing
         .iter()
-        .map(|j| j.table)
+        .map(|(j, _)| j.table)
         .filter(|t| !done.contains(t))
         .collect();
     for t in rest {

@@ -18,6 +18,7 @@ mod conntrack;
 pub mod diff;
 mod ipsets;
 mod iptables;
+mod iptables_jumps;
 mod ipvs;
 pub mod ownership;
 
