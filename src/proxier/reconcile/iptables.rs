@@ -37,9 +37,7 @@ impl Reconciler {
             applied.tables_verified = None;
             // The payload parsed once: its tables, and its chains with their rules.
             let wanted = KernelTables::parse(&rules::split_tables(payload), family);
-            let mut tables: BTreeSet<&str> = wanted.tables.keys().map(String::as_str).collect();
-            tables.extend(f.desired.jumps.iter().map(|j| j.table));
-            let tables: Vec<&str> = tables.into_iter().collect();
+            let tables = tables_of(&wanted, f);
             let before = k.iptables.fingerprint(family, &tables);
             match k.iptables.save_tables(family, &tables) {
                 Ok(saved) => {
@@ -102,6 +100,13 @@ impl Reconciler {
         report.add_family_step(SyncStep::Iptables, family, start.elapsed());
         serve
     }
+}
+
+/// The tables a family's payload and jumps live in, in order.
+fn tables_of<'a>(wanted: &'a KernelTables, f: &FamilyInput<'a>) -> Vec<&'a str> {
+    let mut tables: BTreeSet<&str> = wanted.tables.keys().map(String::as_str).collect();
+    tables.extend(f.desired.jumps.iter().map(|j| j.table));
+    tables.into_iter().collect()
 }
 
 /// Whether the tables still have the fingerprint they had when a save last showed that they hold this
