@@ -9,8 +9,18 @@
 //! state, flushes it and times loading the same state with `ipset restore`, `ipvsadm -R` and
 //! `iptables-restore` (the floor). At N = 10 000 (or the first N given) it also times 100 one-endpoint
 //! changes (API apply → real server in IPVS) and the no-op periodic full sync (after a restart with
-//! syncPeriod 2s). `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs). Figures are printed and written to `scale-results.txt` in the run directory; wrong kernel
-//! state or a dead daemon fails the bench.
+//! syncPeriod 2s; at every N up to 20k). At that N it then runs the churn mode (see `scale/churn.rs`):
+//! `KPRS_BENCH_CHURN_RATE` (default 10) endpoint changes per second over random services for
+//! `KPRS_BENCH_CHURN_SECS` (default 300; 0 skips it), once with minSyncPeriod 0 and once with 1s, measuring
+//! the daemon's CPU seconds per minute, syncs per minute, sampled programming latency and RSS.
+//! `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs). Figures are printed and written to
+//! `scale-results.txt` in the run directory; wrong kernel state or a dead daemon fails the bench. Every N
+//! ends with one machine-readable line:
+//! `scale-summary: n=N cold_s=.. floor_s=.. noop_full_sync_s=.. peak_rss_mib=.. heap_mib=.. churn_cpu_s_per_min=.. p99_ms=..`
+//! (`heap_mib`: the daemon's `kubeproxy_rs_heap_inuse_bytes` after the cold start; `churn_cpu_s_per_min`
+//! and `p99_ms`: the churn run with minSyncPeriod 1s; NA where not measured).
+#[path = "scale/churn.rs"]
+mod churn;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -50,6 +60,16 @@ struct Params {
     change_n: usize,
     daemon: PathBuf,
     skip_floor: bool,
+    /// Churn mode: seconds per run (0: skipped) and changes per second.
+    churn_secs: u64,
+    churn_rate: f64,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn params_path(name: &str) -> PathBuf {
@@ -90,6 +110,8 @@ fn main() {
         change_n,
         daemon: daemon.clone(),
         skip_floor: std::env::var_os("KPRS_BENCH_SKIP_FLOOR").is_some(),
+        churn_secs: env_or("KPRS_BENCH_CHURN_SECS", 300),
+        churn_rate: env_or("KPRS_BENCH_CHURN_RATE", 10.0),
     };
     std::fs::write(
         params_path(&name),
@@ -119,7 +141,8 @@ fn main() {
             .iter()
             .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
             .sum::<usize>() as u64
-            * 2;
+            * 2
+        + 2 * (params.churn_secs + 120);
     common::uml::run(
         &name,
         common::uml::BootOptions {
@@ -212,7 +235,12 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(exe: &Path, kubeconfig: &Path, sync_period: &str, log: &Path) -> Result<Daemon> {
+    fn spawn(
+        exe: &Path,
+        kubeconfig: &Path,
+        (sync_period, min_sync): (&str, &str),
+        log: &Path,
+    ) -> Result<Daemon> {
         let out = std::fs::File::create(log)?;
         let args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
@@ -222,7 +250,7 @@ impl Daemon {
             format!("--healthz-bind-address={HEALTHZ}"),
             format!("--metrics-bind-address={METRICS}"),
             format!("--nodeport-addresses={}", scale::NODE_PORT_CIDR),
-            "--ipvs-min-sync-period=0s".into(),
+            format!("--ipvs-min-sync-period={min_sync}"),
             format!("--ipvs-sync-period={sync_period}"),
         ];
         let started = SystemTime::now();
@@ -230,7 +258,10 @@ impl Daemon {
         let child = Command::new(exe)
             .args(&args)
             .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
-            .env("KUBE_PROXY_LOG", "info,kube_proxy_rs::daemon::sync=debug")
+            .env(
+                "KUBE_PROXY_LOG",
+                "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug",
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -362,6 +393,24 @@ struct Row {
     floor_addresses: f64,
     dump_sizes: (usize, usize, usize),
     steps: String,
+    /// Where the cold start's seconds went (from the daemon's log).
+    cold_breakdown: String,
+    /// `kubeproxy_rs_heap_inuse_bytes` after the cold start (None: the daemon does not export it).
+    heap: Option<f64>,
+    floor_skipped: bool,
+    noop: Option<Noop>,
+    churn: Vec<churn::ChurnResult>,
+}
+
+/// No-op periodic full syncs after a warm restart.
+#[derive(Default, Debug, Clone)]
+struct Noop {
+    warm_start: f64,
+    syncs: f64,
+    metric_ms: f64,
+    cpu_ms: f64,
+    window: f64,
+    steps: String,
 }
 
 impl Row {
@@ -379,12 +428,6 @@ struct ChangeResults {
     npl_count: f64,
     sync_mean_ms: f64,
     sync_count: f64,
-    warm_start: f64,
-    noop_syncs: f64,
-    noop_metric_ms: f64,
-    noop_cpu_ms: f64,
-    noop_window: f64,
-    noop_steps: String,
     change_steps: String,
 }
 
@@ -396,6 +439,8 @@ struct Run {
     daemon: PathBuf,
     loaded: usize,
     skip_floor: bool,
+    churn_secs: u64,
+    churn_rate: f64,
 }
 
 impl Run {
@@ -444,6 +489,8 @@ fn guest(name: &str) -> Result<()> {
         daemon: params.daemon.clone(),
         loaded: 0,
         skip_floor: params.skip_floor,
+        churn_secs: params.churn_secs,
+        churn_rate: params.churn_rate,
     };
     let mem = scale::run_ok("grep -E 'MemTotal' /proc/meminfo")?;
     run.log(&format!(
@@ -557,14 +604,57 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
     let exp = Expected::compute(n, M, 0);
     let mut row = Row {
         n,
+        floor_skipped: run.skip_floor,
         ..Default::default()
     };
+    let Some(mut d) = cold_start(run, &mut row, &exp)? else {
+        return Ok((row, None));
+    };
+    let mut change = None;
+    if change_here {
+        let mut ch = ChangeResults {
+            n,
+            ..Default::default()
+        };
+        endpoint_changes(run, &mut d, n, &mut ch)?;
+        change = Some(ch);
+    }
+    d.check_alive()?;
+    let st = d.stats()?;
+    row.peak_rss_end = st.peak_rss;
+    row.cpu_end = st.cpu_seconds;
+    d.stop()?;
+    if n <= 20_000 {
+        // Warm restart with a short syncPeriod: no-op periodic full syncs.
+        noop_syncs(run, n, &exp, &mut row)?;
+    }
+    if change_here && run.churn_secs > 0 {
+        for min_sync in ["0s", "1s"] {
+            let c = churn_run(run, n, &exp, min_sync)?;
+            row.peak_rss_end = row.peak_rss_end.max(c.rss_end);
+            row.churn.push(c);
+        }
+    }
+    verify(run, &format!("N={n} after the daemon stopped"), &exp)?;
+    if run.skip_floor {
+        run.log(&format!("N={n}: floor skipped (KPRS_BENCH_SKIP_FLOOR)"));
+        flush_kernel()?;
+    } else {
+        floor(run, &mut row, &exp)?;
+    }
+    run.log(&summary_line(&row));
+    Ok((row, change))
+}
+
+/// Starts the daemon on an empty kernel and waits for its first successful sync; records the cold-start
+/// figures in `row`. None when it did not sync within the cap (the kernel is flushed).
+fn cold_start(run: &mut Run, row: &mut Row, exp: &Expected) -> Result<Option<Daemon>> {
+    let n = row.n;
     let log = run.dir.join(format!("kube-proxy-{n}-cold.log"));
-    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, "30s", &log)?;
+    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, ("30s", "0s"), &log)?;
     let started = unix(d.started);
     let cap = cold_start_cap(n);
-    let synced = d.wait_synced_after(started, cap)?;
-    let Some(ts) = synced else {
+    let Some(ts) = d.wait_synced_after(started, cap)? else {
         let st = d.stats().unwrap_or_default();
         run.log(&format!(
             "N={n}: NOT synced within {cap:?} (cap); peak RSS {:.1} MiB, CPU {:.1} s; skipping",
@@ -575,7 +665,7 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
         row.cpu_cold = st.cpu_seconds;
         d.kill();
         flush_kernel()?;
-        return Ok((row, None));
+        return Ok(None);
     };
     row.cold_detect = d.started_at.elapsed().as_secs_f64();
     row.cold_start = Some(ts - started);
@@ -583,51 +673,58 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
     row.peak_rss_cold = st.peak_rss;
     row.cpu_cold = st.cpu_seconds;
     let m = d.metrics()?;
+    row.heap = m.get("kubeproxy_rs_heap_inuse_bytes");
     // The cold start's full sync (later event-driven syncs are in the other histogram's count too).
     let (s, c) = m.histogram_v4("kubeproxy_sync_full_proxy_rules_duration_seconds");
     row.first_sync_metric = if c > 0.0 { s / c } else { f64::NAN };
     run.log(&format!(
-        "N={n}: cold start {:.3} s (seen by poller after {:.3} s); daemon's sync_full_proxy_rules_duration {:.3} s over {c} full sync(s); peak RSS {:.1} MiB, CPU {:.2} s",
+        "N={n}: cold start {:.3} s (seen by poller after {:.3} s); daemon's sync_full_proxy_rules_duration {:.3} s over {c} full sync(s); peak RSS {:.1} MiB, heap {}, CPU {:.2} s",
         ts - started,
         row.cold_detect,
         row.first_sync_metric,
         mib(st.peak_rss),
+        fmt_mib(row.heap),
         st.cpu_seconds
     ));
     let steps = sync_steps(&d.log, SyncPick::FirstFull);
     run.log(&format!("N={n}: cold-start sync steps: {steps}"));
     row.steps = steps;
-    verify(run, &format!("N={n} cold start"), &exp)?;
+    row.cold_breakdown = cold_breakdown(&d.log, d.started, ts);
+    run.log(&format!(
+        "N={n}: cold start breakdown: {}",
+        row.cold_breakdown
+    ));
+    verify(run, &format!("N={n} cold start"), exp)?;
+    Ok(Some(d))
+}
 
-    let mut change = None;
-    if change_here {
-        let mut ch = ChangeResults {
-            n,
-            ..Default::default()
-        };
-        endpoint_changes(run, &mut d, n, &mut ch)?;
-        let st = d.stats()?;
-        row.peak_rss_end = st.peak_rss;
-        row.cpu_end = st.cpu_seconds;
-        d.stop()?;
-        // Warm restart with a short syncPeriod: no-op periodic full syncs.
-        noop_syncs(run, n, &exp, &mut ch, &mut row)?;
-        change = Some(ch);
-    } else {
-        d.check_alive()?;
-        let st = d.stats()?;
-        row.peak_rss_end = st.peak_rss;
-        row.cpu_end = st.cpu_seconds;
-        d.stop()?;
-    }
-    verify(run, &format!("N={n} after the daemon stopped"), &exp)?;
-    if run.skip_floor {
-        run.log(&format!("N={n}: floor skipped (KPRS_BENCH_SKIP_FLOOR)"));
-        flush_kernel()?;
-    } else {
-        floor(run, &mut row, &exp)?;
-    }
-    Ok((row, change))
+/// The summary line ending every N.
+fn summary_line(r: &Row) -> String {
+    let na = |v: Option<f64>, digits: usize| {
+        v.filter(|v| v.is_finite())
+            .map(|v| format!("{v:.digits$}"))
+            .unwrap_or_else(|| "NA".into())
+    };
+    let slow = r.churn.iter().find(|c| c.min_sync == "1s");
+    format!(
+        "scale-summary: n={} cold_s={} floor_s={} noop_full_sync_s={} peak_rss_mib={} heap_mib={} churn_cpu_s_per_min={} p99_ms={}",
+        r.n,
+        na(r.cold_start, 3),
+        na(
+            (!r.floor_skipped && r.cold_start.is_some()).then(|| r.floor()),
+            3
+        ),
+        na(r.noop.as_ref().map(|x| x.metric_ms / 1e3), 3),
+        na(Some(mib(r.peak_rss_end.max(r.peak_rss_cold))), 1),
+        na(r.heap.map(|b| b / (1024.0 * 1024.0)), 1),
+        na(slow.map(|c| c.cpu_per_min), 2),
+        na(slow.map(|c| c.p(99.0)), 1),
+    )
+}
+
+fn fmt_mib(b: Option<f64>) -> String {
+    b.map(|b| format!("{:.1} MiB", b / (1024.0 * 1024.0)))
+        .unwrap_or_else(|| "NA (no kubeproxy_rs_heap_inuse_bytes)".into())
 }
 
 /// 100 one-endpoint additions, each to a different plain ClusterIP service: API apply → the new real server
@@ -733,15 +830,10 @@ fn endpoint_changes(run: &mut Run, d: &mut Daemon, n: usize, ch: &mut ChangeResu
 
 /// Restarts the daemon with syncPeriod 2s on the programmed kernel (warm start), then reads the no-op
 /// periodic full syncs over a quiet window from its metrics and its CPU time.
-fn noop_syncs(
-    run: &mut Run,
-    n: usize,
-    exp: &Expected,
-    ch: &mut ChangeResults,
-    row: &mut Row,
-) -> Result<()> {
+fn noop_syncs(run: &mut Run, n: usize, exp: &Expected, row: &mut Row) -> Result<()> {
+    let mut ch = Noop::default();
     let log = run.dir.join(format!("kube-proxy-{n}-warm.log"));
-    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, "2s", &log)?;
+    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, ("2s", "0s"), &log)?;
     let started = unix(d.started);
     let Some(ts) = d.wait_synced_after(started, cold_start_cap(n))? else {
         bail!(
@@ -766,18 +858,18 @@ fn noop_syncs(
     }
     let m1 = d.metrics()?;
     let st = d.stats()?;
-    ch.noop_window = t0.elapsed().as_secs_f64();
+    ch.window = t0.elapsed().as_secs_f64();
     let (s0, c0) = m0.histogram_v4("kubeproxy_sync_full_proxy_rules_duration_seconds");
     let (s1, c1) = m1.histogram_v4("kubeproxy_sync_full_proxy_rules_duration_seconds");
     let (_, a0) = m0.histogram_v4("kubeproxy_sync_proxy_rules_duration_seconds");
     let (_, a1) = m1.histogram_v4("kubeproxy_sync_proxy_rules_duration_seconds");
-    ch.noop_syncs = c1 - c0;
-    ch.noop_metric_ms = if c1 > c0 {
+    ch.syncs = c1 - c0;
+    ch.metric_ms = if c1 > c0 {
         (s1 - s0) / (c1 - c0) * 1e3
     } else {
         f64::NAN
     };
-    ch.noop_cpu_ms = if a1 > a0 {
+    ch.cpu_ms = if a1 > a0 {
         (st.cpu_seconds - cpu0) / (a1 - a0) * 1e3
     } else {
         f64::NAN
@@ -785,18 +877,129 @@ fn noop_syncs(
     run.log(&format!(
         "N={n}: warm restart {:.3} s; {} no-op full syncs in {:.1} s ({} syncs in all): daemon's sync_full_proxy_rules_duration mean {:.1} ms; daemon CPU per sync {:.1} ms; peak RSS {:.1} MiB",
         ch.warm_start,
-        ch.noop_syncs,
-        ch.noop_window,
+        ch.syncs,
+        ch.window,
         a1 - a0,
-        ch.noop_metric_ms,
-        ch.noop_cpu_ms,
+        ch.metric_ms,
+        ch.cpu_ms,
         mib(st.peak_rss)
     ));
     row.peak_rss_end = row.peak_rss_end.max(st.peak_rss);
-    ch.noop_steps = sync_steps(&d.log, SyncPick::LastFull);
-    run.log(&format!("N={n}: last no-op sync: {}", ch.noop_steps));
+    ch.steps = sync_steps(&d.log, SyncPick::LastFull);
+    run.log(&format!("N={n}: last no-op sync: {}", ch.steps));
     d.stop()?;
+    row.noop = Some(ch);
     Ok(())
+}
+
+/// One churn run: a warm restart with `min_sync`, changes at the configured rate over random services,
+/// then the slices put back and the kernel verified.
+fn churn_run(
+    run: &mut Run,
+    n: usize,
+    exp: &Expected,
+    min_sync: &str,
+) -> Result<churn::ChurnResult> {
+    let log = run.dir.join(format!("kube-proxy-{n}-churn-{min_sync}.log"));
+    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, ("30s", min_sync), &log)?;
+    let started = unix(d.started);
+    d.wait_synced_after(started, cold_start_cap(n))?
+        .context("churn: warm restart did not sync")?;
+    std::thread::sleep(Duration::from_secs(2));
+    let m0 = d.metrics()?;
+    let st0 = d.stats()?;
+    let t0 = Instant::now();
+    let mut c = churn::Churn {
+        api: &mut run.api,
+        n,
+        m: M,
+        rate: run.churn_rate,
+        duration: Duration::from_secs(run.churn_secs),
+        seed: 20261125,
+    };
+    let (latencies_ms, changes, touched) = c.drive(|| d.check_alive())?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let m1 = d.metrics()?;
+    let st1 = d.stats()?;
+    c.restore(&touched)?;
+    let per_min = |v: f64| v / seconds * 60.0;
+    let count = |m: &Metrics, h: &str| m.histogram_v4(h).1;
+    let sync_h = "kubeproxy_sync_proxy_rules_duration_seconds";
+    let full_h = "kubeproxy_sync_full_proxy_rules_duration_seconds";
+    let res = churn::ChurnResult {
+        min_sync: min_sync.into(),
+        seconds,
+        changes,
+        cpu_per_min: per_min(st1.cpu_seconds - st0.cpu_seconds),
+        child_cpu_per_min: per_min(st1.child_cpu_seconds - st0.child_cpu_seconds),
+        syncs_per_min: per_min(count(&m1, sync_h) - count(&m0, sync_h)),
+        full_syncs: count(&m1, full_h) - count(&m0, full_h),
+        latencies_ms,
+        rss_end: st1.rss,
+        last_steps: sync_steps(&d.log, SyncPick::Last),
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while scale::ipvs_counts()?.1 != exp.destinations {
+        d.check_alive()?;
+        if Instant::now() > deadline {
+            bail!("N={n}: churn endpoints not removed within 600 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    run.log(&format!(
+        "N={n}: churn minSyncPeriod {min_sync}: {changes} changes in {seconds:.0} s, CPU {:.2} s/min (children {:.2}), {:.1} syncs/min, p50 {:.1} ms, p99 {:.1} ms, RSS {:.1} MiB",
+        res.cpu_per_min,
+        res.child_cpu_per_min,
+        res.syncs_per_min,
+        res.p(50.0),
+        res.p(99.0),
+        mib(res.rss_end)
+    ));
+    d.stop()?;
+    verify(
+        run,
+        &format!("N={n} after churn (minSyncPeriod {min_sync})"),
+        exp,
+    )?;
+    Ok(res)
+}
+
+/// Unix time of a daemon log line (tracing's default format starts with an RFC 3339 UTC timestamp).
+fn line_time(line: &str) -> Option<f64> {
+    let ts = line.split_whitespace().next()?;
+    let t: k8s_openapi::jiff::Timestamp = ts.parse().ok()?;
+    Some(t.as_microsecond() as f64 / 1e6)
+}
+
+/// Where the cold start's seconds went, from the daemon's log: process start → proxier started (flags,
+/// kernel probes) → first sync starts (Services and EndpointSlices listed) → first full sync's steps →
+/// the success recorded in the metrics (`synced`, unix seconds).
+fn cold_breakdown(log: &Path, started: SystemTime, synced: f64) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let at = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .and_then(line_time)
+    };
+    let start = unix(started);
+    let proxier = at("starting IPVS proxier");
+    let first = at("starting the first sync");
+    let report = text
+        .lines()
+        .find(|l| l.contains("sync report") && l.contains("full: true"));
+    let end = report.and_then(line_time);
+    let secs = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.3} s", b - a),
+        _ => "?".into(),
+    };
+    format!(
+        "init {} | API list {} | first sync {} ({}) | publish {}",
+        secs(Some(start), proxier),
+        secs(proxier, first),
+        secs(first, end),
+        sync_steps(log, SyncPick::FirstFull),
+        secs(end, Some(synced)),
+    )
 }
 
 /// Which "sync report" line of a daemon log to show.
@@ -911,6 +1114,53 @@ fn fmt_s(v: Option<f64>) -> String {
         .unwrap_or_else(|| "capped".into())
 }
 
+/// The no-op, churn and cold-start breakdown lines of one N.
+fn write_row_extras(t: &mut String, r: &Row) -> Result<()> {
+    writeln!(
+        t,
+        "\nN = {}: cold start breakdown: {}",
+        r.n, r.cold_breakdown
+    )?;
+    if let Some(c) = &r.noop {
+        writeln!(
+            t,
+            "No-op periodic sync at N = {} (restart with syncPeriod 2s; warm restart to first sync {:.3} s):",
+            r.n, c.warm_start
+        )?;
+        writeln!(
+            t,
+            "  daemon metric kubeproxy_sync_full_proxy_rules_duration_seconds mean {:.1} ms over {} syncs; outside: daemon CPU per sync {:.1} ms ({:.1} s window)",
+            c.metric_ms, c.syncs, c.cpu_ms, c.window
+        )?;
+        writeln!(t, "  last no-op sync (daemon's report): {}", c.steps)?;
+    }
+    for c in &r.churn {
+        writeln!(
+            t,
+            "Churn at N = {} (minSyncPeriod {}, syncPeriod 30s): {} changes in {:.0} s; daemon CPU {:.2} s/min (children {:.2} s/min); {:.1} syncs/min ({} full); latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} samples); RSS at the end {:.1} MiB",
+            r.n,
+            c.min_sync,
+            c.changes,
+            c.seconds,
+            c.cpu_per_min,
+            c.child_cpu_per_min,
+            c.syncs_per_min,
+            c.full_syncs,
+            c.p(50.0),
+            c.p(99.0),
+            c.latencies_ms.last().copied().unwrap_or(f64::NAN),
+            c.latencies_ms.len(),
+            mib(c.rss_end)
+        )?;
+        writeln!(
+            t,
+            "  last event-driven sync (daemon's report): {}",
+            c.last_steps
+        )?;
+    }
+    Ok(())
+}
+
 fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result<String> {
     let mut t = String::new();
     writeln!(
@@ -1012,17 +1262,12 @@ fn write_results(dir: &Path, rows: &[Row], ch: Option<&ChangeResults>) -> Result
             "  last change sync (daemon's report): {}",
             c.change_steps
         )?;
-        writeln!(
-            t,
-            "No-op periodic sync at N = {} (restart with syncPeriod 2s; warm restart to first sync {:.3} s):",
-            c.n, c.warm_start
-        )?;
-        writeln!(
-            t,
-            "  daemon metric kubeproxy_sync_full_proxy_rules_duration_seconds mean {:.1} ms over {} syncs; outside: daemon CPU per sync {:.1} ms ({:.1} s window)",
-            c.noop_metric_ms, c.noop_syncs, c.noop_cpu_ms, c.noop_window
-        )?;
-        writeln!(t, "  last no-op sync (daemon's report): {}", c.noop_steps)?;
+    }
+    for r in rows {
+        write_row_extras(&mut t, r)?;
+    }
+    for r in rows {
+        writeln!(t, "{}", summary_line(r))?;
     }
     std::fs::write(dir.join("scale-results.txt"), &t)?;
     Ok(t)

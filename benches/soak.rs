@@ -6,7 +6,9 @@
 //! a client network namespace sends TCP and UDP requests to stable Services, and faults are injected at
 //! seeded random points (kill -9, watch cut, 410 Gone, API server down, another tool deleting or changing
 //! our IPVS / ipset / iptables / address state, foreign objects, a set of ours replaced by one of the wrong
-//! type). After every fault the kernel must come back to the expected state within syncPeriod + margin;
+//! type, and such a set held by another tool's rule so that every sync fails until the rule goes: the
+//! failure counter must move, `/healthz` turn 503 once a queued change is pending for 2 × syncPeriod and
+//! 200 again after). Every fifth churned Service is IPv6 and one stable IPv6 Service gets traffic. After every fault the kernel must come back to the expected state within syncPeriod + margin;
 //! how that state is established (the oracle) is described in `tests/common/soak.rs`. Figures are printed
 //! and written to `soak-results.txt` in the run directory; the last line is machine-readable:
 //! `soak: minutes M seed S faults F recovered R requests_sent N requests_failed X foreign_touched 0`.
@@ -92,6 +94,7 @@ fn guest(name: &str) -> i32 {
         seed: field(name, "s").unwrap_or(1),
         services: field(name, "n").unwrap_or(300),
         min_faults: 1,
+        first_faults: Vec::new(),
     };
     match run(&params) {
         Ok(r) => {

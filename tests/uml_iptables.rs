@@ -447,3 +447,57 @@ uml_test!(iptables_backend_on_real_kernel, {
     assert_eq!(d.backend, Backend::Legacy, "{d:?}");
     assert!(d.legacy_rules.unwrap_or(0) > 20, "{d:?}");
 });
+
+uml_test!(iptables_fingerprint_tracks_rules_not_counters, {
+    // The legacy backend's fingerprint (two getsockopt calls per table): equal while the rules are the
+    // same whatever their counters, different after any rule change, even one of the same size.
+    let mut ipt = IptablesCli::with_backend(Backend::Legacy);
+    let v4 = IpFamily::V4;
+    sh(
+        "iptables-legacy -t nat -N KUBE-FP && iptables-legacy -t nat -A KUBE-FP -s 10.0.0.1 -j RETURN",
+    );
+    sh("iptables-legacy -t filter -N KUBE-FP && iptables-legacy -t filter -A KUBE-FP -j ACCEPT");
+    let fp = |ipt: &mut IptablesCli| {
+        ipt.fingerprint(v4, &["filter", "nat"])
+            .expect("legacy fingerprint")
+    };
+    let first = fp(&mut ipt);
+    assert_eq!(fp(&mut ipt), first, "stable across reads");
+    sh("iptables-legacy -t nat -R KUBE-FP 1 -s 10.0.0.1 -j RETURN -c 7 700");
+    assert!(
+        sh("iptables-legacy -t nat -S KUBE-FP -v").contains("-c 7 700"),
+        "counters set"
+    );
+    assert_eq!(fp(&mut ipt), first, "counters are not rules");
+    sh("iptables-legacy -t nat -R KUBE-FP 1 -s 10.0.0.2 -j RETURN");
+    let replaced = fp(&mut ipt);
+    assert_ne!(replaced, first, "a same-size rule replaced");
+    sh("iptables-legacy -t filter -A KUBE-FP -j DROP");
+    assert_ne!(fp(&mut ipt), replaced, "a rule added in another table");
+    // Order of the tables asked for matters, an unknown table has no fingerprint.
+    assert_ne!(
+        ipt.fingerprint(v4, &["nat", "filter"]),
+        ipt.fingerprint(v4, &["filter", "nat"])
+    );
+    assert_eq!(ipt.fingerprint(v4, &["nosuchtable"]), None);
+    // ip6tables too, counters excluded there as well.
+    sh(
+        "ip6tables-legacy -t filter -N KUBE-FP6 && ip6tables-legacy -t filter -A KUBE-FP6 -j ACCEPT",
+    );
+    let v6 = ipt
+        .fingerprint(IpFamily::V6, &["filter"])
+        .expect("ip6tables legacy fingerprint");
+    sh("ip6tables-legacy -t filter -R KUBE-FP6 1 -j ACCEPT -c 9 900");
+    assert!(sh("ip6tables-legacy -t filter -S KUBE-FP6 -v").contains("-c 9 900"));
+    assert_eq!(ipt.fingerprint(IpFamily::V6, &["filter"]), Some(v6));
+    sh("ip6tables-legacy -t filter -A KUBE-FP6 -j DROP");
+    assert_ne!(ipt.fingerprint(IpFamily::V6, &["filter"]), Some(v6));
+    // The nft backend has none (the UML kernel has no nf_tables to test one against).
+    let mut nft = IptablesCli::with_backend(Backend::Nft);
+    assert_eq!(nft.fingerprint(v4, &["filter"]), None);
+    // Tools of unknown backend have none.
+    assert_eq!(IptablesCli::new().fingerprint(v4, &["filter"]), None);
+    sh("iptables-legacy -t nat -F KUBE-FP && iptables-legacy -t nat -X KUBE-FP");
+    sh("iptables-legacy -t filter -F KUBE-FP && iptables-legacy -t filter -X KUBE-FP");
+    sh("ip6tables-legacy -t filter -F KUBE-FP6 && ip6tables-legacy -t filter -X KUBE-FP6");
+});

@@ -307,3 +307,69 @@ uml_test!(ipvs_real_tcp_connection_and_counters, {
     assert_eq!(row[5], d.inactive_conns.to_string(), "{listing}");
     drop(held);
 });
+
+uml_test!(ipvs_proc_view_matches_netlink_dumps, {
+    // The quick view (`/proc/net/ip_vs`) against per-virtual-server netlink dumps: every family and
+    // protocol, persistence, forwarding methods and weights set by ipvsadm, fwmark services skipped, and
+    // enough virtual servers that the text spans many pages (the kernel hands it out a page per read).
+    let mut c = NetlinkIpvs::new().expect("IPVS family");
+    let mut ops = Vec::new();
+    for i in 0..400u32 {
+        let k = key(
+            &format!("10.97.{}.{}", i / 200, i % 200 + 1),
+            80,
+            Protocol::Tcp,
+        );
+        let mut s = svc(k, "rr");
+        if i % 7 == 0 {
+            s.flags = FLAG_PERSISTENT;
+            s.timeout = 10800;
+        }
+        ops.push(IpvsOp::AddService(s));
+        for j in 0..3 {
+            let d = IpvsDestination::masq(ip(&format!("10.245.{}.{}", i % 250, j + 1)), 8080, j);
+            ops.push(IpvsOp::AddDestination(k, d));
+        }
+    }
+    for r in c.apply(&ops).unwrap() {
+        r.unwrap();
+    }
+    let udp6 = key("fd00:97::1", 53, Protocol::Udp);
+    let sctp4 = key("10.97.9.9", 9000, Protocol::Sctp);
+    c.add_service(&svc(udp6, "lc")).unwrap();
+    c.add_service(&svc(sctp4, "sh")).unwrap();
+    c.add_destination(&udp6, &IpvsDestination::masq(ip("fd00:245::7"), 5353, 2))
+        .unwrap();
+    sh("ipvsadm -a --sctp-service 10.97.9.9:9000 -r 10.245.9.9:9000 -g -w 4 -x 100 -y 10");
+    sh("ipvsadm -a --sctp-service 10.97.9.9:9000 -r 10.245.9.10:9000 -i -w 3");
+    sh("ipvsadm -A -f 7 -s rr && ipvsadm -a -f 7 -r 10.245.9.11:0 -g -w 1");
+
+    let view = c
+        .destination_view()
+        .unwrap()
+        .expect("the netlink backend has the view");
+    let services = c.services().unwrap();
+    assert_eq!(
+        view.len(),
+        services.len(),
+        "fwmark skipped, the rest listed"
+    );
+    for s in &services {
+        let mut dumped = c.destinations(&s.key).unwrap();
+        for d in &mut dumped {
+            d.upper_threshold = 0;
+            d.lower_threshold = 0;
+        }
+        dumped.sort_by_key(|d| (d.addr, d.port));
+        let mut shown = view[&s.key].clone();
+        shown.sort_by_key(|d| (d.addr, d.port));
+        assert_eq!(shown, dumped, "{}", s.key);
+    }
+    assert_eq!(view[&sctp4].len(), 2);
+    assert_eq!(view[&udp6][0].addr, ip("fd00:245::7"));
+    // The view is read again from the start: a change shows up.
+    c.delete_destination(&udp6, ip("fd00:245::7"), 5353)
+        .unwrap();
+    assert!(c.destination_view().unwrap().unwrap()[&udp6].is_empty());
+    sh("ipvsadm -C");
+});

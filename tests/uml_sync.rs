@@ -9,7 +9,7 @@ use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
 use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
 use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
-use kube_proxy_rs::kernel::iptables::cli::IptablesCli;
+use kube_proxy_rs::kernel::iptables::cli::{Backend, IptablesCli};
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
 use kube_proxy_rs::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
 use kube_proxy_rs::kernel::link::DUMMY_DEVICE;
@@ -56,7 +56,8 @@ fn backends(log: &Arc<Mutex<Log>>) -> Backends {
             log: log.clone(),
         }),
         iptables: Box::new(Rec {
-            inner: IptablesCli::new(),
+            // The guest's iptables is legacy (tests/common/uml.rs); named so, the backend fingerprints.
+            inner: IptablesCli::with_backend(Backend::Legacy),
             log: log.clone(),
         }),
         links: Box::new(Rec {
@@ -417,6 +418,18 @@ uml_test!(small_scenario_matches_upstream_and_is_stable, {
     assert_eq!(r.writes(), 0, "nothing to repair: {r:#?}");
     let programmed = (ipvs, sets, ipt, ip6t, addrs);
     assert_eq!(kernel_state(), programmed);
+    // That save found the tables holding the rules: while their fingerprint stays, the next periodic
+    // sync starts no iptables-save and dumps no virtual server (the real servers' quick view matches).
+    let before = calls(&log).len();
+    let r = p.sync_proxy_rules(scenario_input(true));
+    assert_eq!(r.writes(), 0, "{r:#?}");
+    let c = calls(&log)[before..].to_vec();
+    assert!(!c.iter().any(|l| l.contains("iptables.save")), "{c:#?}");
+    assert!(!c.iter().any(|l| l.contains("ipvs.destinations")), "{c:#?}");
+    assert!(
+        c.iter().any(|l| l.contains("ipvs.destination_view")),
+        "{c:#?}"
+    );
 
     // Drift in v4 only: a jump deleted and a foreign rule in one of our chains. The next periodic sync
     // restores that family once (with the jump), and the kernel is the reference again.
@@ -435,6 +448,90 @@ uml_test!(small_scenario_matches_upstream_and_is_stable, {
         p.desired(IpFamily::V4).unwrap().virtual_servers,
         desired(IpFamily::V4).virtual_servers
     );
+});
+
+/// `iptables -S <chain>` of the filter table, one rule a line.
+fn filter_rules(chain: &str) -> Vec<String> {
+    sh(&format!("iptables -S {chain}"))
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// `iptables -D` of our jump from `chain` to `target` (its comment as in [`JUMPS`]).
+fn delete_jump(chain: &str, target: &str) {
+    let (_, _, _, comment) = JUMPS
+        .iter()
+        .find(|(t, c, to, _)| *t == "filter" && *c == chain && *to == target)
+        .unwrap();
+    sh(&format!(
+        "iptables -D {chain} -m comment --comment '{comment}' -j {target}"
+    ));
+}
+
+uml_test!(deleted_jumps_come_back_in_their_place, {
+    // A foreign rule below our jumps (there before us) and one above them (inserted after us).
+    sh("iptables -A INPUT -s 10.9.9.1/32 -j ACCEPT");
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = direct_proxier(&log);
+    let (v4, v6) = (desired(IpFamily::V4), desired(IpFamily::V6));
+    sync(&mut p, &v4, &v6, false);
+    sh("iptables -I INPUT 1 -s 10.9.9.2/32 -j ACCEPT");
+    let (input, forward) = (filter_rules("INPUT"), filter_rules("FORWARD"));
+    // A fresh start: our three INPUT jumps in a row below the later foreign rule, above the older one.
+    let ours = |r: &[String]| -> Vec<String> {
+        r.iter()
+            .filter_map(|l| Some(l.rsplit_once(" -j ")?.1.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        ours(&input),
+        [
+            "ACCEPT",
+            "KUBE-IPVS-FILTER",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-NODE-PORT",
+            "ACCEPT"
+        ],
+        "{input:#?}"
+    );
+    assert_eq!(
+        ours(&forward),
+        ["KUBE-PROXY-FIREWALL", "KUBE-FORWARD"],
+        "{forward:#?}"
+    );
+
+    // The middle INPUT jump and the top FORWARD one deleted. This proxier restored them before, so
+    // `-C` decides and `-I <position>` puts each back where it was.
+    delete_jump("INPUT", "KUBE-PROXY-FIREWALL");
+    delete_jump("FORWARD", "KUBE-PROXY-FIREWALL");
+    let r = sync(&mut p, &v4, &v6, true);
+    assert_eq!((r.jumps_inserted, r.iptables_restores), (2, 0), "{r:#?}");
+    let inserts = |log: &Arc<Mutex<Log>>| {
+        calls(log)
+            .iter()
+            .filter(|l| l.starts_with("W iptables.insert_rule"))
+            .count()
+    };
+    assert_eq!(inserts(&log), 2, "{:#?}", calls(&log));
+    assert_eq!(filter_rules("INPUT"), input);
+    assert_eq!(filter_rules("FORWARD"), forward);
+
+    // After a restart (nothing restored yet by this process) the missing jumps go in with the payload's
+    // restore, as `-I <chain> <position>` lines: the top and bottom INPUT jumps and the bottom FORWARD one.
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = direct_proxier(&log);
+    sync(&mut p, &v4, &v6, false);
+    delete_jump("INPUT", "KUBE-IPVS-FILTER");
+    delete_jump("INPUT", "KUBE-NODE-PORT");
+    delete_jump("FORWARD", "KUBE-FORWARD");
+    let r = sync(&mut p, &v4, &v6, true);
+    assert_eq!((r.jumps_inserted, r.iptables_restores), (3, 1), "{r:#?}");
+    assert_eq!(inserts(&log), 0, "{:#?}", calls(&log));
+    assert_eq!(filter_rules("INPUT"), input);
+    assert_eq!(filter_rules("FORWARD"), forward);
+    let r = sync(&mut p, &v4, &v6, true);
+    assert_eq!(r.writes(), 0, "{r:#?}");
 });
 
 uml_test!(foreign_objects_survive_and_cleanup_removes_ours, {

@@ -454,6 +454,10 @@ impl SyncLoop {
             return;
         }
         let sync_start = SystemTime::now();
+        if self.last_full.is_none() {
+            // Marks the end of the initial list in the log, for cold-start breakdowns.
+            tracing::info!("starting the first sync (Services and EndpointSlices listed)");
+        }
         let (svc, eps) = self.apply_trackers();
         let mut hints = conntrack_hints(&svc, &eps);
         hints.merge(std::mem::take(&mut self.pending_hints));

@@ -50,6 +50,8 @@ pub enum SyncStep {
     DumpIpsets,
     /// Full syncs: reading the IPVS virtual servers back.
     DumpIpvs,
+    /// Full syncs: reading every real server's quick view (`/proc/net/ip_vs`).
+    DumpIpvsView,
     /// Full syncs: reading kube-ipvs0's addresses back.
     DumpAddresses,
     Plan,

@@ -379,17 +379,28 @@ fn identical_syncs_write_nothing_and_event_syncs_do_not_dump() {
     assert_eq!(count("ipvs.services"), 1);
     assert_eq!(count("ipset.dump"), 1);
     assert_eq!(count("link.addresses"), 1);
-    assert_eq!(
-        count("ipvs.destinations"),
-        4,
-        "one dump per existing service"
-    );
+    // Real servers: one quick view of them all; no virtual server differs, so none is dumped.
+    assert_eq!(count("ipvs.destination_view"), 1);
+    assert_eq!(count("ipvs.destinations"), 0, "{reads:?}");
     // Jumps already in place are seen in one save per table: no per-jump `-N` / `-C` processes.
     let tables: BTreeSet<&str> = d.jumps.iter().map(|j| j.table).collect();
     assert!(!tables.is_empty());
     assert_eq!(count("iptables.save"), tables.len(), "{reads:?}");
     assert_eq!(count("iptables.check_rule"), 0, "{reads:?}");
     assert_eq!(count("iptables.ensure_chain"), 0, "{reads:?}");
+
+    // The next full sync finds the tables' fingerprint unchanged since that save: no save at all.
+    k.clear_logs();
+    let r = apply(&mut p, &d, true);
+    assert_eq!(r.writes(), 0, "{r:?}");
+    assert!(k.writes().is_empty(), "{:?}", k.writes());
+    assert_eq!(
+        k.reads()
+            .iter()
+            .filter(|l| l.starts_with("iptables.save"))
+            .count(),
+        0
+    );
 }
 
 #[test]
@@ -782,6 +793,35 @@ fn failed_dump_requests_a_retry_without_deleting() {
     // Without a dump it still removes what it knows it applied.
     assert_eq!(r.ipvs_services.deleted, 4);
     k.set_fail("ipvs.services", false);
+}
+
+#[test]
+fn full_sync_sees_real_server_drift_in_the_quick_view() {
+    // The full sync reads every real server through the backend's quick view and dumps only the
+    // virtual servers it shows differing: a weight changed behind our back is put back.
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    apply(&mut p, &small(), true);
+    let tcp = key("10.96.100.10", 80, Protocol::Tcp);
+    let (a, port) = EPS[0];
+    let mut changed = IpvsDestination::masq(ip(a), port, 1);
+    changed.weight = 7;
+    k.ipvs.clone().update_destination(&tcp, &changed).unwrap();
+    k.clear_logs();
+    let r = apply(&mut p, &small(), true);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(r.ipvs_destinations.updated, 1, "{r:?}");
+    let reads = k.reads();
+    let dumps: Vec<&String> = reads
+        .iter()
+        .filter(|l| l.starts_with("ipvs.destinations"))
+        .collect();
+    assert_eq!(
+        dumps.len(),
+        1,
+        "only the differing virtual server: {reads:?}"
+    );
+    assert_eq!(k.dests(&tcp).unwrap()[&(ip(a), port)].weight, 1);
 }
 
 #[test]

@@ -172,6 +172,12 @@ impl<T: Ipvs> Ipvs for Rec<T> {
             })
             .collect())
     }
+    fn destination_view(
+        &mut self,
+    ) -> KernelResult<Option<crate::kernel::ipvs::procfs::DestinationView>> {
+        self.r("ipvs.destination_view", String::new())?;
+        self.inner.destination_view()
+    }
 }
 
 impl<T: IpSets> IpSets for Rec<T> {
@@ -212,16 +218,19 @@ impl<T: Iptables> Iptables for Rec<T> {
         )?;
         self.inner.ensure_chain(family, table, chain)
     }
-    fn ensure_rule_first(
+    fn ensure_rule_at(
         &mut self,
         family: IpFamily,
         table: &str,
         chain: &str,
+        position: usize,
         args: &[String],
     ) -> KernelResult<bool> {
         let what = format!("{family:?} {table} {chain} {}", args.join(" "));
         self.r("iptables.check_rule", what.clone())?;
-        let inserted = self.inner.ensure_rule_first(family, table, chain, args)?;
+        let inserted = self
+            .inner
+            .ensure_rule_at(family, table, chain, position, args)?;
         if inserted {
             self.wrote("iptables.insert_rule", what);
         }
@@ -249,6 +258,10 @@ impl<T: Iptables> Iptables for Rec<T> {
     }
     fn supports_random_fully(&mut self) -> bool {
         self.inner.supports_random_fully()
+    }
+    // Forwarded unlogged: a getsockopt read, not a process.
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        self.inner.fingerprint(family, tables)
     }
 }
 

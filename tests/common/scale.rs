@@ -381,6 +381,11 @@ impl Metrics {
             .sum()
     }
 
+    /// The value of the unlabelled series `name`; None when the exposition lacks it.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0.iter().find(|(s, _)| s == name).map(|(_, v)| *v)
+    }
+
     /// `(sum, count)` of a histogram for the IPv4 family.
     pub fn histogram_v4(&self, name: &str) -> (f64, f64) {
         let f = ["ip_family=\"IPv4\""];
@@ -437,9 +442,11 @@ pub struct ProcStats {
     pub rss: u64,
     /// User + system CPU time, seconds.
     pub cpu_seconds: f64,
+    /// User + system CPU time of the process's waited-for children, seconds.
+    pub child_cpu_seconds: f64,
 }
 
-/// Reads VmHWM/VmRSS from `/proc/<pid>/status` and utime+stime from `/proc/<pid>/stat`.
+/// Reads VmHWM/VmRSS from `/proc/<pid>/status` and utime+stime (and cutime+cstime) from `/proc/<pid>/stat`.
 pub fn proc_stats(pid: u32) -> Result<ProcStats> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kb = |key: &str| -> u64 {
@@ -465,6 +472,7 @@ pub fn proc_stats(pid: u32) -> Result<ProcStats> {
         peak_rss: kb("VmHWM:"),
         rss: kb("VmRSS:"),
         cpu_seconds: (ticks(11) + ticks(12)) / hz.max(1.0),
+        child_cpu_seconds: (ticks(13) + ticks(14)) / hz.max(1.0),
     })
 }
 

@@ -8,13 +8,19 @@
 //! every queued change (`last_queued_timestamp <= last_timestamp`, both after the last change) and two reads
 //! of the kernel state agree; that state is the *baseline*. The fault is injected while churn is paused, so
 //! the objects do not change and the kernel must come back to exactly the baseline (normalized
-//! `ipvsadm -Sn`, `ipset save`, `iptables-save`, kube-ipvs0 addresses; foreign objects filtered out) within
+//! `ipvsadm -Sn`, `ipset save`, `iptables-save` and `ip6tables-save` (rule order within a chain kept),
+//! kube-ipvs0 addresses; foreign objects filtered out) within
 //! syncPeriod + margin. The baseline itself is checked from scratch by the `kill9` fault: a freshly started
 //! daemon computes the state from the API objects alone and must reproduce the baseline the incremental
 //! daemon built, so drift of the incremental path shows up as a failed recovery. API faults (watch cut,
 //! 410 Gone, API server down) additionally move a marker Service while the daemon cannot see it; recovery
 //! is the marker's new virtual server in IPVS (and, for 410, a relist counted by the API server), and the
-//! baseline must hold while the API server is down (no flush).
+//! baseline must hold while the API server is down (no flush). The held wrong-type set (`set_in_use`)
+//! checks `/healthz` and the failure counters while every sync fails, then the baseline (marker aside).
+//!
+//! **Dual stack.** The guest has IPv6, so the daemon runs both families; every fifth churned Service is
+//! single-stack IPv6 (all kinds), and one stable IPv6 Service gets traffic from the client's IPv6
+//! address like the IPv4 ones.
 #![allow(dead_code)]
 
 use super::apiserver::Kind;
@@ -53,6 +59,8 @@ pub struct Params {
     pub services: usize,
     /// Keep going past `minutes` until at least this many faults were injected.
     pub min_faults: usize,
+    /// Faults injected first, in this order, before the seeded deck (the short soak's must-haves).
+    pub first_faults: Vec<Fault>,
 }
 
 /// A small seeded RNG (splitmix64): the same seed gives the same run.
@@ -109,11 +117,12 @@ pub enum Fault {
     IpvsSched,
     ForeignAdd,
     WrongTypeSet,
+    SetInUse,
 }
 
 impl Fault {
     /// Every kind.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::Kill9,
         Fault::WatchCut,
         Fault::Gone410,
@@ -127,6 +136,7 @@ impl Fault {
         Fault::IpvsSched,
         Fault::ForeignAdd,
         Fault::WrongTypeSet,
+        Fault::SetInUse,
     ];
 
     /// Short name used in the figures.
@@ -145,6 +155,7 @@ impl Fault {
             Fault::IpvsSched => "ipvsadm_-E_sched",
             Fault::ForeignAdd => "foreign_add",
             Fault::WrongTypeSet => "wrong_type_set",
+            Fault::SetInUse => "wrong_type_set_held",
         }
     }
 
@@ -283,6 +294,8 @@ impl Report {
 
 /// Kinds of churned Service.
 const KINDS: usize = 8;
+/// Every `V6_EVERY`-th churned Service (index `V6_EVERY - 1`, ...) is single-stack IPv6, for its whole life.
+const V6_EVERY: usize = 5;
 const KIND_NAMES: [&str; KINDS] = [
     "ClusterIP/TCP",
     "ClusterIP/UDP",
@@ -305,6 +318,8 @@ struct Ep {
 #[derive(Clone, Debug)]
 struct Svc {
     kind: usize,
+    /// IPv6 (cluster IP, endpoints, external and load-balancer IPs), else IPv4.
+    v6: bool,
     alt_port: bool,
     ip_gen: usize,
     eps: Vec<Ep>,
@@ -329,13 +344,30 @@ fn random_eps(rng: &mut Rng) -> Vec<Ep> {
         .collect()
 }
 
-fn cluster_ip(i: usize, gen_: usize, n: usize) -> String {
+fn cluster_ip(i: usize, gen_: usize, n: usize, v6: bool) -> String {
     let slot = (i + gen_ * n) % 3750;
-    format!("10.96.{}.{}", 1 + slot / 250, 1 + slot % 250)
+    if v6 {
+        format!("fd00:10:96::1:{:x}", 1 + slot)
+    } else {
+        format!("10.96.{}.{}", 1 + slot / 250, 1 + slot % 250)
+    }
 }
 
-fn ep_ip(i: usize, host: usize) -> String {
-    format!("10.244.{}.{}", 1 + i / 50, (i % 50) * 5 + host)
+fn ep_ip(i: usize, host: usize, v6: bool) -> String {
+    if v6 {
+        format!("fd00:10:244::1:{:x}", i * 8 + host)
+    } else {
+        format!("10.244.{}.{}", 1 + i / 50, (i % 50) * 5 + host)
+    }
+}
+
+/// External (`base` 97) or load-balancer (`base` 98) IP of churned Service `i`.
+fn outside_ip(base: u8, i: usize, v6: bool) -> String {
+    if v6 {
+        format!("fd00:10:{base}::{:x}", 1 + i)
+    } else {
+        format!("10.{base}.{}.{}", i / 250, 1 + i % 250)
+    }
 }
 
 fn service_json(i: usize, s: &Svc, n: usize) -> Value {
@@ -344,17 +376,21 @@ fn service_json(i: usize, s: &Svc, n: usize) -> Value {
     let port = if s.alt_port { 8080 } else { 80 };
     let mut p = json!({"name": "p", "port": port, "targetPort": 8080, "protocol": proto});
     let mut spec = json!({});
-    let ingress = json!({"loadBalancer": {"ingress": [{"ip": format!("10.98.{}.{}", i / 250, 1 + i % 250)}]}});
+    let ingress = json!({"loadBalancer": {"ingress": [{"ip": outside_ip(98, i, s.v6)}]}});
     match s.kind {
         2 => {
             spec["type"] = json!("NodePort");
             p["nodePort"] = json!(30100 + i);
         }
-        3 => spec["externalIPs"] = json!([format!("10.97.{}.{}", i / 250, 1 + i % 250)]),
+        3 => spec["externalIPs"] = json!([outside_ip(97, i, s.v6)]),
         4 => {
             spec["type"] = json!("LoadBalancer");
             p["nodePort"] = json!(30100 + i);
-            spec["loadBalancerSourceRanges"] = json!(["192.168.10.0/24", "172.16.0.0/16"]);
+            spec["loadBalancerSourceRanges"] = if s.v6 {
+                json!(["fd00:10:244::/64"])
+            } else {
+                json!(["192.168.10.0/24", "172.16.0.0/16"])
+            };
         }
         5 => {
             spec["type"] = json!("LoadBalancer");
@@ -370,7 +406,7 @@ fn service_json(i: usize, s: &Svc, n: usize) -> Value {
         _ => {}
     }
     spec["ports"] = json!([p]);
-    let mut svc = e2e::service(&name, &cluster_ip(i, s.ip_gen, n), proto, port, spec);
+    let mut svc = e2e::service(&name, &cluster_ip(i, s.ip_gen, n, s.v6), proto, port, spec);
     if s.kind == 4 || s.kind == 5 {
         svc["status"] = ingress;
     }
@@ -382,7 +418,7 @@ fn slice_json(i: usize, s: &Svc, part: usize, eps: &[Ep]) -> Value {
     let eps: Vec<Value> = eps
         .iter()
         .map(|e| {
-            json!({"addresses": [ep_ip(i, e.host)],
+            json!({"addresses": [ep_ip(i, e.host, s.v6)],
                    "nodeName": if e.local { NODE } else { "other-node" },
                    "conditions": {"ready": e.ready, "serving": e.ready || e.terminating,
                                   "terminating": e.terminating}})
@@ -392,7 +428,7 @@ fn slice_json(i: usize, s: &Svc, part: usize, eps: &[Ep]) -> Value {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": format!("churn-{i}-{part}"), "namespace": "default",
                      "labels": {"kubernetes.io/service-name": format!("churn-{i}")}},
-        "addressType": "IPv4",
+        "addressType": if s.v6 { "IPv6" } else { "IPv4" },
         "ports": [{"name": "p", "port": 8080, "protocol": proto}],
         "endpoints": eps
     })
@@ -409,6 +445,7 @@ impl Load {
         let svcs = (0..n)
             .map(|i| Svc {
                 kind: i % KINDS,
+                v6: i % V6_EVERY == V6_EVERY - 1,
                 alt_port: false,
                 ip_gen: 0,
                 eps: random_eps(rng),
@@ -492,6 +529,11 @@ const STABLE_TCP: (&str, u16) = ("10.96.0.10", 80);
 const STABLE_UDP: (&str, u16) = ("10.96.0.11", 53);
 const STABLE_NODEPORT: (&str, u16) = (e2e::NODE_IP, 30080);
 const CLIENT: (&str, &str, &str) = ("soak-client", "192.168.10.2", "192.168.10.1");
+/// The IPv6 stable Service (single-stack) and the IPv6 addresses of the pods and the client.
+const STABLE_TCP6: (&str, u16) = ("fd00:10:96::10", 80);
+const POD6_GW: &str = "fd00:10:244::1";
+const ABC6: [&str; 3] = ["fd00:10:244::11", "fd00:10:244::12", "fd00:10:244::13"];
+const CLIENT6: &str = "fd00:10:244::20";
 
 #[derive(Default)]
 struct TrafficState {
@@ -537,13 +579,14 @@ impl Traffic {
             }
             // 3 s: a request answered later than that counts as failed (UML under a loaded host is slow).
             let t = Duration::from_secs(3);
-            let ip = |s: &str| -> IpAddr { s.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])) };
+            let ip = |s: &str| -> IpAddr { s.parse().unwrap_or(IpAddr::from([0u8, 0, 0, 0])) };
             while !sp.load(Ordering::Relaxed) {
-                for k in 0..3 {
+                for k in 0..4 {
                     let label = lock(&st).label.clone();
                     let r = match k {
                         0 => netns::tcp_request(ip(STABLE_TCP.0), STABLE_TCP.1, t),
                         1 => netns::udp_request(ip(STABLE_UDP.0), STABLE_UDP.1, t),
+                        2 => netns::tcp_request(ip(STABLE_TCP6.0), STABLE_TCP6.1, t),
                         _ => netns::tcp_request(ip(STABLE_NODEPORT.0), STABLE_NODEPORT.1, t),
                     };
                     let r = r.and_then(|a| {
@@ -603,6 +646,11 @@ fn is_foreign(l: &str) -> bool {
 /// The kernel state kube-proxy owns, foreign objects filtered out.
 fn owned_state() -> KernelState {
     let mut k = KernelState::read();
+    k.iptables.extend(
+        ip6tables_save_clean()
+            .into_iter()
+            .map(|l| format!("{V6_MARK}{l}")),
+    );
     for v in [&mut k.ipvs, &mut k.ipsets, &mut k.iptables, &mut k.addrs] {
         v.retain(|l| !is_foreign(l));
     }
@@ -615,6 +663,21 @@ fn owned_state() -> KernelState {
         }
     }
     k
+}
+
+/// Prefix of the `ip6tables-save` lines in [`KernelState::iptables`] (after the `iptables-save` ones).
+const V6_MARK: &str = "v6|";
+
+/// `ip6tables-save` without comments and counters, rule order kept.
+fn ip6tables_save_clean() -> Vec<String> {
+    sh("ip6tables-save")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| match l.rfind(" [") {
+            Some(i) if l.starts_with(':') => l[..i].to_string(),
+            _ => l.to_string(),
+        })
+        .collect()
 }
 
 /// Adds foreign object set number `k`: an IPVS virtual server with a real server, an ipset with a member,
@@ -708,11 +771,23 @@ fn synced_since(e: &E2e, since: f64) -> bool {
     last > since && last >= queued
 }
 
+/// The daemon's counter of failed kernel writes, labelled by backend.
+const KERNEL_WRITE_FAILURES: &str = "kubeproxy_rs_kernel_write_failures_total";
+
+/// Failed ipset writes counted so far (`backend="ipset"`).
+fn ipset_write_failures(e: &E2e) -> f64 {
+    let series = format!("{KERNEL_WRITE_FAILURES}{{backend=\"ipset\"}} ");
+    e.metrics()
+        .lines()
+        .filter_map(|l| l.strip_prefix(series.as_str())?.trim().parse::<f64>().ok())
+        .sum()
+}
+
 /// Failure counters of kernel writes.
 fn write_failures(e: &E2e) -> f64 {
     let m = e.metrics();
     [
-        "kubeproxy_kernel_write_failures_total",
+        KERNEL_WRITE_FAILURES,
         "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
         "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
     ]
@@ -820,14 +895,9 @@ fn uptime() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Sets up pods, client, API objects, foreign objects and the daemon.
-fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
-    let mut pods = e2e::abc_pods();
-    pods.push(e2e::client(CLIENT.0, CLIENT.1, CLIENT.2));
-    let e = E2e::start(Options {
-        sync_period: format!("{SYNC_PERIOD_S}s"),
-        ..Options::default()
-    });
+/// The stable Services (TCP, UDP, NodePort, IPv6 TCP; endpoints the three pods, always ready) and the
+/// marker's EndpointSlice.
+fn apply_stable(e: &E2e) {
     e.apply(e2e::service(
         "stable-tcp",
         STABLE_TCP.0,
@@ -849,6 +919,31 @@ fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
     e.apply(e2e::service("stable-np", "10.96.0.12", "TCP", 80, np));
     e.apply(e2e::slice("stable-np", "TCP", 8080, ABC));
     e.apply(e2e::slice("soak-marker", "TCP", 8080, ABC));
+    e.apply(e2e::service(
+        "stable-tcp6",
+        STABLE_TCP6.0,
+        "TCP",
+        STABLE_TCP6.1,
+        json!({}),
+    ));
+    let abc6: Vec<(&str, &str, bool)> = ABC6.iter().map(|a| (*a, NODE, true)).collect();
+    let mut slice6 = e2e::slice("stable-tcp6", "TCP", 8080, &abc6);
+    slice6["addressType"] = json!("IPv6");
+    e.apply(slice6);
+}
+
+/// Sets up pods, client, API objects, foreign objects and the daemon.
+fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
+    let mut pods = e2e::abc_pods();
+    pods.push(e2e::client(CLIENT.0, CLIENT.1, CLIENT.2));
+    for (pod, ip6) in pods.iter_mut().zip(ABC6.iter().chain([&CLIENT6])) {
+        pod.add_ipv6(ip6, POD6_GW)?;
+    }
+    let e = E2e::start(Options {
+        sync_period: format!("{SYNC_PERIOD_S}s"),
+        ..Options::default()
+    });
+    apply_stable(&e);
     let mut rng = Rng::new(p.seed);
     let load = Load::new(p.services, &mut rng);
     for i in 0..p.services {
@@ -878,13 +973,16 @@ fn setup(p: &Params) -> Result<(Soak, Vec<netns::Pod>)> {
     let t = Instant::now();
     s.e.start_daemon();
     s.say(&format!(
-        "daemon synced {} Services ({} churned: {}) in {:.1?}",
-        p.services + 4,
+        "daemon synced {} Services ({} churned: {}; every {V6_EVERY}th IPv6) in {:.1?}",
+        p.services + 5,
         p.services,
         KIND_NAMES.join(", "),
         t.elapsed()
     ));
-    let stable = [STABLE_TCP, STABLE_NODEPORT].map(|(ip, port)| format!("-a -t {ip}:{port} -r "));
+    let mut stable = [STABLE_TCP, STABLE_NODEPORT]
+        .map(|(ip, port)| format!("-a -t {ip}:{port} -r "))
+        .to_vec();
+    stable.push(format!("-a -t [{}]:{} -r ", STABLE_TCP6.0, STABLE_TCP6.1));
     let udp = format!("-a -u {}:{} -r ", STABLE_UDP.0, STABLE_UDP.1);
     s.e.wait_ipvs("the stable Services' real servers", |t| {
         stable
@@ -901,6 +999,7 @@ pub fn run(p: &Params) -> Result<Report> {
     let (mut s, _pods) = setup(p)?;
     let end = Instant::now() + Duration::from_secs_f64(p.minutes * 60.0);
     let mut deck: Vec<Fault> = Vec::new();
+    let mut firsts = p.first_faults.clone();
     while Instant::now() < end || s.report.faults() < p.min_faults {
         // Churn.
         s.traffic.label("none");
@@ -921,13 +1020,17 @@ pub fn run(p: &Params) -> Result<Report> {
             }
         };
         // The next fault from a seeded shuffled deck: every kind once before any repeats.
-        if deck.is_empty() {
+        if deck.is_empty() && firsts.is_empty() {
             deck = Fault::ALL.to_vec();
             for k in (1..deck.len()).rev() {
                 deck.swap(k, s.rng.below(k + 1));
             }
         }
-        let fault = deck.pop().unwrap_or(Fault::Kill9);
+        let fault = if firsts.is_empty() {
+            deck.pop().unwrap_or(Fault::Kill9)
+        } else {
+            firsts.remove(0)
+        };
         one_fault(&mut s, fault, &baseline)?;
     }
     finish(s)
@@ -1014,8 +1117,11 @@ fn after_checks(s: &mut Soak, fault: Fault, failures0: f64) -> Result<()> {
             fault.name()
         ));
     }
-    if fault == Fault::WrongTypeSet && write_failures(&s.e) <= failures0 {
-        s.say("wrong_type_set: no kernel write failure counted");
+    if fault == Fault::WrongTypeSet {
+        // A free set of the wrong type is destroyed and re-created without a failed write; a write into it
+        // before the repair (a partial sync adding a member) fails and is counted.
+        let n = write_failures(&s.e) - failures0;
+        s.say(&format!("wrong_type_set: {n} failed kernel writes counted"));
     }
     Ok(())
 }
@@ -1050,6 +1156,7 @@ fn inject(s: &mut Soak, fault: Fault, b: &KernelState) -> Result<Outcome> {
             }
         }
         Fault::WrongTypeSet => wrong_type_set(s, b),
+        Fault::SetInUse => set_in_use(s, b)?,
         _ => tamper(s, fault, b),
     })
 }
@@ -1156,11 +1263,15 @@ fn tamper(s: &mut Soak, fault: Fault, b: &KernelState) -> Outcome {
     }
 }
 
-/// `iptables -t T -D ...` of a random jump from a built-in chain into one of our chains.
+/// `iptables -t T -D ...` (or `ip6tables`) of a random jump from a built-in chain into one of ours.
 fn jump_rule(rng: &mut Rng, lines: &[String]) -> Option<String> {
     let mut table = "";
     let mut c = Vec::new();
     for l in lines {
+        let (tool, l) = match l.strip_prefix(V6_MARK) {
+            Some(rest) => ("ip6tables", rest),
+            None => ("iptables", l.as_str()),
+        };
         if let Some(t) = l.strip_prefix('*') {
             table = t;
         }
@@ -1168,7 +1279,7 @@ fn jump_rule(rng: &mut Rng, lines: &[String]) -> Option<String> {
             .iter()
             .any(|ch| l.starts_with(&format!("-A {ch} ")));
         if builtin && l.contains("-j KUBE-") {
-            c.push(format!("iptables -t {table} -D {}", &l[3..]));
+            c.push(format!("{tool} -t {table} -D {}", &l[3..]));
         }
     }
     rng.pick(&c).cloned()
@@ -1176,12 +1287,33 @@ fn jump_rule(rng: &mut Rng, lines: &[String]) -> Option<String> {
 
 /// One of our sets replaced by a set of another type (while our rules do not reference it).
 fn wrong_type_set(s: &mut Soak, b: &KernelState) -> Outcome {
+    match replace_set(s, b, |_| true, |_| String::new()) {
+        Some((name, ty, other)) => {
+            s.say(&format!(
+                "wrong_type_set: {name} ({ty}) replaced by {other}"
+            ));
+            Outcome::Baseline
+        }
+        None => Outcome::Skipped("every set of ours is referenced by a rule".into()),
+    }
+}
+
+/// Destroys a random set of the baseline accepted by `which` and not referenced by a rule, and creates
+/// one of another type under its name, followed in the same shell command by `then(name)` (a shell
+/// suffix such as ` && …`); returns (name, old type, new type).
+fn replace_set(
+    s: &mut Soak,
+    b: &KernelState,
+    which: impl Fn(&str) -> bool,
+    then: impl Fn(&str) -> String,
+) -> Option<(String, String, String)> {
     let mut sets: Vec<(String, String)> = b
         .ipsets
         .iter()
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            (w.first() == Some(&"create")).then(|| (w[1].to_string(), w[2].to_string()))
+            (w.first() == Some(&"create") && which(w[1]))
+                .then(|| (w[1].to_string(), w[2].to_string()))
         })
         .collect();
     for k in (1..sets.len()).rev() {
@@ -1193,13 +1325,162 @@ fn wrong_type_set(s: &mut Soak, b: &KernelState) -> Outcome {
         } else {
             "bitmap:port range 0-65535"
         };
-        let cmd = format!("ipset destroy {name} 2>/dev/null && ipset create {name} {other}");
+        let cmd = format!(
+            "ipset destroy {name} 2>/dev/null && ipset create {name} {other}{}",
+            then(&name)
+        );
         if sh(&format!("{cmd} && echo ok || true")).trim() == "ok" {
-            s.say(&format!(
-                "wrong_type_set: {name} ({ty}) replaced by {other}"
-            ));
-            return Outcome::Baseline;
+            return Some((name, ty, other.to_string()));
         }
     }
-    Outcome::Skipped("every set of ours is referenced by a rule".into())
+    None
+}
+
+/// The chain of the foreign rule that holds a set in [`set_in_use`].
+const HOLD_CHAIN: &str = "FOREIGN-HOLD";
+/// How long after the health timeout `/healthz` may take to turn unhealthy (polling, a sync in flight).
+const UNHEALTHY_SLACK: Duration = Duration::from_secs(15);
+
+/// A set of ours replaced by one of another type that another tool's rule references, so the daemon
+/// cannot destroy it: every sync fails until the rule goes. Checks, in order: the failure is counted
+/// (`kubeproxy_kernel_write_failures_total` moves); `/healthz` stays 200 while nothing is queued; after
+/// a change is queued (the marker moves) it turns 503 once the change is pending for the health timeout
+/// (2 × syncPeriod, upstream's rule) and not before; once the rule is removed the daemon re-creates the
+/// set and `/healthz` is 200 again. Recovery is timed from the rule's removal.
+fn set_in_use(s: &mut Soak, b: &KernelState) -> Result<Outcome> {
+    let failures0 = ipset_write_failures(&s.e);
+    let release = format!("iptables -F {HOLD_CHAIN}; iptables -X {HOLD_CHAIN}");
+    // The hold goes in right after the replacement (one shell command), so that a full sync of the
+    // daemon rarely repairs the set in between; if one did, the hold holds our own set: try again.
+    let mut replaced = None;
+    for _ in 0..3 {
+        sh(&format!("iptables -N {HOLD_CHAIN}"));
+        // IPv4 sets only: the hold is an iptables (not ip6tables) rule.
+        let r = replace_set(
+            s,
+            b,
+            |n| !n.starts_with("KUBE-6-"),
+            |n| format!(" && iptables -A {HOLD_CHAIN} -m set --match-set {n} src -j RETURN"),
+        );
+        let Some((name, ty, other)) = r else {
+            sh(&format!("{release} 2>/dev/null || true"));
+            return Ok(Outcome::Skipped(
+                "every IPv4 set of ours is referenced".into(),
+            ));
+        };
+        let now = sh(&format!("ipset list -t {name}"));
+        let want = format!("Type: {}", other.split(' ').next().unwrap_or_default());
+        if now.contains(&want) {
+            replaced = Some((name, ty, other));
+            break;
+        }
+        s.say(&format!(
+            "wrong_type_set_held: the daemon repaired {name} before the hold: again"
+        ));
+        sh(&format!("{release} 2>/dev/null || true"));
+    }
+    let Some((name, ty, other)) = replaced else {
+        return Ok(Outcome::Failed(
+            "could not hold a set of the wrong type".into(),
+        ));
+    };
+    s.say(&format!(
+        "wrong_type_set_held: {name} ({ty}) replaced by {other}, held by a rule in {HOLD_CHAIN}"
+    ));
+    let held = hold_checks(s, failures0);
+    sh(&release);
+    let t0 = Instant::now();
+    let want = match held {
+        Ok(want) => want,
+        Err(why) => {
+            // Let the daemon repair before the next round's baseline.
+            let _ = s.wait_recovered(|s| s.e.healthz("/healthz").map(|r| r.status) == Some(200));
+            return Ok(Outcome::Failed(why));
+        }
+    };
+    let recovered = s.wait_recovered(|s| {
+        s.e.healthz("/healthz").map(|r| r.status) == Some(200)
+            && e2e::ipvs().contains(&want)
+            && without_marker(&owned_state()) == without_marker(b)
+    });
+    Ok(match recovered {
+        Some(_) => Outcome::Recovered(t0.elapsed().as_secs_f64()),
+        None => Outcome::Failed(format!(
+            "after the hold on {name} was removed: not healthy with the set repaired and the marker {want:?} \
+             programmed within {:?}; diff (- expected, + found, marker lines left out):\n{}",
+            Duration::from_secs(SYNC_PERIOD_S) + MARGIN,
+            without_marker(b).diff(&without_marker(&owned_state()))
+        )),
+    })
+}
+
+/// The checks of [`set_in_use`] while the set is held; returns the marker line to wait for.
+fn hold_checks(s: &mut Soak, failures0: f64) -> Result<String, String> {
+    let counted = s.wait_recovered(|s| ipset_write_failures(&s.e) > failures0);
+    let Some(after) = counted else {
+        let m = s.e.metrics();
+        let lines: Vec<&str> = m.lines().filter(|l| l.contains("failures")).collect();
+        return Err(format!(
+            "{KERNEL_WRITE_FAILURES}{{backend=\"ipset\"}} did not move from {failures0} while our set was \
+             held; failure metrics:\n{}",
+            lines.join("\n")
+        ));
+    };
+    s.say(&format!(
+        "wrong_type_set_held: {KERNEL_WRITE_FAILURES}{{backend=\"ipset\"}} moved after {after:.1} s"
+    ));
+    let status = |s: &Soak| s.e.healthz("/healthz").map(|r| r.status);
+    if status(s) != Some(200) {
+        return Err(format!(
+            "/healthz answered {:?} with a failing sync but nothing queued",
+            status(s)
+        ));
+    }
+    let want = s.move_marker().map_err(|e| format!("{e:#}"))?;
+    let queued = Instant::now();
+    let timeout = Duration::from_secs(2 * SYNC_PERIOD_S);
+    let unhealthy = loop {
+        let st = status(s);
+        if st != Some(200) {
+            break Some((queued.elapsed(), st));
+        }
+        if queued.elapsed() > timeout + UNHEALTHY_SLACK {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    match unhealthy {
+        // One polling step of tolerance for the start of the clock.
+        Some((t, _)) if t + Duration::from_millis(500) < timeout => Err(format!(
+            "/healthz unhealthy {t:.1?} after the change was queued, before the health timeout {timeout:?}"
+        )),
+        Some((t, Some(503))) => {
+            s.say(&format!(
+                "wrong_type_set_held: /healthz 503 {:.1} s after a change was queued (health timeout {timeout:?})",
+                t.as_secs_f64()
+            ));
+            Ok(want)
+        }
+        Some((t, st)) => Err(format!("/healthz answered {st:?} after {t:.1?}, not 503")),
+        None => Err(format!(
+            "/healthz still 200 {:?} after a change was queued that could not be applied",
+            timeout + UNHEALTHY_SLACK
+        )),
+    }
+}
+
+/// The state without the marker Service's lines (its cluster IPs are 10.96.250.x).
+fn without_marker(k: &KernelState) -> KernelState {
+    let keep = |v: &Vec<String>| -> Vec<String> {
+        v.iter()
+            .filter(|l| !l.contains("10.96.250."))
+            .cloned()
+            .collect()
+    };
+    KernelState {
+        ipvs: keep(&k.ipvs),
+        ipsets: keep(&k.ipsets),
+        iptables: keep(&k.iptables),
+        addrs: keep(&k.addrs),
+    }
 }

@@ -96,6 +96,8 @@ pub struct IptablesCli {
     v4: Binaries,
     v6: Binaries,
     version: Option<Option<IptablesVersion>>,
+    /// Blob size of each table last fingerprinted (legacy only).
+    table_sizes: BTreeMap<(IpFamily, String), usize>,
 }
 
 impl Default for IptablesCli {
@@ -127,6 +129,7 @@ impl IptablesCli {
             v4,
             v6,
             version: None,
+            table_sizes: BTreeMap::new(),
         }
     }
 
@@ -160,9 +163,6 @@ impl IptablesCli {
         args: &[String],
     ) -> KernelResult<Output> {
         let mut all: Vec<&str> = vec!["-w", WAIT_SECONDS, "-t", table, op, chain];
-        if op == "-I" {
-            all.push("1");
-        }
         all.extend(args.iter().map(String::as_str));
         exec::run(&self.binaries(family).cmd, &all, None)
     }
@@ -229,11 +229,12 @@ impl Iptables for IptablesCli {
         Err(out.error())
     }
 
-    fn ensure_rule_first(
+    fn ensure_rule_at(
         &mut self,
         family: IpFamily,
         table: &str,
         chain: &str,
+        position: usize,
         args: &[String],
     ) -> KernelResult<bool> {
         let check = self.run_cmd(family, table, "-C", chain, args)?;
@@ -243,7 +244,9 @@ impl Iptables for IptablesCli {
         if check.code != Some(1) {
             return Err(check.error());
         }
-        self.run_cmd(family, table, "-I", chain, args)?.ok()?;
+        let mut at = vec![position.max(1).to_string()];
+        at.extend_from_slice(args);
+        self.run_cmd(family, table, "-I", chain, &at)?.ok()?;
         Ok(true)
     }
 
@@ -300,6 +303,15 @@ impl Iptables for IptablesCli {
         }
         self.run_cmd(family, table, "-X", chain, &[])?.ok()?;
         Ok(true)
+    }
+
+    /// Legacy tools only: their tables are the kernel's x_tables, readable with `getsockopt` (nft tools
+    /// and tools of unknown backend have none).
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        if !self.binaries(family).save.contains("-legacy") {
+            return None;
+        }
+        super::fingerprint::tables(family, tables, &mut self.table_sizes)
     }
 
     fn supports_random_fully(&mut self) -> bool {

@@ -540,11 +540,12 @@ impl Iptables for FakeIptables {
         Ok(())
     }
 
-    fn ensure_rule_first(
+    fn ensure_rule_at(
         &mut self,
         family: IpFamily,
         table: &str,
         chain: &str,
+        position: usize,
         args: &[String],
     ) -> KernelResult<bool> {
         let mut st = self.lock();
@@ -576,9 +577,22 @@ impl Iptables for FakeIptables {
         if c.rules.contains(&norm) {
             return Ok(false);
         }
+        let at = position.max(1) - 1;
+        if at > c.rules.len() {
+            let cmd = format!(
+                "{} -w -t {table} -I {chain} {position} {}",
+                tool(family),
+                rules::render(args)
+            );
+            return Err(command_error(
+                cmd,
+                1,
+                format!("{}: Index of insertion too big.", tool(family)),
+            ));
+        }
         st.calls.push(format!("insert {family:?} {table} {chain}"));
         if let Some(c) = st.tables.get_mut(&key).and_then(|t| t.get_mut(chain)) {
-            c.rules.insert(0, norm);
+            c.rules.insert(at, norm);
         }
         Self::sync_refs(&st);
         Ok(true)
@@ -654,6 +668,21 @@ impl Iptables for FakeIptables {
         Ok(true)
     }
 
+    /// A hash of the tables as `iptables-save` would print them (like the legacy backend's).
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let st = self.lock();
+        let mut h = std::hash::DefaultHasher::new();
+        for t in tables {
+            t.hash(&mut h);
+            st.tables
+                .get(&(family, t.to_string()))
+                .map(|tb| render_table(t, tb))
+                .hash(&mut h);
+        }
+        Some(h.finish())
+    }
+
     fn supports_random_fully(&mut self) -> bool {
         self.lock().random_fully
     }
@@ -692,6 +721,40 @@ COMMIT
         .iter()
         .map(|s| s.to_string())
         .collect()
+    }
+
+    #[test]
+    fn ensure_rule_at_inserts_at_the_position_as_the_real_tool() {
+        let mut ipt = FakeIptables::new();
+        ipt.restore(
+            IpFamily::V4,
+            "*nat\n:KUBE-SERVICES - [0:0]\n-A OUTPUT -s 1.1.1.1/32 -j RETURN\n-A OUTPUT -s 2.2.2.2/32 -j RETURN\nCOMMIT\n",
+        )
+        .unwrap();
+        // Two rules: positions 1 to 3 exist, 4 is past the end and refused.
+        let err = ipt
+            .ensure_rule_at(IpFamily::V4, "nat", "OUTPUT", 4, &jump())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("Index of insertion too big"),
+            "{err}"
+        );
+        assert!(
+            ipt.ensure_rule_at(IpFamily::V4, "nat", "OUTPUT", 2, &jump())
+                .unwrap()
+        );
+        assert!(
+            !ipt.ensure_rule_at(IpFamily::V4, "nat", "OUTPUT", 1, &jump())
+                .unwrap()
+        );
+        let nat = ipt.save(IpFamily::V4, "nat").unwrap();
+        let output: Vec<&str> = nat.lines().filter(|l| l.starts_with("-A OUTPUT")).collect();
+        assert_eq!(output.len(), 3, "{nat}");
+        assert!(
+            output[0].contains("1.1.1.1") && output[2].contains("2.2.2.2"),
+            "{nat}"
+        );
+        assert!(output[1].contains("-j KUBE-SERVICES"), "{nat}");
     }
 
     #[test]

@@ -16,6 +16,12 @@ pub trait Iptables: Send {
     ) -> KernelResult<std::collections::BTreeMap<String, String>> {
         save_each(self, family, tables)
     }
+    /// A fingerprint of `tables` as the kernel holds them (rules and their order, not counters), read
+    /// without starting a process; equal values mean unchanged tables. None where the backend has none
+    /// (the default, and the nft backend): callers then read the tables with a save.
+    fn fingerprint(&mut self, _family: IpFamily, _tables: &[&str]) -> Option<u64> {
+        None
+    }
     /// `iptables-restore --noflush --counters -w` of a payload (all tables in it).
     fn restore(&mut self, family: IpFamily, payload: &str) -> KernelResult<()>;
     /// Creates a chain if it does not exist.
@@ -26,6 +32,18 @@ pub trait Iptables: Send {
         family: IpFamily,
         table: &str,
         chain: &str,
+        args: &[String],
+    ) -> KernelResult<bool> {
+        self.ensure_rule_at(family, table, chain, 1, args)
+    }
+    /// Inserts `-I <chain> <position> <args>` (1-based) unless an identical rule exists (`-C`); true if
+    /// inserted.
+    fn ensure_rule_at(
+        &mut self,
+        family: IpFamily,
+        table: &str,
+        chain: &str,
+        position: usize,
         args: &[String],
     ) -> KernelResult<bool>;
     /// Deletes one rule (`-D`); Ok(false) if it was not there.
@@ -59,6 +77,7 @@ pub mod cli;
 pub mod exec;
 #[cfg(any(test, feature = "testkit"))]
 pub mod fake;
+pub mod fingerprint;
 pub mod rules;
 
 /// The payload line an `iptables-restore` error names (`Error occurred at line: N`, `line N failed`,

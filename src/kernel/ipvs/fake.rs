@@ -110,7 +110,10 @@ impl Table {
             let (_, err) = self.failures.remove(i);
             return Err(err);
         }
-        if op != "services" && op != "destinations" && op != "version" {
+        if !matches!(
+            op,
+            "services" | "destinations" | "destination_view" | "version"
+        ) {
             self.ops.push(format!("{op} {what}"));
         }
         Ok(())
@@ -197,6 +200,28 @@ impl Ipvs for FakeIpvs {
             .get(key)
             .map(|(_, d)| d.clone())
             .unwrap_or_default())
+    }
+
+    /// Like `/proc/net/ip_vs`: every virtual server's real servers, thresholds not shown.
+    fn destination_view(&mut self) -> KernelResult<Option<super::procfs::DestinationView>> {
+        let mut t = self.lock();
+        t.begin("destination_view", String::new())?;
+        Ok(Some(
+            t.services
+                .iter()
+                .map(|(k, (_, dests))| {
+                    let shown = dests
+                        .iter()
+                        .map(|d| IpvsDestination {
+                            upper_threshold: 0,
+                            lower_threshold: 0,
+                            ..d.clone()
+                        })
+                        .collect();
+                    (*k, shown)
+                })
+                .collect(),
+        ))
     }
 
     fn add_destination(&mut self, key: &IpvsServiceKey, dst: &IpvsDestination) -> KernelResult<()> {

@@ -7,6 +7,7 @@ pub mod codec;
 #[cfg(any(test, feature = "testkit"))]
 pub mod fake;
 pub mod netlink;
+pub mod procfs;
 
 use crate::kernel::KernelResult;
 use crate::net::Protocol;
@@ -149,6 +150,13 @@ pub trait Ipvs: Send {
     /// Removes every virtual server (only `--cleanup` calls this).
     fn flush(&mut self) -> KernelResult<()>;
     fn set_timeouts(&mut self, t: IpvsTimeouts) -> KernelResult<()>;
+
+    /// Every virtual server's real servers in one read, without their thresholds (they read as 0): a
+    /// quick view a full sync compares first, dumping only the virtual servers that differ from the plan.
+    /// `Ok(None)`: this backend has no such view (the default).
+    fn destination_view(&mut self) -> KernelResult<Option<procfs::DestinationView>> {
+        Ok(None)
+    }
 
     /// Every virtual server with its traffic counters (one dump). Backends without counters answer
     /// Unsupported.

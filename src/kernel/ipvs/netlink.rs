@@ -4,6 +4,7 @@
 //! same socket. [`NetlinkIpvs::apply`] sends many changes per datagram and reads their ACKs afterwards.
 
 use super::codec::{self, IpvsAttr, IpvsMessage, cmd};
+use super::procfs::{DestinationView, ProcView};
 use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsStats, IpvsTimeouts};
 use crate::kernel::netlink::{NlError, NlSocket};
 use crate::kernel::{KernelError, KernelResult};
@@ -22,6 +23,8 @@ pub struct NetlinkIpvs {
     sock: NlSocket,
     family: u16,
     batch: usize,
+    /// `/proc/net/ip_vs` of the socket's namespace (None when it cannot be opened).
+    proc_view: Option<ProcView>,
 }
 
 /// What a request does, for errno → [`KernelError`] mapping.
@@ -57,6 +60,8 @@ impl NetlinkIpvs {
             sock,
             family,
             batch: DEFAULT_BATCH,
+            // Opened now, on the thread that opened the socket: the same network namespace.
+            proc_view: ProcView::open(),
         })
     }
 
@@ -373,6 +378,14 @@ impl Ipvs for NetlinkIpvs {
 
     fn apply(&mut self, ops: &[IpvsOp]) -> KernelResult<Vec<KernelResult<()>>> {
         NetlinkIpvs::apply(self, ops)
+    }
+
+    /// `/proc/net/ip_vs`: a few hundred `read`s for the whole table instead of one dump per virtual server.
+    fn destination_view(&mut self) -> KernelResult<Option<DestinationView>> {
+        match self.proc_view.as_mut() {
+            Some(v) => v.read().map(Some).map_err(KernelError::Invalid),
+            None => Ok(None),
+        }
     }
 
     fn services_with_stats(&mut self) -> KernelResult<Vec<(IpvsServiceKey, IpvsStats)>> {

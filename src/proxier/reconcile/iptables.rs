@@ -1,5 +1,6 @@
 //! The iptables payload and the jumps from built-in chains.
 
+use super::iptables_jumps::JumpPlacer;
 use super::{Backends, FamilyInput, Reconciler};
 use crate::cluster::model::IpFamily;
 use crate::kernel::iptables::rules;
@@ -14,7 +15,8 @@ impl Reconciler {
     ///
     /// When the payload changed, on a full sync, or while a jump is missing, the tables are read with one
     /// `iptables-save`; when they already hold the payload and every jump (a no-op periodic sync, or a
-    /// restart over rules a previous run wrote) nothing is written. Otherwise one `iptables-restore` writes
+    /// restart over rules a previous run wrote) nothing is written, and the backend's fingerprint of the
+    /// tables is kept: later full syncs skip the save while the fingerprint is unchanged. Otherwise one `iptables-restore` writes
     /// the payload plus `-I` lines for the missing jumps: one process however many jumps are missing.
     pub(super) fn sync_iptables(
         &mut self,
@@ -29,12 +31,14 @@ impl Reconciler {
         let applied = self.applied.entry(family).or_default();
         let payload = &f.desired.iptables_payload;
         let changed = applied.iptables_payload.as_deref() != Some(payload.as_str());
-        if full || changed || !applied.jumps_ok {
+        // A full sync with nothing new to write skips the save while the tables read as verified.
+        let unchanged = full && !changed && applied.jumps_ok && still_verified(k, f, applied);
+        if (full && !unchanged) || changed || !applied.jumps_ok {
+            applied.tables_verified = None;
             // The payload parsed once: its tables, and its chains with their rules.
             let wanted = KernelTables::parse(&rules::split_tables(payload), family);
-            let mut tables: BTreeSet<&str> = wanted.tables.keys().map(String::as_str).collect();
-            tables.extend(f.desired.jumps.iter().map(|j| j.table));
-            let tables: Vec<&str> = tables.into_iter().collect();
+            let tables = tables_of(&wanted, f);
+            let before = k.iptables.fingerprint(family, &tables);
             match k.iptables.save_tables(family, &tables) {
                 Ok(saved) => {
                     let kernel = KernelTables::parse(&saved, family);
@@ -44,11 +48,21 @@ impl Reconciler {
                         .iter()
                         .filter(|j| !kernel.has_jump(j, family))
                         .partition(|j| applied.jumps_restored.contains(*j));
+                    let mut placer = JumpPlacer::new(family, &f.desired.jumps, |t, c| {
+                        kernel.chains(t)?.get(c).cloned()
+                    });
                     // Jumps we restored before that read as missing again: `-C` decides (then `-I`).
-                    let rechecked_ok = ensure_jumps(k, family, recheck, report);
+                    let recheck = placer.placing_order(&recheck);
+                    let rechecked_ok = ensure_jumps(k, family, recheck, Some(&mut placer), report);
+                    let missing: Vec<(&JumpRule, usize)> = placer
+                        .placing_order(&missing)
+                        .into_iter()
+                        .map(|j| (j, placer.place(j)))
+                        .collect();
                     if missing.is_empty() && plain_payload(payload) && kernel.holds(&wanted) {
                         applied.iptables_payload = Some(payload.clone());
                         applied.jumps_ok = rechecked_ok;
+                        applied.tables_verified = verified(k, f, &tables, before);
                     } else {
                         match k
                             .iptables
@@ -61,7 +75,7 @@ impl Reconciler {
                                 applied.jumps_ok = rechecked_ok;
                                 applied
                                     .jumps_restored
-                                    .extend(missing.iter().map(|j| (*j).clone()));
+                                    .extend(missing.iter().map(|(j, _)| (*j).clone()));
                             }
                             Err(e) => {
                                 // The kernel keeps the rules it had: nothing is flushed.
@@ -88,6 +102,55 @@ impl Reconciler {
     }
 }
 
+/// The tables a family's payload and jumps live in, in order.
+fn tables_of<'a>(wanted: &'a KernelTables, f: &FamilyInput<'a>) -> Vec<&'a str> {
+    let mut tables: BTreeSet<&str> = wanted.tables.keys().map(String::as_str).collect();
+    tables.extend(f.desired.jumps.iter().map(|j| j.table));
+    tables.into_iter().collect()
+}
+
+/// Whether the tables still have the fingerprint they had when a save last showed that they hold this
+/// payload and these jumps (then a periodic sync need not read them again).
+fn still_verified(k: &mut Backends, f: &FamilyInput<'_>, applied: &super::Applied) -> bool {
+    let Some(v) = &applied.tables_verified else {
+        return false;
+    };
+    let tables: Vec<&str> = v.tables.iter().map(String::as_str).collect();
+    let now = k.iptables.fingerprint(f.desired.family, &tables);
+    tracing::debug!(
+        family = f.desired.family.label(),
+        ?tables,
+        recorded = v.fingerprint,
+        ?now,
+        "iptables fingerprint check"
+    );
+    v.jumps == f.desired.jumps && now == Some(v.fingerprint)
+}
+
+/// The evidence to keep after a save showed the tables holding the payload: only when the fingerprint
+/// read before the save is still the one after it (nothing changed in between).
+fn verified(
+    k: &mut Backends,
+    f: &FamilyInput<'_>,
+    tables: &[&str],
+    before: Option<u64>,
+) -> Option<super::TablesVerified> {
+    let after = k.iptables.fingerprint(f.desired.family, tables);
+    tracing::debug!(
+        family = f.desired.family.label(),
+        ?tables,
+        ?before,
+        ?after,
+        "iptables tables verified"
+    );
+    let after = after?;
+    (before == Some(after)).then(|| super::TablesVerified {
+        tables: tables.iter().map(|t| t.to_string()).collect(),
+        jumps: f.desired.jumps.clone(),
+        fingerprint: after,
+    })
+}
+
 /// The fallback when the tables cannot be read: restore the payload, then check and insert each jump
 /// with its own `-C` / `-I` (so a jump is never duplicated).
 fn restore_blind(
@@ -108,20 +171,28 @@ fn restore_blind(
             report.fail(FailureKind::IptablesRestore);
         }
     }
-    applied.jumps_ok = ensure_jumps(k, family, &f.desired.jumps, report);
+    applied.jumps_ok = ensure_jumps(k, family, &f.desired.jumps, None, report);
 }
 
-/// [`ensure_jump`] for each of `jumps`, counting insertions and failures; true if none failed.
+/// [`ensure_jump`] for each of `jumps`, counting insertions and failures; true if none failed. With a
+/// placer, each goes where [`JumpPlacer`] puts it; without (the chains could not be read), at the top.
 fn ensure_jumps<'a>(
     k: &mut Backends,
     family: IpFamily,
     jumps: impl IntoIterator<Item = &'a JumpRule>,
+    mut placer: Option<&mut JumpPlacer<'_>>,
     report: &mut SyncReport,
 ) -> bool {
     let mut ok = true;
     for jump in jumps {
-        match ensure_jump(k, family, jump) {
-            Ok(true) => report.jumps_inserted += 1,
+        let at = placer.as_ref().map_or(1, |p| p.position(jump));
+        match ensure_jump(k, family, jump, at) {
+            Ok(true) => {
+                report.jumps_inserted += 1;
+                if let Some(p) = placer.as_deref_mut() {
+                    p.record(jump, at);
+                }
+            }
             Ok(false) => {}
             Err(()) => {
                 report.fail(FailureKind::IptablesJump);
@@ -132,14 +203,19 @@ fn ensure_jumps<'a>(
     ok
 }
 
-/// `iptables -N <target>` if needed, then `-C` and, when missing, `-I` of one jump; true if inserted.
-/// Failures are logged.
-fn ensure_jump(k: &mut Backends, family: IpFamily, jump: &JumpRule) -> Result<bool, ()> {
+/// `iptables -N <target>` if needed, then `-C` and, when missing, `-I` of one jump at the 1-based
+/// `position`; true if inserted. Failures are logged.
+fn ensure_jump(
+    k: &mut Backends,
+    family: IpFamily,
+    jump: &JumpRule,
+    position: usize,
+) -> Result<bool, ()> {
     k.iptables
         .ensure_chain(family, jump.table, jump.target)
         .and_then(|()| {
             k.iptables
-                .ensure_rule_first(family, jump.table, jump.chain, &jump.args())
+                .ensure_rule_at(family, jump.table, jump.chain, position, &jump.args())
         })
         .map_err(|e| {
             tracing::warn!(family = family.label(), chain = jump.chain, target = jump.target,
@@ -176,13 +252,13 @@ fn plain_payload(payload: &str) -> bool {
     !in_table
 }
 
-/// The payload with `-I <chain> 1 …` lines for `missing` jumps at the end of their table (a table the
-/// payload lacks gets its own section). Lines run in order, each inserting at the top, as upstream's
-/// successive `iptables -I` calls do. A jump target neither declared by the payload nor in the kernel is
-/// declared (created empty), as `iptables -N` would.
+/// The payload with `-I <chain> <position> …` lines for `missing` jumps at the end of their table (a
+/// table the payload lacks gets its own section). Lines run in the given order, each position counted
+/// after the lines before it ([`JumpPlacer`]). A jump target neither declared by the payload nor in the
+/// kernel is declared (created empty), as `iptables -N` would.
 fn with_jumps(
     payload: &str,
-    missing: &[&JumpRule],
+    missing: &[(&JumpRule, usize)],
     wanted: &KernelTables,
     kernel: &KernelTables,
 ) -> String {
@@ -195,14 +271,18 @@ fn with_jumps(
     let section = |t: &str| -> String {
         let mut text = String::new();
         let mut created = BTreeSet::new();
-        for j in missing.iter().filter(|j| j.table == t) {
+        for (j, _) in missing.iter().filter(|(j, _)| j.table == t) {
             let exists = has_chain(wanted, t, j.target) || has_chain(kernel, t, j.target);
             if !exists && created.insert(j.target) {
                 text.push_str(&format!(":{} - [0:0]\n", j.target));
             }
         }
-        for j in missing.iter().filter(|j| j.table == t) {
-            text.push_str(&format!("-I {} 1 {}\n", j.chain, rules::render(&j.args())));
+        for (j, at) in missing.iter().filter(|(j, _)| j.table == t) {
+            text.push_str(&format!(
+                "-I {} {at} {}\n",
+                j.chain,
+                rules::render(&j.args())
+            ));
         }
         text
     };
@@ -224,7 +304,7 @@ fn with_jumps(
     }
     let rest: BTreeSet<&str> = missing
         .iter()
-        .map(|j| j.table)
+        .map(|(j, _)| j.table)
         .filter(|t| !done.contains(t))
         .collect();
     for t in rest {

@@ -5,6 +5,7 @@ use super::diff::{Change, Diff, Scope, StepInput};
 use super::ownership::{Ownership, excluded};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::{IpFamily, Protocol};
+use crate::kernel::ipvs::procfs::DestinationView;
 use crate::kernel::ipvs::{
     FLAG_HASHED, Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey,
 };
@@ -149,7 +150,8 @@ impl Reconciler {
             .diff(|want, have| same_service(&have.service, &want.service)),
         };
         let ready = write_services(k.ipvs.as_mut(), desired, &diff, kernel.is_some(), report);
-        self.sync_destinations(k, ready, &mut applied, report, udp);
+        let view = snap.dest_view.as_ref();
+        self.sync_destinations(k, ready, view, &mut applied, report, udp);
         // Virtual servers that left the plan: only ours, never excluded ones.
         let exclude = &f.config.exclude_cidrs;
         let deletes: Vec<IpvsServiceKey> = match &kernel {
@@ -179,6 +181,7 @@ impl Reconciler {
         &mut self,
         k: &mut Backends,
         ready: Vec<Ready<'_>>,
+        view: Option<&DestinationView>,
         applied: &mut super::Applied,
         report: &mut SyncReport,
         udp: &mut UdpChanges,
@@ -188,7 +191,13 @@ impl Reconciler {
             let prev = applied.virtual_servers.get(&r.key);
             // Same value as applied: keep sharing the plan's `Arc` (it may be a fresh copy).
             let unchanged = prev.is_some_and(|p| Arc::ptr_eq(p, r.dvs));
-            let current = match current_destinations(k.ipvs.as_mut(), &r, prev, report) {
+            // A queued graceful removal that is desired again must go through the plan (to leave the
+            // queue), even when the view shows it as wanted.
+            let queued = |&(a, p): &DestKey| self.graceful.contains(&r.key, a, p);
+            let shown = view
+                .and_then(|v| v.get(&r.key))
+                .filter(|_| self.graceful.is_empty() || !r.dvs.destinations.keys().any(queued));
+            let current = match current_destinations(k.ipvs.as_mut(), &r, prev, shown, report) {
                 Ok(Some(c)) => c,
                 Ok(None) => {
                     if !unchanged {
@@ -374,17 +383,36 @@ fn write_services<'a>(
     out
 }
 
+/// Whether the quick view of a virtual server's real servers (`shown`, thresholds not shown) is exactly
+/// the plan: the same real servers with the same weights and forwarding, and the plan sets no threshold.
+fn shows_desired(shown: &[IpvsDestination], want: &BTreeMap<DestKey, IpvsDestination>) -> bool {
+    shown.len() == want.len()
+        && shown.iter().all(|d| {
+            want.get(&(d.addr, d.port)).is_some_and(|w| {
+                w.weight == d.weight
+                    && w.forward == d.forward
+                    && w.upper_threshold == 0
+                    && w.lower_threshold == 0
+            })
+        })
+}
+
 /// The real servers a virtual server in place has now: none when new, a kernel read when dumping or
 /// when a TCP virtual server loses real servers (graceful termination needs their connection counts),
-/// else as applied. `Ok(None)`: as applied and already as desired; `Err`: the read failed (counted).
+/// else as applied. `Ok(None)`: already as desired (as applied, or as the full sync's quick view `shown`
+/// shows it); `Err`: the read failed (counted).
 fn current_destinations(
     ipvs: &mut dyn Ipvs,
     r: &Ready<'_>,
     prev: Option<&SharedVs>,
+    shown: Option<&Vec<IpvsDestination>>,
     report: &mut SyncReport,
 ) -> Result<Option<Vec<IpvsDestination>>, ()> {
     if !r.exists {
         return Ok(Some(Vec::new()));
+    }
+    if r.dump && shown.is_some_and(|s| shows_desired(s, &r.dvs.destinations)) {
+        return Ok(None);
     }
     let prev_dests = prev.map(|p| &p.destinations);
     if !r.dump && prev_dests == Some(&r.dvs.destinations) {

@@ -18,6 +18,7 @@ mod conntrack;
 pub mod diff;
 mod ipsets;
 mod iptables;
+mod iptables_jumps;
 mod ipvs;
 pub mod ownership;
 
@@ -99,6 +100,18 @@ pub struct Applied {
     pub jumps_restored: BTreeSet<JumpRule>,
     pub addresses: BTreeSet<IpAddr>,
     pub node_port_ips: BTreeSet<IpAddr>,
+    /// The tables as last read and found to hold the payload and every jump, as a backend fingerprint
+    /// (None: not verified since, or the backend has no fingerprint).
+    pub tables_verified: Option<TablesVerified>,
+}
+
+/// Evidence that the iptables tables held the payload: which tables, with which jumps, and their
+/// fingerprint right before and after the save that showed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablesVerified {
+    pub tables: Vec<String>,
+    pub jumps: Vec<JumpRule>,
+    pub fingerprint: u64,
 }
 
 /// Kernel state read at the start of a full sync (None: not dumped, or the dump failed).
@@ -108,6 +121,8 @@ pub(crate) struct Snapshot {
     /// Type and family of every set, from the same dump as `ipsets`.
     pub ipset_headers: BTreeMap<String, SetHeader>,
     pub services: Option<Vec<IpvsService>>,
+    /// Every virtual server's real servers from the backend's quick view (None: no view, or it failed).
+    pub dest_view: Option<crate::kernel::ipvs::procfs::DestinationView>,
     pub addresses: Option<BTreeSet<IpAddr>>,
 }
 
@@ -245,6 +260,13 @@ impl Reconciler {
             }
         }
         report.add_shared_step(SyncStep::DumpIpvs, t.elapsed());
+        let t = std::time::Instant::now();
+        // A failed view only costs speed: every virtual server's real servers are then dumped.
+        snap.dest_view = k.ipvs.destination_view().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "IPVS real-server view failed; dumping each virtual server");
+            None
+        });
+        report.add_shared_step(SyncStep::DumpIpvsView, t.elapsed());
         let t = std::time::Instant::now();
         self.ensure_dummy(k, report);
         if self.dummy_ok {

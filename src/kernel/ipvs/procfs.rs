@@ -1,0 +1,192 @@
+//! The kernel's text view of the IPVS table, `/proc/net/ip_vs`: every virtual server with its real servers
+//! in one file. Reading it costs one `read` per page of text, where the generic netlink interface needs one
+//! dump (a request and two answers) per virtual server; it lacks the real servers' thresholds.
+//!
+//! Format (`net/netfilter/ipvs/ip_vs_ctl.c`, `ip_vs_info_seq_show`): three header lines, then per virtual
+//! server a line `TCP  0A600001:0050 rr [ops] [persistent 10800 FFFFFFFF]` (IPv6: `[addr]:port`, fwmark
+//! services `FWM  00000001 rr`) followed by one line per real server,
+//! `  -> 0A800001:1F90      Masq    1      0          0` (forwarding method, weight, active and inactive
+//! connections).
+
+use super::{ForwardMethod, IpvsDestination, IpvsServiceKey};
+use crate::net::Protocol;
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Real servers per virtual server, as the text view shows them (thresholds read as 0: not shown).
+pub type DestinationView = BTreeMap<IpvsServiceKey, Vec<IpvsDestination>>;
+
+/// The text view of one network namespace: the file is opened once (in the namespace of the thread that
+/// opens it, like the netlink socket next to it) and read again from the start each time.
+#[derive(Debug)]
+pub struct ProcView {
+    file: std::fs::File,
+    buf: Vec<u8>,
+}
+
+impl ProcView {
+    /// Opens the calling thread's `/proc/.../net/ip_vs`; None when it does not exist (no IPVS module).
+    pub fn open() -> Option<ProcView> {
+        let file = std::fs::File::open("/proc/thread-self/net/ip_vs")
+            .or_else(|_| std::fs::File::open("/proc/net/ip_vs"))
+            .ok()?;
+        Some(ProcView {
+            file,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Reads and parses the whole table.
+    pub fn read(&mut self) -> Result<DestinationView, String> {
+        self.buf.clear();
+        self.file
+            .seek(SeekFrom::Start(0))
+            .and_then(|_| self.file.read_to_end(&mut self.buf))
+            .map_err(|e| format!("read /proc/net/ip_vs: {e}"))?;
+        let text = std::str::from_utf8(&self.buf).map_err(|e| format!("/proc/net/ip_vs: {e}"))?;
+        let view = parse(text);
+        // Keep the buffer's capacity for the next read, but not a huge one after a shrink.
+        if self.buf.capacity() > 4 * self.buf.len().max(1 << 16) {
+            self.buf = Vec::new();
+        }
+        view
+    }
+}
+
+/// Parses the text view. Fwmark virtual servers (and their real servers) are skipped: they have no
+/// address key. A line that does not parse is an error naming it.
+pub fn parse(text: &str) -> Result<DestinationView, String> {
+    let mut out = DestinationView::new();
+    // None while inside a virtual server we skip (fwmark) or before the first one.
+    let mut current: Option<IpvsServiceKey> = None;
+    for (n, line) in text.lines().enumerate() {
+        let bad = || format!("/proc/net/ip_vs line {}: cannot parse {line:?}", n + 1);
+        if let Some(rest) = line.strip_prefix("  -> ") {
+            if rest.starts_with("RemoteAddress") {
+                continue;
+            }
+            let Some(key) = current else { continue };
+            let d = parse_dest(rest).ok_or_else(bad)?;
+            out.entry(key).or_default().push(d);
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let (Some(proto), Some(addr)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let protocol = match proto {
+            "TCP" => Protocol::Tcp,
+            "UDP" => Protocol::Udp,
+            "SCTP" => Protocol::Sctp,
+            "FWM" => {
+                current = None;
+                continue;
+            }
+            // The header lines ("IP Virtual Server version ...", "Prot LocalAddress:Port ...").
+            _ if out.is_empty() && current.is_none() => continue,
+            _ => return Err(bad()),
+        };
+        let (addr, port) = parse_addr_port(addr).ok_or_else(bad)?;
+        let key = IpvsServiceKey {
+            addr,
+            port,
+            protocol,
+        };
+        out.entry(key).or_default();
+        current = Some(key);
+    }
+    Ok(out)
+}
+
+/// `0A800001:1F90      Masq    1      0          0`.
+fn parse_dest(rest: &str) -> Option<IpvsDestination> {
+    let mut w = rest.split_whitespace();
+    let (addr, port) = parse_addr_port(w.next()?)?;
+    let forward = match w.next()? {
+        "Masq" => ForwardMethod::Masq,
+        "Local" => ForwardMethod::Local,
+        "Tunnel" => ForwardMethod::Tunnel,
+        "Route" => ForwardMethod::Route,
+        _ => return None,
+    };
+    let mut num = || w.next()?.parse::<i64>().ok();
+    let (weight, active, inactive) = (num()?, num()?, num()?);
+    let mut d = IpvsDestination::masq(addr, port, u32::try_from(weight).ok()?);
+    d.forward = forward;
+    // Counters are atomics printed signed; a negative one (never seen) reads as 0.
+    d.active_conns = u32::try_from(active.max(0)).unwrap_or(u32::MAX);
+    d.inactive_conns = u32::try_from(inactive.max(0)).unwrap_or(u32::MAX);
+    Some(d)
+}
+
+/// `0A600001:0050` (IPv4, hex) or `[2001:0db8:...:0001]:0050` (IPv6); the port is hex.
+fn parse_addr_port(s: &str) -> Option<(IpAddr, u16)> {
+    let (addr, port) = s.rsplit_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let addr = match addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')) {
+        Some(v6) => IpAddr::V6(v6.parse::<Ipv6Addr>().ok()?),
+        None if addr.len() == 8 => IpAddr::V4(Ipv4Addr::from(u32::from_str_radix(addr, 16).ok()?)),
+        None => return None,
+    };
+    Some((addr, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = concat!(
+        "IP Virtual Server version 1.2.1 (size=4096)\n",
+        "Prot LocalAddress:Port Scheduler Flags\n",
+        "  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n",
+        "TCP  0A600001:0050 rr \n",
+        "  -> 0A800001:1F90      Masq    1      0          0         \n",
+        "  -> 0A800002:1F90      Masq    0      3          7         \n",
+        "UDP  0A600002:0035 sh persistent 10800 FFFFFFFF\n",
+        "FWM  00000001 rr \n",
+        "  -> 0A800009:0050      Route   1      0          0         \n",
+        "TCP  [2001:0db8:0000:0000:0000:0000:0000:0001]:01BB rr ops \n",
+        "  -> [2001:0db8:0000:0000:0000:0000:0000:0002]:1F90      Tunnel  5      0          0         \n",
+    );
+
+    #[test]
+    fn parses_services_and_real_servers() {
+        let v = parse(SAMPLE).unwrap();
+        let k = |a: &str, port, protocol| IpvsServiceKey {
+            addr: a.parse().unwrap(),
+            port,
+            protocol,
+        };
+        assert_eq!(v.len(), 3, "{v:?}");
+        let tcp = &v[&k("10.96.0.1", 80, Protocol::Tcp)];
+        assert_eq!(tcp.len(), 2);
+        assert_eq!(
+            tcp[0],
+            IpvsDestination::masq("10.128.0.1".parse().unwrap(), 8080, 1)
+        );
+        assert_eq!(
+            (tcp[1].weight, tcp[1].active_conns, tcp[1].inactive_conns),
+            (0, 3, 7)
+        );
+        assert!(v[&k("10.96.0.2", 53, Protocol::Udp)].is_empty());
+        let v6 = &v[&k("2001:db8::1", 443, Protocol::Tcp)];
+        assert_eq!(v6[0].addr, "2001:db8::2".parse::<IpAddr>().unwrap());
+        assert_eq!((v6[0].forward, v6[0].weight), (ForwardMethod::Tunnel, 5));
+    }
+
+    #[test]
+    fn header_only_is_empty_and_garbage_is_an_error() {
+        assert!(
+            parse(&SAMPLE[..SAMPLE.find("TCP").unwrap()])
+                .unwrap()
+                .is_empty()
+        );
+        let bad = format!("{SAMPLE}  -> 0A800001:1F90      Bogus   1      0          0\n");
+        assert!(parse(&bad).unwrap_err().contains("line 12"), "{bad}");
+        let bad = format!("{SAMPLE}XYZ  0A600001:0050 rr\n");
+        assert!(parse(&bad).is_err());
+        assert!(parse_addr_port("0A6000:0050").is_none());
+        assert!(parse_addr_port("[::1]:ZZZZ").is_none());
+    }
+}
