@@ -10,7 +10,7 @@ use crate::kernel::ipvs::{
     FLAG_HASHED, Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey,
 };
 use crate::kernel::{KernelError, KernelResult};
-use crate::proxier::desired::DesiredVirtualServer;
+use crate::proxier::desired::{DesiredVirtualServer, Destinations};
 use crate::proxier::graceful::{GracefulTermination, Removal};
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
@@ -193,7 +193,7 @@ impl Reconciler {
             let unchanged = prev.is_some_and(|p| Arc::ptr_eq(p, r.dvs));
             // A queued graceful removal that is desired again must go through the plan (to leave the
             // queue), even when the view shows it as wanted.
-            let queued = |&(a, p): &DestKey| self.graceful.contains(&r.key, a, p);
+            let queued = |(a, p): DestKey| self.graceful.contains(&r.key, a, p);
             let shown = view
                 .and_then(|v| v.get(&r.key))
                 .filter(|_| self.graceful.is_empty() || !r.dvs.destinations.keys().any(queued));
@@ -385,7 +385,7 @@ fn write_services<'a>(
 
 /// Whether the quick view of a virtual server's real servers (`shown`, thresholds not shown) is exactly
 /// the plan: the same real servers with the same weights and forwarding, and the plan sets no threshold.
-fn shows_desired(shown: &[IpvsDestination], want: &BTreeMap<DestKey, IpvsDestination>) -> bool {
+fn shows_desired(shown: &[IpvsDestination], want: &Destinations) -> bool {
     shown.len() == want.len()
         && shown.iter().all(|d| {
             want.get(&(d.addr, d.port)).is_some_and(|w| {
