@@ -3,6 +3,7 @@
 use crate::config::Options;
 use crate::daemon;
 use anyhow::Context;
+use std::time::Duration;
 
 /// Runs kube-proxy with resolved options. Returns an error (non-zero exit) when cleanup fails, when
 /// start-up fails, or when the daemon stops for a reason other than a signal.
@@ -27,7 +28,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         .thread_name("kube-proxy")
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(daemon::run(options))
+    let result = runtime.block_on(daemon::run(options));
+    // Blocking work still running (a kernel step of an unfinished sync, a heap trim) is not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
 }
 
 /// Most async worker threads the daemon runs. The workers only decode watch events and serve HTTP; syncs

@@ -328,9 +328,15 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         .recv()
         .await
         .unwrap_or(Stop::Signal("channel closed"));
-    // Stop syncing (a sync in progress finishes), then the watchers and servers; kernel state stays.
+    // Stop syncing (a sync in progress gets STOP_GRACE to finish), then the watchers and servers; kernel
+    // state stays.
     let _ = loop_stop_tx.send(true);
-    let _ = loop_task.await;
+    if tokio::time::timeout(STOP_GRACE, loop_task).await.is_err() {
+        tracing::warn!(
+            grace = ?STOP_GRACE,
+            "a sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
+        );
+    }
     stores.abort();
     service_health.shutdown().await;
     let _ = server_stop_tx.send(true);
@@ -371,6 +377,10 @@ fn spawn_sync_loop(
     ));
     (stop_tx, task)
 }
+
+/// Longest the daemon waits for a sync in progress when asked to stop: stopping mid-sync is as safe as
+/// `kill -9` (each write is whole; the next start reconciles), and the kubelet's grace period is 30 s.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Free heap memory beyond this (or an eighth of the heap in use) is given back to the kernel.
 const TRIM_MIN_FREE: u64 = 2 << 20;
