@@ -5,7 +5,7 @@
 mod common;
 
 use common::apiserver::{Kind, TestApiServer};
-use common::netns::{Pod, enter_netns, tcp_request, udp_request};
+use common::netns::{Pod, serve_hold, tcp_request, udp_request};
 use common::uml::{BootOptions, sh};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -228,42 +228,6 @@ fn try_http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Ok((code, body))
-}
-
-/// Serves `port` in the pod's namespace: every line received is answered with the pod name, and the
-/// connection stays open until the client closes it.
-fn serve_hold(pod: &Pod, port: u16) {
-    let name = pod.name.clone();
-    let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    std::thread::spawn(move || {
-        if let Err(e) = enter_netns(&name) {
-            let _ = tx.send(Err(e.to_string()));
-            return;
-        }
-        let l = match TcpListener::bind(("0.0.0.0", port)) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = tx.send(Err(e.to_string()));
-                return;
-            }
-        };
-        let _ = tx.send(Ok(()));
-        for conn in l.incoming().flatten() {
-            let name = name.clone();
-            std::thread::spawn(move || {
-                let mut w = match conn.try_clone() {
-                    Ok(w) => w,
-                    Err(_) => return,
-                };
-                for line in BufReader::new(conn).lines() {
-                    if line.is_err() || writeln!(w, "{name}").is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    rx.recv().unwrap().unwrap();
 }
 
 /// A connection to the hold port through the VIP; `ask` sends a line and returns the answering pod.

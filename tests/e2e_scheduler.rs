@@ -17,11 +17,11 @@ use common::e2e::{
     ABC, E2e, Options, abc_pods, boot, client, direct_launch, ip, ipvs, real_servers, service,
     slice,
 };
-use common::netns::{Pod, enter_netns};
+use common::netns::{Pod, serve_hold};
 use common::uml::sh;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -35,34 +35,6 @@ const WEB_EXTERNAL: &str = "192.0.2.20";
 const WEB_LB: &str = "192.0.2.10";
 /// Pod port of the connection-holding server behind `web` (service port 81).
 const HOLD_PORT: u16 = 9090;
-
-/// Serves `HOLD_PORT` in the pod's namespace: each line gets the pod name back; connections stay open.
-fn serve_hold(pod: &Pod) {
-    let name = pod.name.clone();
-    let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    std::thread::spawn(move || {
-        let bound = enter_netns(&name)
-            .map_err(|e| e.to_string())
-            .and_then(|()| TcpListener::bind(("0.0.0.0", HOLD_PORT)).map_err(|e| e.to_string()));
-        let l = match bound {
-            Ok(l) => l,
-            Err(e) => return drop(tx.send(Err(e))),
-        };
-        let _ = tx.send(Ok(()));
-        for conn in l.incoming().flatten() {
-            let name = name.clone();
-            std::thread::spawn(move || {
-                let Ok(mut w) = conn.try_clone() else { return };
-                for line in BufReader::new(conn).lines() {
-                    if line.is_err() || writeln!(w, "{name}").is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    rx.recv().unwrap().unwrap();
-}
 
 /// A long-lived connection opened from the client's namespace.
 struct Held {
@@ -224,7 +196,7 @@ fn service_warnings(e: &E2e, name: &str) -> Vec<(String, String)> {
 uml_test!(per_service_scheduler_end_to_end, boot(), {
     let pods = abc_pods();
     for p in &pods {
-        serve_hold(p);
+        serve_hold(p, HOLD_PORT);
     }
     let c = client("client-a", "192.168.10.2", "192.168.10.1");
     // ip_vs_mh is loaded at boot by the harness and unused: unload it so the daemon has to load it.

@@ -397,3 +397,37 @@ impl Drop for Pod {
         let _ = run("ip", &["netns", "del", &self.name]);
     }
 }
+
+/// Serves TCP `port` in the pod's namespace: every line received is answered with the pod name, and a
+/// connection stays open until the client closes it (for tests that hold a connection across changes).
+pub fn serve_hold(pod: &Pod, port: u16) {
+    let name = pod.name.clone();
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    std::thread::spawn(move || {
+        let bound = enter_netns(&name)
+            .map_err(|e| e.to_string())
+            .and_then(|()| TcpListener::bind(("0.0.0.0", port)).map_err(|e| e.to_string()));
+        let l = match bound {
+            Ok(l) => l,
+            Err(e) => return drop(tx.send(Err(e))),
+        };
+        let _ = tx.send(Ok(()));
+        for conn in l.incoming().flatten() {
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let Ok(mut w) = conn.try_clone() else { return };
+                for line in std::io::BufRead::lines(std::io::BufReader::new(conn)) {
+                    if line.is_err() || writeln!(w, "{name}").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    if let Err(e) = rx
+        .recv()
+        .unwrap_or_else(|_| Err("server thread died".into()))
+    {
+        panic!("hold server in {}: {e}", pod.name);
+    }
+}
