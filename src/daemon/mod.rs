@@ -328,15 +328,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         .recv()
         .await
         .unwrap_or(Stop::Signal("channel closed"));
-    // Stop syncing (a sync in progress gets STOP_GRACE to finish), then the watchers and servers; kernel
-    // state stays.
-    let _ = loop_stop_tx.send(true);
-    if tokio::time::timeout(STOP_GRACE, loop_task).await.is_err() {
-        tracing::warn!(
-            grace = ?STOP_GRACE,
-            "a sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
-        );
-    }
+    // Stop syncing, then the watchers and servers; kernel state stays.
+    stop_sync_loop(loop_stop_tx, loop_task).await;
     stores.abort();
     service_health.shutdown().await;
     let _ = server_stop_tx.send(true);
@@ -376,6 +369,17 @@ fn spawn_sync_loop(
         stopped(stop_rx),
     ));
     (stop_tx, task)
+}
+
+/// Stops the sync loop; a sync in progress gets [`STOP_GRACE`] to finish.
+async fn stop_sync_loop(stop: tokio_watch::Sender<bool>, task: JoinHandle<()>) {
+    let _ = stop.send(true);
+    if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
+        tracing::warn!(
+            grace = ?STOP_GRACE,
+            "a sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
+        );
+    }
 }
 
 /// Longest the daemon waits for a sync in progress when asked to stop: stopping mid-sync is as safe as

@@ -64,26 +64,13 @@ impl Reconciler {
                         applied.jumps_ok = rechecked_ok;
                         applied.tables_verified = verified(k, f, &tables, before);
                     } else {
-                        match k
-                            .iptables
-                            .restore(family, &with_jumps(payload, &missing, &wanted, &kernel))
-                        {
-                            Ok(()) => {
-                                report.iptables_restores += 1;
-                                report.jumps_inserted += missing.len();
-                                applied.iptables_payload = Some(payload.clone());
-                                applied.jumps_ok = rechecked_ok;
-                                applied
-                                    .jumps_restored
-                                    .extend(missing.iter().map(|(j, _)| (*j).clone()));
-                            }
-                            Err(e) => {
-                                // The kernel keeps the rules it had: nothing is flushed.
-                                tracing::warn!(family = family.label(), error = %e, "iptables-restore failed");
-                                report.fail(FailureKind::IptablesRestore);
-                                applied.jumps_ok = false;
-                            }
-                        }
+                        let text = with_jumps(payload, &missing, &wanted, &kernel);
+                        let written = Restore {
+                            payload,
+                            missing: &missing,
+                            rechecked_ok,
+                        };
+                        written.run(k, family, &text, applied, report);
                     }
                 }
                 Err(e) => {
@@ -99,6 +86,45 @@ impl Reconciler {
             report.failures_of(FailureKind::IptablesRestore) - restore_failures;
         report.add_family_step(SyncStep::Iptables, family, start.elapsed());
         serve
+    }
+}
+
+/// One `iptables-restore` of a family's payload plus the jumps it inserts, and what it means for the
+/// applied state.
+struct Restore<'a, 'j> {
+    payload: &'a str,
+    missing: &'a [(&'j JumpRule, usize)],
+    /// Whether the jumps rechecked with `-C` before this restore are all in place.
+    rechecked_ok: bool,
+}
+
+impl Restore<'_, '_> {
+    /// Writes `text`; on failure the kernel keeps the rules it had (nothing is flushed) and the failure
+    /// is counted.
+    fn run(
+        &self,
+        k: &mut Backends,
+        family: IpFamily,
+        text: &str,
+        applied: &mut super::Applied,
+        report: &mut SyncReport,
+    ) {
+        match k.iptables.restore(family, text) {
+            Ok(()) => {
+                report.iptables_restores += 1;
+                report.jumps_inserted += self.missing.len();
+                applied.iptables_payload = Some(self.payload.to_string());
+                applied.jumps_ok = self.rechecked_ok;
+                applied
+                    .jumps_restored
+                    .extend(self.missing.iter().map(|(j, _)| (*j).clone()));
+            }
+            Err(e) => {
+                tracing::warn!(family = family.label(), error = %e, "iptables-restore failed");
+                report.fail(FailureKind::IptablesRestore);
+                applied.jumps_ok = false;
+            }
+        }
     }
 }
 
