@@ -153,25 +153,17 @@ fn main() {
     );
     let _ = std::fs::remove_file(params_path(&name));
     let _ = std::fs::remove_file(&daemon);
-    // The run directory is the newest one named after this boot.
-    let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uml-runs");
-    let dir = std::fs::read_dir(&runs)
-        .ok()
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{name}-")))
-        });
+    // The run directory of this boot (its name is unique to the boot).
+    let dir = common::uml::find_run_dir(&name);
     match dir.map(|d| d.join("scale-results.txt")) {
         Some(f) => {
             println!("results ({}):", f.display());
             print!("{}", std::fs::read_to_string(&f).unwrap_or_default());
         }
-        None => panic!("no run directory for {name} under {}", runs.display()),
+        None => panic!(
+            "no run directory for {name} under {}",
+            common::uml::runs_base().display()
+        ),
     }
 }
 

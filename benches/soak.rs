@@ -17,7 +17,6 @@
 mod common;
 
 use common::soak::{Params, run};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 const NAME_PREFIX: &str = "soak";
@@ -61,18 +60,7 @@ fn main() {
             || {},
         )
     });
-    let runs = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uml-runs");
-    let dir = std::fs::read_dir(&runs)
-        .ok()
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{name}-")))
-        });
+    let dir = common::uml::find_run_dir(&name);
     if let Some(f) = dir.map(|d| d.join("e2e").join("soak-results.txt")) {
         println!("results ({}):", f.display());
         print!("{}", std::fs::read_to_string(&f).unwrap_or_default());

@@ -103,21 +103,13 @@ fn host() -> i32 {
 
 /// Prints the guest's output file (`uml-runs/demo-<pid>-*/guest-output.log`) as it grows.
 fn stream_guest_output(done: &AtomicBool) {
-    let base = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(|p| p.join("uml-runs")))
-        .unwrap_or_else(|| PathBuf::from("target/uml-runs"));
-    let prefix = format!("demo-{}-", std::process::id());
+    let boot = format!("demo-{}", std::process::id());
     let mut file: Option<PathBuf> = None;
     let mut printed = 0usize;
     loop {
         let finished = done.load(Ordering::Relaxed);
         if file.is_none() {
-            file = std::fs::read_dir(&base).ok().and_then(|rd| {
-                rd.filter_map(Result::ok)
-                    .find(|d| d.file_name().to_string_lossy().starts_with(&prefix))
-                    .map(|d| d.path().join("guest-output.log"))
-            });
+            file = common::uml::find_run_dir(&boot).map(|d| d.join("guest-output.log"));
         }
         if let Some(f) = &file
             && let Ok(bytes) = std::fs::read(f)

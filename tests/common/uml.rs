@@ -197,18 +197,37 @@ pub fn run(name: &str, opts: BootOptions, body: impl FnOnce()) {
     );
 }
 
-/// A fresh directory for one run under `target/uml-runs/`.
-pub fn run_dir(name: &str) -> PathBuf {
+/// The directory holding every run's directory (`target/uml-runs/`).
+pub fn runs_base() -> PathBuf {
     // Integration tests get CARGO_TARGET_TMPDIR; examples (the demo) don't: use the directory of the binary
     // (`target/<profile>/examples`), which the guest sees through hostfs too.
-    let base = match option_env!("CARGO_TARGET_TMPDIR") {
+    match option_env!("CARGO_TARGET_TMPDIR") {
         Some(t) => PathBuf::from(t),
         None => std::env::current_exe()
             .ok()
             .and_then(|e| e.parent().map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("target")),
     }
-    .join("uml-runs");
+    .join("uml-runs")
+}
+
+/// The run directory [`run_dir`] made for the boot named `name` (bench names are unique per boot).
+pub fn find_run_dir(name: &str) -> Option<PathBuf> {
+    let prefix = format!("{}-", name.replace("::", "-"));
+    std::fs::read_dir(runs_base())
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+}
+
+/// A fresh directory for one run under `target/uml-runs/`.
+pub fn run_dir(name: &str) -> PathBuf {
+    let base = runs_base();
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
