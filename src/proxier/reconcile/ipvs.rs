@@ -357,10 +357,7 @@ fn write_services<'a>(
                 // The kernel has it although we did not know: converge and read it back.
                 if let Err(e) = ipvs.update_service(&ready.dvs.service) {
                     tracing::warn!(service = %ready.key, error = %e, "IPVS update failed");
-                    if let KernelError::SchedulerNotFound { scheduler, .. } = e {
-                        report.refused_schedulers.insert(scheduler);
-                    }
-                    report.fail(FailureKind::IpvsService);
+                    service_write_failed(report, e);
                     continue;
                 }
                 report.ipvs_services.updated += 1;
@@ -369,11 +366,8 @@ fn write_services<'a>(
             }
             (op, Err(e)) => {
                 tracing::warn!(%op, error = %e, "IPVS service write failed");
-                if let KernelError::SchedulerNotFound { scheduler, .. } = e {
-                    report.refused_schedulers.insert(scheduler);
-                }
                 // What we applied before (if anything) stays recorded: the retry compares with it.
-                report.fail(FailureKind::IpvsService);
+                service_write_failed(report, e);
                 continue;
             }
             (_, Ok(())) => {}
@@ -381,6 +375,15 @@ fn write_services<'a>(
         out.push(ready);
     }
     out
+}
+
+/// Counts a failed virtual-server write; a scheduler the kernel refused is reported so the next plan
+/// keeps that Service on the node's scheduler.
+fn service_write_failed(report: &mut SyncReport, e: KernelError) {
+    if let KernelError::SchedulerNotFound { scheduler, .. } = e {
+        report.refused_schedulers.insert(scheduler);
+    }
+    report.fail(FailureKind::IpvsService);
 }
 
 /// Whether the quick view of a virtual server's real servers (`shown`, thresholds not shown) is exactly
