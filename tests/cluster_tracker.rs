@@ -277,7 +277,7 @@ fn local_endpoint_wins_deduplication() {
     t.apply(&mut map);
     let eps = &map[&spn("a", "", Protocol::Tcp)];
     assert_eq!(eps.len(), 1);
-    assert_eq!(eps[0].node_name.as_deref(), Some("me"));
+    assert_eq!(eps[0].node_name(), Some("me"));
 }
 
 #[test]
@@ -510,11 +510,9 @@ fn equal_node_names_are_shared_between_endpoints() {
     t.apply(&mut map);
     let a = &map[&spn("a", "http", Protocol::Tcp)][0];
     let b = &map[&spn("b", "http", Protocol::Tcp)][0];
-    assert_eq!(a.node_name.as_deref(), Some("other"));
-    assert!(Arc::ptr_eq(
-        a.node_name.as_ref().unwrap(),
-        b.node_name.as_ref().unwrap()
-    ));
+    assert_eq!(a.node_name(), Some("other"));
+    assert!(Arc::ptr_eq(a.topology().unwrap(), b.topology().unwrap()));
+    assert!(std::ptr::eq(a.node_name().unwrap(), b.node_name().unwrap()));
     // a later slice naming the same node shares it too, after the others are gone
     t.update(&slice("a-1", "a", p.clone(), &[]), true);
     t.apply(&mut map);
@@ -522,10 +520,8 @@ fn equal_node_names_are_shared_between_endpoints() {
     t.apply(&mut map);
     let b = &map[&spn("b", "http", Protocol::Tcp)][0];
     let c = &map[&spn("c", "http", Protocol::Tcp)][0];
-    assert!(Arc::ptr_eq(
-        b.node_name.as_ref().unwrap(),
-        c.node_name.as_ref().unwrap()
-    ));
+    assert!(Arc::ptr_eq(b.topology().unwrap(), c.topology().unwrap()));
+    assert!(std::ptr::eq(b.node_name().unwrap(), c.node_name().unwrap()));
 }
 
 #[test]
@@ -559,7 +555,7 @@ fn single_slice_lists_match_the_merged_form() {
     assert!(!map[&spn("a", "http", Protocol::Tcp)][1].ready);
     let b = &map[&spn("b", "http", Protocol::Tcp)];
     assert_eq!(b.len(), 1);
-    assert_eq!(b[0].node_name.as_deref(), Some("me"));
+    assert_eq!(b[0].node_name(), Some("me"));
     assert_eq!(
         ips(&map, &spn("c", "dns", Protocol::Udp)),
         vec!["10.3.0.1:53"]

@@ -5,6 +5,7 @@
 
 use super::model::{
     Endpoint, IpFamily, LoadBalancerIngress, Protocol, ServiceName, ServicePort, ServicePortName,
+    Topology,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
@@ -154,9 +155,10 @@ impl SliceInfo {
     /// The endpoints of this slice for one of its ports.
     pub fn endpoints_for(&self, port: &SlicePort) -> impl Iterator<Item = Endpoint> + '_ {
         let number = port.port;
-        self.endpoints.iter().map(move |e| Endpoint {
-            port: number,
-            ..e.clone()
+        self.endpoints.iter().map(move |e| {
+            let mut e = e.clone();
+            e.port = number;
+            e
         })
     }
 
@@ -638,12 +640,7 @@ fn endpoint(ep: &k8s_openapi::api::discovery::v1::Endpoint, ip: IpAddr, port: u1
     let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
     let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
     let hints = ep.hints.as_ref();
-    Endpoint {
-        ip,
-        port,
-        ready,
-        serving,
-        terminating,
+    let topology = Topology {
         node_name: ep.node_name.as_deref().map(Arc::from),
         zone: ep.zone.as_deref().map(Arc::from),
         hints_for_nodes: hints
@@ -654,5 +651,10 @@ fn endpoint(ep: &k8s_openapi::api::discovery::v1::Endpoint, ip: IpAddr, port: u1
             .and_then(|h| h.for_zones.as_ref())
             .filter(|v| !v.is_empty())
             .map(|v| v.iter().map(|z| Arc::from(z.name.as_str())).collect()),
-    }
+    };
+    let mut out = Endpoint::new(ip, port).with_topology(topology);
+    out.ready = ready;
+    out.serving = serving;
+    out.terminating = terminating;
+    out
 }

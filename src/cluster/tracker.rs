@@ -5,6 +5,7 @@
 use super::convert::{self, ConvertError, ConvertWarning, SliceInfo};
 use super::model::{
     Endpoint, EndpointsMap, Protocol, ServiceMap, ServiceName, ServicePort, ServicePortName,
+    Topology,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -254,10 +255,11 @@ impl SliceTracker {
     }
 }
 
-/// Shares equal node names, zones and hint lists between endpoints (there are far fewer distinct
-/// values than endpoints).
+/// Shares equal endpoint topologies (node, zone, hints) between endpoints, and equal names and hint
+/// lists between topologies: there are far fewer distinct values than endpoints.
 #[derive(Debug, Default)]
 struct Interner {
+    topologies: HashSet<Arc<Topology>>,
     names: HashSet<Arc<str>>,
     lists: HashSet<Arc<[Arc<str>]>>,
 }
@@ -285,22 +287,37 @@ impl Interner {
     }
 
     fn endpoint(&mut self, ep: &mut Endpoint) {
-        if let Some(n) = ep.node_name.as_mut() {
+        let Some(topology) = ep.topology() else {
+            return;
+        };
+        if let Some(shared) = self.topologies.get(topology) {
+            ep.set_topology(shared.clone());
+            return;
+        }
+        let mut owned = Topology::clone(topology);
+        for n in [owned.node_name.as_mut(), owned.zone.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             self.name(n);
         }
-        if let Some(z) = ep.zone.as_mut() {
-            self.name(z);
+        for l in [
+            owned.hints_for_nodes.as_mut(),
+            owned.hints_for_zones.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            self.list(l);
         }
-        if let Some(h) = ep.hints_for_nodes.as_mut() {
-            self.list(h);
-        }
-        if let Some(h) = ep.hints_for_zones.as_mut() {
-            self.list(h);
-        }
+        let shared = Arc::new(owned);
+        self.topologies.insert(shared.clone());
+        ep.set_topology(shared);
     }
 
-    /// Forgets values no endpoint uses any more.
+    /// Forgets values no endpoint uses any more (topologies first: they hold the lists and names).
     fn purge(&mut self) {
+        self.topologies.retain(|t| Arc::strong_count(t) > 1);
         self.lists.retain(|l| Arc::strong_count(l) > 1);
         self.names.retain(|n| Arc::strong_count(n) > 1);
     }

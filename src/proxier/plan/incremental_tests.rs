@@ -1,7 +1,9 @@
 //! Equivalence of the incremental planner with the full plan over pseudo-random change sequences.
 
 use super::*;
-use crate::cluster::model::{Endpoint, LoadBalancerIngress, SchedulerChoice, ServicePort};
+use crate::cluster::model::{
+    Endpoint, LoadBalancerIngress, SchedulerChoice, ServicePort, Topology,
+};
 use crate::proxier::plan::{LocalDetector, plan};
 use std::sync::Arc;
 
@@ -171,12 +173,11 @@ fn random_endpoints(rng: &mut Rng) -> Vec<Endpoint> {
                 ip(&format!("10.244.0.{}", k + 1))
             };
             let ready = rng.chance(75);
-            Endpoint {
-                ip,
-                port: rng.pick(&[8080, 8443]),
-                ready,
-                serving: ready || rng.chance(50),
-                terminating: !ready && rng.chance(50),
+            let mut ep = Endpoint::new(ip, rng.pick(&[8080, 8443]));
+            ep.ready = ready;
+            ep.serving = ready || rng.chance(50);
+            ep.terminating = !ready && rng.chance(50);
+            ep.with_topology(Topology {
                 node_name: match rng.below(3) {
                     0 => Some(NODE.into()),
                     1 => Some("node-1".into()),
@@ -185,7 +186,7 @@ fn random_endpoints(rng: &mut Rng) -> Vec<Endpoint> {
                 zone: rng.chance(50).then(|| "zone-a".into()),
                 hints_for_nodes: None,
                 hints_for_zones: rng.chance(10).then(|| ["zone-a".into()].into()),
-            }
+            })
         })
         .collect();
     eps.sort();
@@ -407,17 +408,7 @@ fn endpoint_change_touches_only_that_service() {
     let mut p = IncrementalPlanner::new();
     p.update(&sm, &em, &node, &cfg, None);
     let port = sm.keys().find(|k| k.name == "s10").unwrap().clone();
-    let ep = Endpoint {
-        ip: ip("10.244.9.9"),
-        port: 9999,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: Some("node-1".into()),
-        zone: None,
-        hints_for_nodes: None,
-        hints_for_zones: None,
-    };
+    let ep = Endpoint::new(ip("10.244.9.9"), 9999).with_topology(Topology::on_node("node-1"));
     em.insert(port.clone(), Arc::new(vec![ep]));
     let changed = BTreeSet::from([port.service()]);
     let (_, d) = p.update(&sm, &em, &node, &cfg, Some(&changed));
