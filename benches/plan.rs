@@ -27,8 +27,8 @@ fn build(services: u32) -> (ServiceMap, EndpointsMap) {
     let pod_base = u32::from(Ipv4Addr::new(10, 128, 0, 0));
     for i in 0..services {
         let name = ServicePortName {
-            namespace: format!("ns-{}", i % 100),
-            name: format!("svc-{i}"),
+            namespace: format!("ns-{}", i % 100).into(),
+            name: format!("svc-{i}").into(),
             port_name: "http".into(),
             protocol: Protocol::Tcp,
         };

@@ -24,8 +24,8 @@ fn v4(n: u32) -> IpAddr {
 
 fn port_name(i: u32) -> ServicePortName {
     ServicePortName {
-        namespace: format!("ns-{}", i % 10),
-        name: format!("svc-{i}"),
+        namespace: format!("ns-{}", i % 10).into(),
+        name: format!("svc-{i}").into(),
         port_name: "http".into(),
         protocol: Protocol::Tcp,
     }

@@ -1,20 +1,116 @@
 //! Service and endpoint models: the proxier's view of the cluster, decoupled from the API types.
 
 use ipnet::IpNet;
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
 
 pub use crate::net::{IpFamily, Protocol};
 use crate::scheduler::Scheduler;
 
+/// An immutable, shared string (a namespace, service or port name): clones are reference-count bumps, so
+/// the many maps keyed by service (port) names share one copy of each name. Orders, compares, hashes,
+/// displays and debug-prints as the `str` it holds.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Name(Arc<str>);
+
+/// The one empty name every `Name::default()` shares.
+static EMPTY_NAME: LazyLock<Name> = LazyLock::new(|| Name(Arc::from("")));
+
+impl Name {
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Name {
+    /// The empty name (shared, no allocation).
+    fn default() -> Self {
+        EMPTY_NAME.clone()
+    }
+}
+
+impl Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Self {
+        if s.is_empty() {
+            Name::default()
+        } else {
+            Name(Arc::from(s))
+        }
+    }
+}
+
+impl From<String> for Name {
+    fn from(s: String) -> Self {
+        Name::from(s.as_str())
+    }
+}
+
+impl From<&String> for Name {
+    fn from(s: &String) -> Self {
+        Name::from(s.as_str())
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for Name {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
 /// Identifies one port of one service: namespace/name:portName plus protocol (as upstream's ServicePortName).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServicePortName {
-    pub namespace: String,
-    pub name: String,
-    pub port_name: String,
+    pub namespace: Name,
+    pub name: Name,
+    pub port_name: Name,
     pub protocol: Protocol,
 }
 
@@ -41,8 +137,8 @@ impl fmt::Display for ServicePortName {
 /// Namespace/name of a service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceName {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl fmt::Display for ServiceName {
@@ -307,7 +403,7 @@ pub fn ports_of<'a, V>(
     let start = ServicePortName {
         namespace: service.namespace.clone(),
         name: service.name.clone(),
-        port_name: String::new(),
+        port_name: Name::default(),
         protocol: Protocol::Tcp,
     };
     map.range(start..)
@@ -320,6 +416,48 @@ mod tests {
 
     fn ep(ip: &str, topology: Topology) -> Endpoint {
         Endpoint::new(ip.parse().expect("ip"), 80).with_topology(topology)
+    }
+
+    #[test]
+    fn a_name_behaves_as_its_string() {
+        use std::hash::{BuildHasher, RandomState};
+        let words = ["", "a", "a-b", "B", "b", "ns1", "ns10", "ns2", "é"];
+        let mut names: Vec<Name> = words.iter().rev().map(|w| Name::from(*w)).collect();
+        names.sort();
+        let mut strings: Vec<String> = words.iter().rev().map(|w| w.to_string()).collect();
+        strings.sort();
+        assert_eq!(names, strings);
+        let hasher = RandomState::new();
+        for (n, s) in names.iter().zip(&strings) {
+            assert_eq!(format!("{n} {n:?}"), format!("{s} {s:?}"));
+            assert_eq!(hasher.hash_one(n), hasher.hash_one(s));
+            assert!(*n == **s && n == s && n.as_str() == s);
+        }
+        // clones and empty names share one allocation
+        let n = Name::from("svc");
+        assert!(std::ptr::eq(n.as_str(), n.clone().as_str()));
+        assert!(std::ptr::eq(
+            Name::from("").as_str(),
+            Name::default().as_str()
+        ));
+    }
+
+    #[test]
+    fn service_names_display_as_upstream() {
+        let port = ServicePortName {
+            namespace: "ns".into(),
+            name: "svc".into(),
+            port_name: "http".into(),
+            protocol: Protocol::Tcp,
+        };
+        assert_eq!(port.to_string(), "ns/svc:http");
+        let unnamed = ServicePortName {
+            port_name: Name::default(),
+            ..port.clone()
+        };
+        assert_eq!(unnamed.to_string(), "ns/svc");
+        assert_eq!(port.service().to_string(), "ns/svc");
+        assert!(unnamed < port);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::convert::{self, ConvertError, ConvertWarning, SliceInfo};
 use super::model::{
-    Endpoint, EndpointsMap, Protocol, ServiceMap, ServiceName, ServicePort, ServicePortName,
+    Endpoint, EndpointsMap, Name, Protocol, ServiceMap, ServiceName, ServicePort, ServicePortName,
     Topology,
 };
 use k8s_openapi::api::core::v1::Service;
@@ -86,8 +86,8 @@ fn find<'a>(ports: &'a [Arc<ServicePort>], name: &ServicePortName) -> Option<&'a
 
 fn service_key(svc: &Service) -> ServiceName {
     ServiceName {
-        namespace: svc.metadata.namespace.clone().unwrap_or_default(),
-        name: svc.metadata.name.clone().unwrap_or_default(),
+        namespace: svc.metadata.namespace.as_deref().unwrap_or_default().into(),
+        name: svc.metadata.name.as_deref().unwrap_or_default().into(),
     }
 }
 
@@ -181,11 +181,15 @@ impl ServiceChangeTracker {
                 }
                 map.insert(port.name.clone(), port.clone());
             }
-            if current.is_empty() {
-                self.applied.remove(&name);
-            } else {
-                self.applied
-                    .insert(name.clone(), current.into_boxed_slice());
+            match current.first() {
+                None => {
+                    self.applied.remove(&name);
+                }
+                // keyed by the ports' own name strings (shared), not the update's copy
+                Some(first) => {
+                    self.applied
+                        .insert(first.name.service(), current.into_boxed_slice());
+                }
             }
             result.updated_services.insert(name);
         }
@@ -222,7 +226,7 @@ struct SliceTracker {
     /// Applied slices, sorted by slice name.
     applied: Vec<Arc<SliceInfo>>,
     /// Pending changes, sorted by slice name; `None` = slice removal pending.
-    pending: Vec<(Box<str>, Option<Arc<SliceInfo>>)>,
+    pending: Vec<(Name, Option<Arc<SliceInfo>>)>,
 }
 
 impl SliceTracker {
@@ -338,7 +342,7 @@ pub struct EndpointsChangeTracker {
     start_time: SystemTime,
     by_service: HashMap<ServiceName, SliceTracker>,
     /// namespace/slice → the service it currently counts for.
-    owners: HashMap<(String, String), ServiceName>,
+    owners: HashMap<(Name, Name), ServiceName>,
     pending_services: HashSet<ServiceName>,
     trigger_times: HashMap<ServiceName, Vec<SystemTime>>,
     interner: Interner,
@@ -370,8 +374,6 @@ impl EndpointsChangeTracker {
     /// Records an added/updated (`removed == false`) or deleted EndpointSlice.
     pub fn update(&mut self, slice: &EndpointSlice, removed: bool) -> TrackOutcome {
         let mut outcome = TrackOutcome::default();
-        let (namespace, slice_name, _) = convert::slice_keys(slice);
-        let key = (namespace, slice_name.clone());
         self.total += 1;
         let info = if removed {
             None
@@ -386,7 +388,10 @@ impl EndpointsChangeTracker {
         };
         match info {
             None => {
+                let (namespace, slice_name, _) = convert::slice_keys(slice);
+                let key = (Name::from(namespace), Name::from(slice_name));
                 if let Some(owner) = self.owners.remove(&key) {
+                    let slice_name = key.1;
                     outcome.pending = self.set_pending(&owner, &slice_name, None);
                     if outcome.pending {
                         self.trigger_times.remove(&owner);
@@ -399,6 +404,8 @@ impl EndpointsChangeTracker {
                     .iter_mut()
                     .for_each(|ep| self.interner.endpoint(ep));
                 let service = info.service.clone();
+                let slice_name = info.slice_name.clone();
+                let key = (service.namespace.clone(), slice_name.clone());
                 if let Some(old) = self.owners.insert(key, service.clone())
                     && old != service
                 {
@@ -421,7 +428,7 @@ impl EndpointsChangeTracker {
     fn set_pending(
         &mut self,
         service: &ServiceName,
-        slice: &str,
+        slice: &Name,
         value: Option<Arc<SliceInfo>>,
     ) -> bool {
         let tracker = self.by_service.entry(service.clone()).or_default();
@@ -450,7 +457,7 @@ impl EndpointsChangeTracker {
         } else {
             match pending {
                 Ok(i) => tracker.pending[i].1 = value,
-                Err(i) => tracker.pending.insert(i, (slice.into(), value)),
+                Err(i) => tracker.pending.insert(i, (slice.clone(), value)),
             }
             self.pending_services.insert(service.clone());
         }

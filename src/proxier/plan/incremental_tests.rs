@@ -142,7 +142,7 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
         let spn = ServicePortName {
             namespace: name.namespace.clone(),
             name: name.name.clone(),
-            port_name,
+            port_name: port_name.into(),
             protocol,
         };
         let port = rng.pick(&[80, 443, 53]);
@@ -205,8 +205,8 @@ fn run(seed: u64, steps: usize) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let names: Vec<ServiceName> = (0..24)
         .map(|i| ServiceName {
-            namespace: format!("ns-{}", i % 3),
-            name: format!("svc-{i}"),
+            namespace: format!("ns-{}", i % 3).into(),
+            name: format!("svc-{i}").into(),
         })
         .collect();
     let mut sm = ServiceMap::new();
@@ -334,7 +334,7 @@ fn shared_external_ip_stays_bound_until_last_user_goes() {
         let spn = ServicePortName {
             namespace: "default".into(),
             name: name.into(),
-            port_name: String::new(),
+            port_name: Default::default(),
             protocol: Protocol::Tcp,
         };
         let sp = ServicePort {
@@ -393,7 +393,7 @@ fn endpoint_change_touches_only_that_service() {
     let names: Vec<ServiceName> = (0..50)
         .map(|i| ServiceName {
             namespace: "default".into(),
-            name: format!("s{i}"),
+            name: format!("s{i}").into(),
         })
         .collect();
     for (i, n) in names.iter().enumerate() {
@@ -434,7 +434,7 @@ fn full_replan_keeps_unchanged_virtual_servers_shared() {
     for i in 0..20 {
         let name = ServiceName {
             namespace: "ns".into(),
-            name: format!("s{i}"),
+            name: format!("s{i}").into(),
         };
         for sp in random_service(&mut rng, &name, i) {
             em.insert(sp.name.clone(), Arc::new(random_endpoints(&mut rng)));
