@@ -573,3 +573,44 @@ fn single_slice_lists_match_the_merged_form() {
         .pending
     );
 }
+
+#[test]
+fn names_are_shared_between_maps_and_services() {
+    let same = |a: &str, b: &str| std::ptr::eq(a, b);
+    let mut st = ServiceChangeTracker::new();
+    let mut smap = ServiceMap::new();
+    let p = json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]);
+    st.update(None, Some(&svc("a", "10.0.0.1", p.clone())));
+    st.update(None, Some(&svc("b", "10.0.0.2", p.clone())));
+    st.apply(&mut smap);
+    let (ka, a) = smap
+        .get_key_value(&spn("a", "http", Protocol::Tcp))
+        .unwrap();
+    let (kb, _) = smap
+        .get_key_value(&spn("b", "http", Protocol::Tcp))
+        .unwrap();
+    let (ka2, _) = smap.get_key_value(&spn("a", "dns", Protocol::Udp)).unwrap();
+    // one namespace string per namespace, one service name per service, map key = the port's own name
+    assert!(same(&ka.namespace, &kb.namespace) && same(&ka.namespace, &ka2.namespace));
+    assert!(same(&ka.name, &ka2.name) && same(&ka.name, &a.name.name));
+    assert!(same(&ka.port_name, &a.name.port_name));
+
+    let mut et = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
+    let mut emap = EndpointsMap::new();
+    let two =
+        json!([{"name": "http", "port": 8080}, {"name": "dns", "port": 53, "protocol": "UDP"}]);
+    et.update(&slice("a-1", "a", two.clone(), &["10.1.0.1"]), false);
+    et.update(&slice("b-1", "b", two, &["10.1.0.2"]), false);
+    et.apply(&mut emap);
+    let (ea, _) = emap
+        .get_key_value(&spn("a", "http", Protocol::Tcp))
+        .unwrap();
+    let (eb, _) = emap
+        .get_key_value(&spn("b", "http", Protocol::Tcp))
+        .unwrap();
+    let (ea2, _) = emap.get_key_value(&spn("a", "dns", Protocol::Udp)).unwrap();
+    assert!(same(&ea.namespace, &eb.namespace) && same(&ea.name, &ea2.name));
+    // names compare, order and display as strings whatever their allocation
+    assert_eq!(ea, ka);
+    assert_eq!(ea.to_string(), "ns/a:http");
+}

@@ -43,6 +43,7 @@ pub struct ServiceChangeTracker {
     /// Ports of every service as of the last [`apply`](Self::apply); the `Arc`s are shared with the map.
     applied: HashMap<ServiceName, Box<[Arc<ServicePort>]>>,
     items: HashMap<ServiceName, ServiceChange>,
+    namespaces: Namespaces,
     total: u64,
 }
 
@@ -57,7 +58,31 @@ pub struct ServiceUpdateResult {
     pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
 }
 
-fn convert_service(svc: Option<&Service>, outcome: &mut TrackOutcome) -> Ports {
+/// Shares one string per namespace between the services or slices of that namespace.
+#[derive(Debug, Default)]
+struct Namespaces(HashSet<Name>);
+
+impl Namespaces {
+    fn share(&mut self, namespace: &mut Name) {
+        match self.0.get(namespace) {
+            Some(shared) => *namespace = shared.clone(),
+            None => {
+                self.0.insert(namespace.clone());
+            }
+        }
+    }
+
+    /// Forgets namespaces nothing else uses any more.
+    fn purge(&mut self) {
+        self.0.retain(|n| !n.is_unique());
+    }
+}
+
+fn convert_service(
+    svc: Option<&Service>,
+    namespaces: &mut Namespaces,
+    outcome: &mut TrackOutcome,
+) -> Ports {
     let Some(svc) = svc else {
         return Ports::new();
     };
@@ -66,7 +91,10 @@ fn convert_service(svc: Option<&Service>, outcome: &mut TrackOutcome) -> Ports {
             outcome.warnings = c.warnings;
             // Not `collect()`: that would reuse the larger `Vec<ServicePort>` buffer for the Arcs.
             let mut ports: Ports = Vec::with_capacity(c.ports.len());
-            ports.extend(c.ports.into_iter().map(Arc::new));
+            ports.extend(c.ports.into_iter().map(|mut p| {
+                namespaces.share(&mut p.name.namespace);
+                Arc::new(p)
+            }));
             ports.sort_by(|a, b| a.name.cmp(&b.name));
             ports
         }
@@ -112,7 +140,7 @@ impl ServiceChangeTracker {
             return outcome;
         };
         self.total += 1;
-        let current = convert_service(current, &mut outcome);
+        let current = convert_service(current, &mut self.namespaces, &mut outcome);
         let change = match self.items.get_mut(&key) {
             Some(change) => change,
             None => {
@@ -193,6 +221,7 @@ impl ServiceChangeTracker {
             }
             result.updated_services.insert(name);
         }
+        self.namespaces.purge();
         result
     }
 }
@@ -346,6 +375,7 @@ pub struct EndpointsChangeTracker {
     pending_services: HashSet<ServiceName>,
     trigger_times: HashMap<ServiceName, Vec<SystemTime>>,
     interner: Interner,
+    namespaces: Namespaces,
     total: u64,
 }
 
@@ -367,6 +397,7 @@ impl EndpointsChangeTracker {
             pending_services: HashSet::new(),
             trigger_times: HashMap::new(),
             interner: Interner::default(),
+            namespaces: Namespaces::default(),
             total: 0,
         }
     }
@@ -400,6 +431,7 @@ impl EndpointsChangeTracker {
             }
             Some(mut info) => {
                 outcome.warnings = std::mem::take(&mut info.warnings);
+                self.namespaces.share(&mut info.service.namespace);
                 Arc::make_mut(&mut info.endpoints)
                     .iter_mut()
                     .for_each(|ep| self.interner.endpoint(ep));
@@ -551,6 +583,7 @@ impl EndpointsChangeTracker {
             .trigger_times
             .extend(std::mem::take(&mut self.trigger_times));
         self.interner.purge();
+        self.namespaces.purge();
         result
     }
 }
