@@ -88,6 +88,7 @@ impl Reconciler {
             }
             expected.push(exp);
         }
+        crate::malloc::mark("ipsets: ops built");
         let ok = apply_ops(k.ipsets.as_mut(), &ops, report);
         self.record_ipsets(families, expected, ok);
         report.add_shared_step(SyncStep::Ipsets, start.elapsed());

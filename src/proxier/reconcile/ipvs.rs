@@ -150,6 +150,7 @@ impl Reconciler {
             .diff(|want, have| same_service(&have.service, &want.service)),
         };
         let ready = write_services(k.ipvs.as_mut(), desired, &diff, kernel.is_some(), report);
+        crate::malloc::mark("ipvs: services written");
         let view = snap.dest_view.as_ref();
         self.sync_destinations(k, ready, view, &mut applied, report, udp);
         // Virtual servers that left the plan: only ours, never excluded ones.
@@ -219,6 +220,7 @@ impl Reconciler {
                 applied.virtual_servers.insert(r.key, r.dvs.clone());
             }
             if planned.len() >= DEST_BATCH {
+                crate::malloc::mark("ipvs: real-server batch planned");
                 // Bounded batches: a first sync of many virtual servers never holds every change at once.
                 apply_dest_changes(
                     k.ipvs.as_mut(),
