@@ -121,7 +121,7 @@ impl Parser {
     fn end_service(&mut self) {
         if let Some(key) = self.current.take() {
             let slot = self.out.entry(key).or_default();
-            slot.extend(self.dests.drain(..));
+            slot.append(&mut self.dests);
             slot.shrink_to_fit();
         }
     }
