@@ -252,7 +252,7 @@ impl Daemon {
             .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
             .env(
                 "KUBE_PROXY_LOG",
-                "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug",
+                "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug,kube_proxy_rs::heap=debug",
             )
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
