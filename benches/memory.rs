@@ -122,6 +122,7 @@ fn main() {
 fn run(n: usize) {
     println!("\nN = {n} services × {M} endpoints (scale-bench objects), live heap bytes per step:");
     let base = LIVE.load(Ordering::Relaxed);
+    let chunks_base = CHUNKS.load(Ordering::Relaxed);
     let trackers = Trackers::new(scale::NODE);
     let mut svc_cache = EventCache::<Service>::keys_only();
     let mut eps_cache = EventCache::<EndpointSlice>::keys_only();
@@ -204,10 +205,13 @@ fn run(n: usize) {
     assert_eq!(r.failure_count(), 0, "{r:?}");
     let periodic_peak = PEAK.load(Ordering::Relaxed) - after_first;
     let after_sync = LIVE.load(Ordering::Relaxed);
+    let chunks_after_sync = CHUNKS.load(Ordering::Relaxed);
     drop(proxier);
     let after_drop = LIVE.load(Ordering::Relaxed);
+    let chunks_after_drop = CHUNKS.load(Ordering::Relaxed);
     drop((ipvs, ipsets, iptables, links));
     let fake_kernel = after_drop - LIVE.load(Ordering::Relaxed);
+    let fake_chunks = chunks_after_drop - CHUNKS.load(Ordering::Relaxed);
     let proxier_bytes = after_sync - after_drop;
     println!(
         "  {:<52} retained {:>8.1} MiB   peak +{:>7.1} MiB (incl. fake kernel)",
@@ -227,12 +231,14 @@ fn run(n: usize) {
         mib(fake_kernel)
     );
     let total = after_sync.saturating_sub(base + fake_kernel);
+    let total_chunks = chunks_after_sync.saturating_sub(chunks_base + fake_chunks);
     println!(
-        "  {:<52} {:>8.1} MiB (event caches hold {} + {} objects)",
+        "  {:<52} {:>8.1} MiB (event caches hold {} + {} objects); {:.1} MiB as malloc chunks",
         "daemon-side total after the syncs",
         mib(total),
         svc_cache.len(),
-        eps_cache.len()
+        eps_cache.len(),
+        mib(total_chunks)
     );
     // Where the remaining bytes are: freed per structure, in an order that frees shared values last.
     println!("  of which (freed when dropped):");
