@@ -11,6 +11,7 @@ use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
 use kube_proxy_rs::kernel::iptables::Iptables;
 use kube_proxy_rs::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
 use kube_proxy_rs::kernel::iptables::fake::FakeIptables;
+use kube_proxy_rs::kernel::iptables::fingerprint;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// `iptables-save` of upstream v1.36.2 for the small scenario (tests/../reference/small-scenario).
@@ -453,6 +454,18 @@ uml_test!(iptables_fingerprint_tracks_rules_not_counters, {
     // same whatever their counters, different after any rule change, even one of the same size.
     let mut ipt = IptablesCli::with_backend(Backend::Legacy);
     let v4 = IpFamily::V4;
+    // Fresh tables have the size a first read guesses (so it needs one getsockopt call, not two).
+    for family in [v4, IpFamily::V6] {
+        for table in ["filter", "nat", "mangle"] {
+            let size = fingerprint::table_size(family, table);
+            assert!(size.is_some(), "{family:?} {table}");
+            assert_eq!(
+                size,
+                fingerprint::fresh_table_size(family, table),
+                "{family:?} {table}"
+            );
+        }
+    }
     sh(
         "iptables-legacy -t nat -N KUBE-FP && iptables-legacy -t nat -A KUBE-FP -s 10.0.0.1 -j RETURN",
     );
