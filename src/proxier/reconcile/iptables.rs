@@ -14,10 +14,12 @@ impl Reconciler {
     /// whether IPVS services of this family may be programmed: false only when no payload was ever in place.
     ///
     /// When the payload changed, on a full sync, or while a jump is missing, the tables are read with one
-    /// `iptables-save` (none when the backend's cheap read shows that none of our chains exist); when they already hold the payload and every jump (a no-op periodic sync, or a
-    /// restart over rules a previous run wrote) nothing is written, and the backend's fingerprint of the
-    /// tables is kept: later full syncs skip the save while the fingerprint is unchanged. Otherwise one `iptables-restore` writes
-    /// the payload plus `-I` lines for the missing jumps: one process however many jumps are missing.
+    /// `iptables-save` (none when the backend's cheap read shows that none of our chains exist); when
+    /// they already hold the payload and every jump (a no-op periodic sync, or a restart over rules a
+    /// previous run wrote) nothing is written, and the backend's fingerprint of the tables is kept: later
+    /// full syncs skip the save while the fingerprint is unchanged. Otherwise one `iptables-restore`
+    /// writes the payload plus `-I` lines for the missing jumps: one process however many jumps are
+    /// missing.
     pub(super) fn sync_iptables(
         &mut self,
         k: &mut Backends,
