@@ -32,9 +32,10 @@ unsafe extern "C" fn advise_main_program(
     _size: libc::size_t,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: the loader passes a valid `dl_phdr_info` for the duration of the callback, and `data` is the
-    // `&mut usize` given to `dl_iterate_phdr` above.
-    let (info, marked) = unsafe { (&*info, &mut *data.cast::<usize>()) };
+    // SAFETY: the loader passes a valid `dl_phdr_info` for the duration of the callback.
+    let info = unsafe { &*info };
+    // SAFETY: `data` is the `&mut usize` given to `dl_iterate_phdr` in `map_on_touch`.
+    let marked = unsafe { &mut *data.cast::<usize>() };
     if info.dlpi_phdr.is_null() {
         return 1;
     }
@@ -64,12 +65,11 @@ fn advise(start: usize, len: usize) -> usize {
         return 0;
     }
     let addr = first as *mut libc::c_void;
-    // SAFETY: the range lies within a segment the loader mapped for this program; advice changes neither
-    // contents nor protection, only how the kernel pages it in.
-    let random = unsafe {
-        libc::madvise(addr, span, libc::MADV_WILLNEED);
-        libc::madvise(addr, span, libc::MADV_RANDOM)
-    };
+    // SAFETY: the range lies within a segment the loader mapped for this program; WILLNEED only starts
+    // reading the file into the page cache.
+    unsafe { libc::madvise(addr, span, libc::MADV_WILLNEED) };
+    // SAFETY: same range; RANDOM changes neither contents nor protection, only how faults page it in.
+    let random = unsafe { libc::madvise(addr, span, libc::MADV_RANDOM) };
     if random == 0 { span } else { 0 }
 }
 
