@@ -11,7 +11,8 @@ use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
 use kube_proxy_rs::kernel::iptables::Iptables;
 use kube_proxy_rs::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
 use kube_proxy_rs::kernel::iptables::fake::FakeIptables;
-use std::collections::BTreeMap;
+use kube_proxy_rs::kernel::iptables::fingerprint;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// `iptables-save` of upstream v1.36.2 for the small scenario (tests/../reference/small-scenario).
 const REF_V4: &str = r#"*filter
@@ -453,6 +454,18 @@ uml_test!(iptables_fingerprint_tracks_rules_not_counters, {
     // same whatever their counters, different after any rule change, even one of the same size.
     let mut ipt = IptablesCli::with_backend(Backend::Legacy);
     let v4 = IpFamily::V4;
+    // Fresh tables have the size a first read guesses (so it needs one getsockopt call, not two).
+    for family in [v4, IpFamily::V6] {
+        for table in ["filter", "nat", "mangle"] {
+            let size = fingerprint::table_size(family, table);
+            assert!(size.is_some(), "{family:?} {table}");
+            assert_eq!(
+                size,
+                fingerprint::fresh_table_size(family, table),
+                "{family:?} {table}"
+            );
+        }
+    }
     sh(
         "iptables-legacy -t nat -N KUBE-FP && iptables-legacy -t nat -A KUBE-FP -s 10.0.0.1 -j RETURN",
     );
@@ -497,7 +510,47 @@ uml_test!(iptables_fingerprint_tracks_rules_not_counters, {
     assert_eq!(nft.fingerprint(v4, &["filter"]), None);
     // Tools of unknown backend have none.
     assert_eq!(IptablesCli::new().fingerprint(v4, &["filter"]), None);
+    // The same read names each table's user-defined chains, as iptables-save declares them.
+    sh(
+        "iptables-legacy -t nat -N KUBE-SERVICES && iptables-legacy -t nat -A PREROUTING -j KUBE-SERVICES",
+    );
+    sh("iptables-legacy -t filter -N A-CHAIN-NAMED-WITH-28-CHARS1");
+    for (family, tool) in [
+        (v4, "iptables-legacy-save"),
+        (IpFamily::V6, "ip6tables-legacy-save"),
+    ] {
+        let tables = ["filter", "nat", "mangle"];
+        let view = ipt.inspect(family, &tables).expect("legacy tables read");
+        assert_eq!(view.fingerprint, ipt.fingerprint(family, &tables).unwrap());
+        let saved: BTreeMap<String, BTreeSet<String>> = tables
+            .iter()
+            .map(|t| (t.to_string(), user_chains(&sh(&format!("{tool} -t {t}")))))
+            .collect();
+        assert_eq!(view.chains, saved, "{tool}");
+        assert!(view.chains["mangle"].is_empty(), "a fresh table: {view:?}");
+    }
+    assert!(
+        ipt.inspect(v4, &["filter"]).unwrap().chains["filter"]
+            .contains("A-CHAIN-NAMED-WITH-28-CHARS1")
+    );
+    sh(
+        "iptables-legacy -t nat -D PREROUTING -j KUBE-SERVICES && iptables-legacy -t nat -X KUBE-SERVICES",
+    );
+    sh("iptables-legacy -t filter -X A-CHAIN-NAMED-WITH-28-CHARS1");
     sh("iptables-legacy -t nat -F KUBE-FP && iptables-legacy -t nat -X KUBE-FP");
     sh("iptables-legacy -t filter -F KUBE-FP && iptables-legacy -t filter -X KUBE-FP");
     sh("ip6tables-legacy -t filter -F KUBE-FP6 && ip6tables-legacy -t filter -X KUBE-FP6");
 });
+
+/// The user-defined chains an `*-save` text declares (built-in ones have a policy, ours `-`).
+fn user_chains(saved: &str) -> BTreeSet<String> {
+    saved
+        .lines()
+        .filter_map(|l| l.strip_prefix(':'))
+        .filter_map(|d| {
+            let mut w = d.split_whitespace();
+            let name = w.next()?;
+            (w.next() == Some("-")).then(|| name.to_string())
+        })
+        .collect()
+}

@@ -400,6 +400,9 @@ uml_test!(small_scenario_matches_upstream_and_is_stable, {
         2 * desired(IpFamily::V4).jumps.len(),
         "{r:#?}"
     );
+    // A fresh node: the tables' blobs show none of our chains, so no iptables-save ran (the kernel is
+    // the reference all the same, below).
+    assert!(!c.iter().any(|l| l.contains("iptables.save")), "{c:#?}");
 
     let (ipvs, sets, ipt, ip6t, addrs) = kernel_state();
     assert_eq!(ipvs, sorted(&reference("ipvsadm-Sn.txt")));
@@ -897,4 +900,56 @@ uml_test!(stale_udp_conntrack_flows_are_deleted, {
     let r = apply(&mut p, &gone);
     assert_eq!(r.conntrack_deleted, 1, "{r:#?}");
     assert!(ours(&mut ct).is_empty());
+});
+
+/// The families whose tables a sync read with `iptables-save` (from the call log since `from`).
+fn saved_families(log: &Arc<Mutex<Log>>, from: usize) -> BTreeSet<String> {
+    calls(log)[from..]
+        .iter()
+        .filter_map(|l| l.strip_prefix("R iptables.save "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
+uml_test!(iptables_save_runs_only_when_our_chains_exist, {
+    // One chain of ours in v4 only (a previous kube-proxy's leftover, or upstream's): the v4 tables are
+    // read with iptables-save, the fresh v6 ones are not, and the result is the reference all the same.
+    sh("iptables -t nat -N KUBE-MARK-MASQ && iptables -t nat -A KUBE-MARK-MASQ -j RETURN");
+    sh("iptables -t filter -N FOREIGN && iptables -t filter -A INPUT -s 192.0.2.1/32 -j FOREIGN");
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = Proxier::new(backends(&log));
+    let r = p.sync_proxy_rules(scenario_input(false));
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
+    assert_eq!(r.iptables_restores, 2, "{r:#?}");
+    assert_eq!(saved_families(&log, 0), BTreeSet::from(["V4".to_string()]));
+    let (_, _, mut ipt, ip6t, _) = kernel_state();
+    assert_eq!(ip6t, reference_rules("ip6tables-save.txt"));
+    // The foreign chain and its jump stay, below our jumps; without them v4 is the reference.
+    let filter = ipt.get_mut("filter").unwrap();
+    assert!(
+        filter.contains(&":FOREIGN - [0:0]".to_string()),
+        "{filter:#?}"
+    );
+    let foreign_jump = "-A INPUT -s 192.0.2.1/32 -j FOREIGN".to_string();
+    let ours_last = filter
+        .iter()
+        .rposition(|l| l.starts_with("-A INPUT -m comment"));
+    assert!(
+        filter.iter().position(|l| *l == foreign_jump) > ours_last,
+        "{filter:#?}"
+    );
+    filter.retain(|l| *l != foreign_jump && l != ":FOREIGN - [0:0]");
+    assert_eq!(ipt, reference_rules("iptables-save.txt"));
+
+    // A restart over the rules it wrote: both families are read with iptables-save, nothing is written.
+    let programmed = kernel_state();
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = Proxier::new(backends(&log));
+    let r = p.sync_proxy_rules(scenario_input(false));
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
+    assert_eq!((r.iptables_restores, r.jumps_inserted), (0, 0), "{r:#?}");
+    let both = BTreeSet::from(["V4".to_string(), "V6".to_string()]);
+    assert_eq!(saved_families(&log, 0), both);
+    assert_eq!(kernel_state(), programmed);
 });

@@ -572,6 +572,7 @@ async fn run_watcher<K, H>(
     K: Lenient + Resource<DynamicType = ()> + Clone + Default + std::fmt::Debug + Send + 'static,
     H: Handler<K>,
 {
+    let start = std::time::Instant::now();
     let mut stream = watcher(api, config).default_backoff().boxed();
     while let Some(item) = stream.next().await {
         let event = match item {
@@ -586,6 +587,7 @@ async fn run_watcher<K, H>(
             dispatch(&mut handler, &reporter, prev, cur)
         });
         if cache.listed() && !was_listed {
+            tracing::info!(kind = %H::KIND, objects = cache.len(), took = ?start.elapsed(), "initial list done");
             listed.send_replace(true);
             handler.listed();
         }

@@ -10,6 +10,7 @@ use crate::kernel::conntrack::netlink::NetlinkConntrack;
 use crate::kernel::ipset::real_ipsets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
+use crate::kernel::iptables::exec;
 use crate::kernel::ipvs::IpvsTimeouts;
 use crate::kernel::ipvs::netlink::NetlinkIpvs;
 use crate::kernel::link::rtnetlink::RtnetlinkLinks;
@@ -41,11 +42,18 @@ pub fn iptables_backend() -> anyhow::Result<Backend> {
     }
 }
 
-/// Whether the node can run the IPv6 proxier: the kernel has IPv6 and ip6tables works.
-pub fn ipv6_supported(iptables: &mut dyn Iptables) -> bool {
+/// Whether the node can run the IPv6 proxier: the kernel has IPv6 and ip6tables works. On the legacy
+/// backend, the kernel's ip6tables nat table read without a process ([`Iptables::inspect`]) and the
+/// tools found on `PATH` tell; otherwise (or when that fails) `ip6tables-save -t nat` has to work.
+pub fn ipv6_supported(iptables: &mut IptablesCli) -> bool {
     if !std::path::Path::new("/proc/net/if_inet6").exists() {
         tracing::info!("kernel has no IPv6 support, running single-stack IPv4");
         return false;
+    }
+    let tools = iptables.binaries(IpFamily::V6);
+    let tools_found = exec::on_path(&tools.save) && exec::on_path(&tools.restore);
+    if tools_found && iptables.inspect(IpFamily::V6, &["nat"]).is_some() {
+        return true;
     }
     match iptables.save(IpFamily::V6, "nat") {
         Ok(_) => true,

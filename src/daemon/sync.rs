@@ -268,6 +268,43 @@ fn log_timing(
     );
 }
 
+/// The process's CPU time and page faults so far (`getrusage`), for the cold-start breakdown in the log.
+struct ProcessUsage(libc::rusage);
+
+impl ProcessUsage {
+    fn now() -> Self {
+        // SAFETY: an all-zero rusage is valid; getrusage only writes into it.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_SELF with a valid out pointer.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        ProcessUsage(u)
+    }
+}
+
+impl std::fmt::Display for ProcessUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        write!(
+            f,
+            "user {:.3} s, sys {:.3} s, minor faults {}, children {:.3} s",
+            secs(self.0.ru_utime),
+            secs(self.0.ru_stime),
+            self.0.ru_minflt,
+            children_cpu(),
+        )
+    }
+}
+
+/// CPU seconds of waited-for children (the iptables processes).
+fn children_cpu() -> f64 {
+    // SAFETY: as in ProcessUsage::now.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_CHILDREN with a valid out pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
 /// The conntrack hints in the trackers' results (removed UDP ClusterIPs, removed or unready UDP endpoints).
 pub fn conntrack_hints(
     services: &ServiceUpdateResult,
@@ -456,7 +493,10 @@ impl SyncLoop {
         let sync_start = SystemTime::now();
         if self.last_full.is_none() {
             // Marks the end of the initial list in the log, for cold-start breakdowns.
-            tracing::info!("starting the first sync (Services and EndpointSlices listed)");
+            tracing::info!(
+                usage = %ProcessUsage::now(),
+                "starting the first sync (Services and EndpointSlices listed)"
+            );
         }
         let (svc, eps) = self.apply_trackers();
         let mut hints = conntrack_hints(&svc, &eps);
@@ -517,6 +557,9 @@ impl SyncLoop {
             self.pending_hints = kept_hints;
         }
         log_timing(&outcome, sync_start, &eps.trigger_times);
+        if self.last_full.is_none() {
+            tracing::info!(usage = %ProcessUsage::now(), "first sync done");
+        }
         self.publish(outcome, full, &eps.trigger_times).await;
     }
 

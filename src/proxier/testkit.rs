@@ -260,8 +260,12 @@ impl<T: Iptables> Iptables for Rec<T> {
         self.inner.supports_random_fully()
     }
     // Forwarded unlogged: a getsockopt read, not a process.
-    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
-        self.inner.fingerprint(family, tables)
+    fn inspect(
+        &mut self,
+        family: IpFamily,
+        tables: &[&str],
+    ) -> Option<crate::kernel::iptables::TablesView> {
+        self.inner.inspect(family, tables)
     }
 }
 

@@ -307,11 +307,11 @@ impl Iptables for IptablesCli {
 
     /// Legacy tools only: their tables are the kernel's x_tables, readable with `getsockopt` (nft tools
     /// and tools of unknown backend have none).
-    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+    fn inspect(&mut self, family: IpFamily, tables: &[&str]) -> Option<super::TablesView> {
         if !self.binaries(family).save.contains("-legacy") {
             return None;
         }
-        super::fingerprint::tables(family, tables, &mut self.table_sizes)
+        super::fingerprint::read(family, tables, &mut self.table_sizes)
     }
 
     fn supports_random_fully(&mut self) -> bool {

@@ -90,3 +90,32 @@ pub fn run(program: &str, args: &[&str], stdin: Option<&str>) -> KernelResult<Ou
         command,
     })
 }
+
+/// Whether `program` would start: a path to an executable file, or a name found so in `PATH`.
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(std::path::Path::new(program));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    !program.is_empty() && std::env::split_paths(&path).any(|dir| executable(&dir.join(program)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_programs_on_path() {
+        assert!(on_path("sh"));
+        assert!(on_path("/bin/sh"));
+        assert!(!on_path("no-such-program-kprs"));
+        assert!(!on_path(""));
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        assert!(!on_path(manifest), "not executable");
+        assert!(!on_path("/bin"), "a directory");
+    }
+}

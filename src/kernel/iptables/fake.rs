@@ -668,19 +668,29 @@ impl Iptables for FakeIptables {
         Ok(true)
     }
 
-    /// A hash of the tables as `iptables-save` would print them (like the legacy backend's).
-    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+    /// A hash of the tables as `iptables-save` would print them and their user chains (like the legacy
+    /// backend's).
+    fn inspect(&mut self, family: IpFamily, tables: &[&str]) -> Option<super::TablesView> {
         use std::hash::{Hash, Hasher};
         let st = self.lock();
         let mut h = std::hash::DefaultHasher::new();
+        let mut chains = BTreeMap::new();
         for t in tables {
             t.hash(&mut h);
-            st.tables
-                .get(&(family, t.to_string()))
-                .map(|tb| render_table(t, tb))
-                .hash(&mut h);
+            let table = st.tables.get(&(family, t.to_string()));
+            table.map(|tb| render_table(t, tb)).hash(&mut h);
+            let user = table
+                .into_iter()
+                .flat_map(|tb| tb.keys())
+                .filter(|c| !is_builtin(t, c))
+                .cloned()
+                .collect();
+            chains.insert(t.to_string(), user);
         }
-        Some(h.finish())
+        Some(super::TablesView {
+            fingerprint: h.finish(),
+            chains,
+        })
     }
 
     fn supports_random_fully(&mut self) -> bool {

@@ -2,11 +2,14 @@
 //! table's rule blob with two `getsockopt` calls (`IPT_SO_GET_INFO`, `IPT_SO_GET_ENTRIES`; the same the
 //! `iptables-legacy-save` process does), which is hashed with every rule's packet and byte counters
 //! zeroed. Equal fingerprints mean the same rules in the same order, so a periodic sync that verified the
-//! tables once (with `iptables-save`) can skip starting the save process while nothing changed. Anything
+//! tables once (with `iptables-save`) can skip starting the save process while nothing changed. The same
+//! walk names each table's user-defined chains (an entry whose target is `ERROR` heads a chain and
+//! carries its name), so a sync can tell that none of its chains exist without a save. Anything
 //! unexpected (no such table, a blob that does not walk) gives None and the caller saves as before.
 
+use super::TablesView;
 use crate::net::IpFamily;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -18,26 +21,59 @@ const SO_GET_ENTRIES: libc::c_int = 65;
 const INFO_LEN: usize = 84;
 /// `struct ipt_get_entries` header: name[32], size, padding to the 8-byte aligned entry table.
 const ENTRIES_HEADER: usize = 40;
+/// `struct xt_entry_target` header: target_size (u16), name[29], revision (u8); its data follows.
+const TARGET_HEADER: usize = 32;
+/// Length of a target's name field (`XT_EXTENSION_MAXNAMELEN`), at offset 2 of the target.
+const TARGET_NAME_LEN: usize = 29;
+/// Length of the chain name an `ERROR` target carries (`XT_FUNCTION_MAXNAMELEN`).
+const CHAIN_NAME_LEN: usize = 30;
+/// The target heading a user-defined chain (and ending the table).
+const ERROR_TARGET: &[u8] = b"ERROR";
 
-/// Per family: the socket level, where `next_offset` sits in an entry and where its counters sit
-/// (`struct ipt_entry` / `struct ip6t_entry`).
-fn layout(family: IpFamily) -> (libc::c_int, libc::c_int, usize, usize) {
+/// Where the fields of one entry sit (`struct ipt_entry` / `struct ip6t_entry`).
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// `target_offset` (u16).
+    target_at: usize,
+    /// `next_offset` (u16).
+    next_at: usize,
+    /// The 16 bytes of packet and byte counters.
+    counters_at: usize,
+    /// Size of the entry header (where matches start).
+    header: usize,
+}
+
+const V4: Layout = Layout {
+    target_at: 88,
+    next_at: 90,
+    counters_at: 96,
+    header: 112,
+};
+const V6: Layout = Layout {
+    target_at: 140,
+    next_at: 142,
+    counters_at: 152,
+    header: 168,
+};
+
+/// Per family: the socket's address family and level, and the entry layout.
+fn family_layout(family: IpFamily) -> (libc::c_int, libc::c_int, Layout) {
     match family {
-        IpFamily::V4 => (libc::AF_INET, libc::SOL_IP, 90, 96),
-        IpFamily::V6 => (libc::AF_INET6, libc::SOL_IPV6, 142, 152),
+        IpFamily::V4 => (libc::AF_INET, libc::SOL_IP, V4),
+        IpFamily::V6 => (libc::AF_INET6, libc::SOL_IPV6, V6),
     }
 }
 
-/// The fingerprint of `tables` (in order) of one family; None when any cannot be read this way.
-/// `sizes` remembers each table's blob size: a table whose size is unchanged is read with one call
-/// instead of two (on kernels with `CONFIG_BPFILTER_UMH` every IPv4 call first tries to load the
-/// bpfilter helper module, which costs a process start).
-pub fn tables(
+/// The fingerprint of `tables` (in order) of one family and their user-defined chains; None when any
+/// cannot be read this way. `sizes` remembers each table's blob size: a table whose size is unchanged is
+/// read with one call instead of two (on kernels with `CONFIG_BPFILTER_UMH` every IPv4 call first tries
+/// to load the bpfilter helper module, which costs a process start).
+pub fn read(
     family: IpFamily,
     tables: &[&str],
     sizes: &mut BTreeMap<(IpFamily, String), usize>,
-) -> Option<u64> {
-    let (af, level, next_at, counters_at) = layout(family);
+) -> Option<TablesView> {
+    let (af, level, layout) = family_layout(family);
     // SAFETY: socket(2) with constant arguments; the fd is owned right away.
     let fd = unsafe { libc::socket(af, libc::SOCK_RAW, libc::IPPROTO_RAW) };
     if fd < 0 {
@@ -46,9 +82,15 @@ pub fn tables(
     // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut h = DefaultHasher::new();
+    let mut chains = BTreeMap::new();
     for table in tables {
         let key = (family, table.to_string());
-        let hinted = sizes.get(&key).and_then(|&n| entries(&fd, level, table, n));
+        // Never read yet: a fresh table's size (one call for the common cold start, three otherwise).
+        let hint = sizes
+            .get(&key)
+            .copied()
+            .or_else(|| pristine_size(table, layout));
+        let hinted = hint.and_then(|n| entries(&fd, level, table, n));
         let mut blob = match hinted {
             Some(b) => b,
             None => {
@@ -57,30 +99,71 @@ pub fn tables(
                 b
             }
         };
-        zero_counters(&mut blob, next_at, counters_at)?;
+        chains.insert(table.to_string(), walk(&mut blob, layout)?);
         table.hash(&mut h);
         blob.hash(&mut h);
     }
-    Some(h.finish())
+    Some(TablesView {
+        fingerprint: h.finish(),
+        chains,
+    })
 }
 
-/// The rule blob of one table (`size` bytes of entries), or None.
-fn table_blob(fd: &OwnedFd, level: libc::c_int, table: &str) -> Option<Vec<u8>> {
+/// `struct xt_standard_target` (header and verdict), aligned: a built-in chain's policy entry's target.
+const STANDARD_TARGET_SIZE: usize = 40;
+/// `struct xt_error_target` (header and chain name), aligned: the table's end marker's target.
+const ERROR_TARGET_SIZE: usize = 64;
+
+/// The blob size of a table holding nothing but its built-in chains' policies and the end marker (as the
+/// kernel creates it), for the tables whose built-in chains are known.
+fn pristine_size(table: &str, l: Layout) -> Option<usize> {
+    let builtins = super::rules::builtin_chains(table)?.len();
+    Some(builtins * (l.header + STANDARD_TARGET_SIZE) + l.header + ERROR_TARGET_SIZE)
+}
+
+/// [`pristine_size`] of one family's table.
+pub fn fresh_table_size(family: IpFamily, table: &str) -> Option<usize> {
+    pristine_size(table, family_layout(family).2)
+}
+
+/// The blob size of a table as the kernel reports it now (`IPT_SO_GET_INFO`), or None.
+pub fn table_size(family: IpFamily, table: &str) -> Option<usize> {
+    let (af, level, _) = family_layout(family);
+    // SAFETY: socket(2) with constant arguments; the fd is owned right away.
+    let fd = unsafe { libc::socket(af, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    table_info_size(&fd, level, table)
+}
+
+/// `IPT_SO_GET_INFO`'s size of one table's entries, or None.
+fn table_info_size(fd: &OwnedFd, level: libc::c_int, table: &str) -> Option<usize> {
     if table.len() >= 32 {
         return None;
     }
     let mut info = [0u8; INFO_LEN];
     info[..table.len()].copy_from_slice(table.as_bytes());
     getsockopt(fd, level, SO_GET_INFO, &mut info)?;
-    let size = u32::from_ne_bytes(info[80..84].try_into().ok()?) as usize;
+    Some(u32::from_ne_bytes(info[80..84].try_into().ok()?) as usize)
+}
+
+/// The rule blob of one table (`size` bytes of entries), or None.
+fn table_blob(fd: &OwnedFd, level: libc::c_int, table: &str) -> Option<Vec<u8>> {
+    let size = table_info_size(fd, level, table)?;
     entries(fd, level, table, size)
 }
 
 /// The entries of a table of exactly `size` bytes (the kernel refuses any other size), or None.
 fn entries(fd: &OwnedFd, level: libc::c_int, table: &str, size: usize) -> Option<Vec<u8>> {
+    if table.len() >= 32 {
+        return None;
+    }
     let mut buf = vec![0u8; ENTRIES_HEADER + size];
     buf[..table.len()].copy_from_slice(table.as_bytes());
-    buf[32..36].copy_from_slice(&(size as u32).to_ne_bytes());
+    buf[32..36].copy_from_slice(&u32::try_from(size).ok()?.to_ne_bytes());
     getsockopt(fd, level, SO_GET_ENTRIES, &mut buf)?;
     buf.drain(..ENTRIES_HEADER);
     Some(buf)
@@ -101,47 +184,189 @@ fn getsockopt(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, buf: &mut [u8]
     (rc == 0 && len as usize == buf.len()).then_some(())
 }
 
-/// Zeroes the 16 counter bytes of every entry, walking `next_offset`; None if the walk does not end
-/// exactly at the end of the blob.
-fn zero_counters(blob: &mut [u8], next_at: usize, counters_at: usize) -> Option<()> {
+fn u16_at(bytes: &[u8], at: usize) -> Option<usize> {
+    let b = bytes.get(at..at.checked_add(2)?)?;
+    Some(usize::from(u16::from_ne_bytes([b[0], b[1]])))
+}
+
+/// The bytes of a NUL-terminated string filling at most `field`; None without a NUL.
+fn c_str(field: &[u8]) -> Option<&[u8]> {
+    field.iter().position(|&b| b == 0).map(|n| &field[..n])
+}
+
+/// Walks a table blob entry by entry (`next_offset`): zeroes every entry's counters and returns the
+/// names of the user-defined chains. None if the walk does not end exactly at the end of the blob, an
+/// entry or its target does not fit, a chain name is not a string, or the last entry is not the
+/// table's end marker (an `ERROR` entry, which is no chain).
+fn walk(blob: &mut [u8], l: Layout) -> Option<BTreeSet<String>> {
+    let mut chains = BTreeSet::new();
+    // The chain the previous entry heads: added once an entry follows it (the last one ends the table).
+    let mut heading: Option<String> = None;
     let mut off = 0;
     while off < blob.len() {
-        let next = u16::from_ne_bytes(
-            blob.get(off + next_at..off + next_at + 2)?
-                .try_into()
-                .ok()?,
-        );
-        let next = usize::from(next);
-        if next < counters_at + 16 || off + next > blob.len() {
+        let next = u16_at(blob, off.checked_add(l.next_at)?)?;
+        if next < l.header || next > blob.len() - off {
             return None;
         }
-        blob[off + counters_at..off + counters_at + 16].fill(0);
+        let entry = &mut blob[off..off + next];
+        entry[l.counters_at..l.counters_at + 16].fill(0);
+        if let Some(prev) = heading.take() {
+            chains.insert(prev);
+        }
+        heading = chain_heading(entry, l)?;
         off += next;
     }
-    Some(())
+    heading.map(|_| chains)
+}
+
+/// The chain name an entry carries when its target is `ERROR`: Some(None) for any other target, None
+/// when the target does not fit in the entry.
+fn chain_heading(entry: &[u8], l: Layout) -> Option<Option<String>> {
+    let at = u16_at(entry, l.target_at)?;
+    if at < l.header {
+        return None;
+    }
+    let target = entry.get(at..)?;
+    let size = u16_at(target, 0)?;
+    let target = target.get(..size)?;
+    let name = c_str(target.get(2..2 + TARGET_NAME_LEN)?)?;
+    if name != ERROR_TARGET {
+        return Some(None);
+    }
+    let chain = c_str(target.get(TARGET_HEADER..TARGET_HEADER + CHAIN_NAME_LEN)?)?;
+    Some(Some(String::from_utf8(chain.to_vec()).ok()?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn counters_are_zeroed_and_bad_walks_rejected() {
-        // Two v4 entries of 112 bytes with counters and next_offset set.
-        let mut blob = vec![0u8; 224];
-        for e in 0..2 {
-            blob[e * 112 + 90..e * 112 + 92].copy_from_slice(&112u16.to_ne_bytes());
-            blob[e * 112 + 96..e * 112 + 112].fill(0xab);
-            blob[e * 112] = e as u8 + 1;
+    /// One entry of layout `l`: counters 0xab, a standard target (`None`) or an `ERROR` target with
+    /// `Some(chain name)`.
+    fn entry(l: Layout, error: Option<&str>) -> Vec<u8> {
+        let size = if error.is_some() { 64 } else { 40 };
+        let mut e = vec![0u8; l.header + size];
+        let len = e.len() as u16;
+        e[l.target_at..l.target_at + 2].copy_from_slice(&(l.header as u16).to_ne_bytes());
+        e[l.next_at..l.next_at + 2].copy_from_slice(&len.to_ne_bytes());
+        e[l.counters_at..l.counters_at + 16].fill(0xab);
+        let t = &mut e[l.header..];
+        t[..2].copy_from_slice(&(size as u16).to_ne_bytes());
+        if let Some(chain) = error {
+            t[2..7].copy_from_slice(ERROR_TARGET);
+            t[TARGET_HEADER..TARGET_HEADER + chain.len()].copy_from_slice(chain.as_bytes());
         }
-        let mut a = blob.clone();
-        zero_counters(&mut a, 90, 96).unwrap();
-        assert!(a[96..112].iter().all(|&b| b == 0) && a[208..224].iter().all(|&b| b == 0));
-        assert_eq!((a[0], a[112]), (1, 2));
-        // A next_offset running past the end, or too short to hold the counters, is refused.
-        blob[112 + 90..112 + 92].copy_from_slice(&200u16.to_ne_bytes());
-        assert!(zero_counters(&mut blob.clone(), 90, 96).is_none());
-        blob[112 + 90..112 + 92].copy_from_slice(&8u16.to_ne_bytes());
-        assert!(zero_counters(&mut blob, 90, 96).is_none());
+        e
+    }
+
+    /// A table blob: built-in rules, the chains `chains` (each a head and one rule), the end marker.
+    fn blob(l: Layout, chains: &[&str]) -> Vec<u8> {
+        let mut b = entry(l, None);
+        b.extend(entry(l, None));
+        for c in chains {
+            b.extend(entry(l, Some(c)));
+            b.extend(entry(l, None));
+        }
+        b.extend(entry(l, Some("ERROR")));
+        b
+    }
+
+    fn names(v: &[&str]) -> BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn walk_zeroes_counters_and_names_chains() {
+        for l in [V4, V6] {
+            let mut b = blob(l, &["KUBE-SERVICES", "FOREIGN"]);
+            let chains = walk(&mut b, l).expect("walks");
+            assert_eq!(chains, names(&["FOREIGN", "KUBE-SERVICES"]));
+            let step = l.header + 40;
+            assert!(b[l.counters_at..l.counters_at + 16].iter().all(|&x| x == 0));
+            assert!(
+                b[step + l.counters_at..step + l.counters_at + 16]
+                    .iter()
+                    .all(|&x| x == 0)
+            );
+            // A fresh table: built-in chains only.
+            let mut b = blob(l, &[]);
+            assert_eq!(walk(&mut b, l), Some(BTreeSet::new()));
+            // The same rules with other counters hash the same once walked.
+            let (mut a, mut c) = (blob(l, &["X"]), blob(l, &["X"]));
+            c[l.counters_at] = 7;
+            walk(&mut a, l);
+            walk(&mut c, l);
+            assert_eq!(a, c);
+        }
+    }
+
+    #[test]
+    fn pristine_tables_walk_with_their_built_in_chains_only() {
+        for l in [V4, V6] {
+            for (table, builtins) in [("filter", 3), ("nat", 4), ("mangle", 5)] {
+                let mut b: Vec<u8> = (0..builtins).flat_map(|_| entry(l, None)).collect();
+                b.extend(entry(l, Some("ERROR")));
+                assert_eq!(pristine_size(table, l), Some(b.len()), "{table}");
+                assert_eq!(walk(&mut b, l), Some(BTreeSet::new()));
+            }
+        }
+        assert_eq!(pristine_size("nosuchtable", V4), None);
+        // The figures the kernel gives (tests/uml_iptables.rs checks them against it).
+        assert_eq!(pristine_size("filter", V4), Some(632));
+        assert_eq!(pristine_size("nat", V6), Some(1064));
+    }
+
+    #[test]
+    fn odd_blobs_are_refused_without_panic() {
+        let l = V4;
+        let good = blob(l, &["KUBE-SERVICES"]);
+        // Truncated anywhere (mid-entry, mid-field), or empty: no walk.
+        for cut in [1, 50, 91, 111, 112, 151, good.len() - 1] {
+            assert_eq!(walk(&mut good[..cut].to_vec(), l), None, "cut at {cut}");
+        }
+        assert_eq!(walk(&mut [], l), None, "no end marker");
+        // next_offset past the end, too short for the header, or zero.
+        for next in [9999u16, 8, 0] {
+            let mut b = good.clone();
+            b[l.next_at..l.next_at + 2].copy_from_slice(&next.to_ne_bytes());
+            assert_eq!(walk(&mut b, l), None, "next_offset {next}");
+        }
+        // A target offset inside the header or past the entry, a target size past the entry.
+        for at in [0u16, 100, 500] {
+            let mut b = good.clone();
+            b[l.target_at..l.target_at + 2].copy_from_slice(&at.to_ne_bytes());
+            assert_eq!(walk(&mut b, l), None, "target_offset {at}");
+        }
+        let mut b = good.clone();
+        b[l.header..l.header + 2].copy_from_slice(&200u16.to_ne_bytes());
+        assert_eq!(walk(&mut b, l), None, "target size");
+        // A chain name without its NUL, or not UTF-8.
+        let head = 2 * (l.header + 40);
+        let name_at = head + l.header + TARGET_HEADER;
+        let mut b = good.clone();
+        b[name_at..name_at + CHAIN_NAME_LEN].fill(b'A');
+        assert_eq!(walk(&mut b, l), None, "unterminated name");
+        let mut b = good.clone();
+        b[name_at] = 0xff;
+        assert_eq!(walk(&mut b, l), None, "not UTF-8");
+        // The last entry not an end marker.
+        let mut b = good.clone();
+        b.extend(entry(l, None));
+        assert_eq!(walk(&mut b, l), None, "no end marker");
+        // Random bytes never panic.
+        let mut x: u32 = 0x1234_5678;
+        for _ in 0..2000 {
+            let len = (x % 700) as usize;
+            let mut b: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            let _ = walk(&mut b, V4);
+            let _ = walk(&mut b, V6);
+        }
     }
 }

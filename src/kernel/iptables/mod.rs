@@ -16,11 +16,15 @@ pub trait Iptables: Send {
     ) -> KernelResult<std::collections::BTreeMap<String, String>> {
         save_each(self, family, tables)
     }
-    /// A fingerprint of `tables` as the kernel holds them (rules and their order, not counters), read
-    /// without starting a process; equal values mean unchanged tables. None where the backend has none
-    /// (the default, and the nft backend): callers then read the tables with a save.
-    fn fingerprint(&mut self, _family: IpFamily, _tables: &[&str]) -> Option<u64> {
+    /// `tables` as the kernel holds them, read without starting a process: their fingerprint and their
+    /// user-defined chains ([`TablesView`]). None where the backend cannot (the default, and the nft
+    /// backend): callers then read the tables with a save.
+    fn inspect(&mut self, _family: IpFamily, _tables: &[&str]) -> Option<TablesView> {
         None
+    }
+    /// The fingerprint of [`Iptables::inspect`] alone; equal values mean unchanged tables.
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        self.inspect(family, tables).map(|v| v.fingerprint)
     }
     /// `iptables-restore --noflush --counters -w` of a payload (all tables in it).
     fn restore(&mut self, family: IpFamily, payload: &str) -> KernelResult<()>;
@@ -58,6 +62,16 @@ pub trait Iptables: Send {
     fn delete_chain(&mut self, family: IpFamily, table: &str, chain: &str) -> KernelResult<bool>;
     /// Whether MASQUERADE supports `--random-fully`.
     fn supports_random_fully(&mut self) -> bool;
+}
+
+/// Some tables as one cheap read shows them ([`Iptables::inspect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablesView {
+    /// A hash of the tables' rules and their order (not their counters): equal values mean unchanged
+    /// tables.
+    pub fingerprint: u64,
+    /// Table → the names of its user-defined chains (built-in chains are not listed).
+    pub chains: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 /// One [`Iptables::save`] per table, by table name.

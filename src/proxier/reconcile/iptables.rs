@@ -3,7 +3,7 @@
 use super::iptables_jumps::JumpPlacer;
 use super::{Backends, FamilyInput, Reconciler};
 use crate::cluster::model::IpFamily;
-use crate::kernel::iptables::rules;
+use crate::kernel::iptables::{TablesView, rules};
 use crate::proxier::desired::JumpRule;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,10 +14,12 @@ impl Reconciler {
     /// whether IPVS services of this family may be programmed: false only when no payload was ever in place.
     ///
     /// When the payload changed, on a full sync, or while a jump is missing, the tables are read with one
-    /// `iptables-save`; when they already hold the payload and every jump (a no-op periodic sync, or a
-    /// restart over rules a previous run wrote) nothing is written, and the backend's fingerprint of the
-    /// tables is kept: later full syncs skip the save while the fingerprint is unchanged. Otherwise one `iptables-restore` writes
-    /// the payload plus `-I` lines for the missing jumps: one process however many jumps are missing.
+    /// `iptables-save` (none when the backend's cheap read shows that none of our chains exist); when
+    /// they already hold the payload and every jump (a no-op periodic sync, or a restart over rules a
+    /// previous run wrote) nothing is written, and the backend's fingerprint of the tables is kept: later
+    /// full syncs skip the save while the fingerprint is unchanged. Otherwise one `iptables-restore`
+    /// writes the payload plus `-I` lines for the missing jumps: one process however many jumps are
+    /// missing.
     pub(super) fn sync_iptables(
         &mut self,
         k: &mut Backends,
@@ -38,10 +40,9 @@ impl Reconciler {
             // The payload parsed once: its tables, and its chains with their rules.
             let wanted = KernelTables::parse(&rules::split_tables(payload), family);
             let tables = tables_of(&wanted, f);
-            let before = k.iptables.fingerprint(family, &tables);
-            match k.iptables.save_tables(family, &tables) {
-                Ok(saved) => {
-                    let kernel = KernelTables::parse(&saved, family);
+            let (before, read) = read_tables(k, f, &tables, &wanted);
+            match read {
+                Ok(kernel) => {
                     let (recheck, missing): (Vec<&JumpRule>, Vec<&JumpRule>) = f
                         .desired
                         .jumps
@@ -126,6 +127,59 @@ impl Restore<'_, '_> {
             }
         }
     }
+}
+
+/// The fingerprint of `tables` (when the backend has one) and the tables as the kernel holds them: read
+/// with `iptables-save`, unless the backend's cheap read shows none of our chains in them (a fresh
+/// node), which is all a save would have told.
+fn read_tables(
+    k: &mut Backends,
+    f: &FamilyInput<'_>,
+    tables: &[&str],
+    wanted: &KernelTables,
+) -> (Option<u64>, crate::kernel::KernelResult<KernelTables>) {
+    let family = f.desired.family;
+    let view = k.iptables.inspect(family, tables);
+    let before = view.as_ref().map(|v| v.fingerprint);
+    if view.is_some_and(|v| none_of_ours(&v, tables, wanted, &f.desired.jumps)) {
+        tracing::debug!(
+            family = family.label(),
+            ?tables,
+            "no chain of ours in the tables: iptables-save skipped"
+        );
+        return (before, Ok(KernelTables::without_user_chains(tables)));
+    }
+    let saved = k.iptables.save_tables(family, tables);
+    (before, saved.map(|s| KernelTables::parse(&s, family)))
+}
+
+/// Whether `view` shows every one of `tables` (all with known built-in chains) holding no chain the
+/// payload declares and no jump target, for a payload that declares no built-in chain. Then no jump of
+/// ours can exist either (its target would), and the kernel's built-in chains hold only foreign rules,
+/// which neither the comparison with the payload nor the placing of jumps looks at: the tables read as
+/// [`KernelTables::without_user_chains`] would.
+fn none_of_ours(
+    view: &TablesView,
+    tables: &[&str],
+    wanted: &KernelTables,
+    jumps: &[JumpRule],
+) -> bool {
+    let builtin_declared = wanted.tables.iter().any(|(t, chains)| {
+        rules::builtin_chains(t).is_none_or(|b| chains.keys().any(|c| b.contains(&c.as_str())))
+    });
+    !builtin_declared
+        && tables.iter().all(|t| {
+            let Some(present) = view.chains.get(*t) else {
+                return false;
+            };
+            let declared = wanted
+                .chains(t)
+                .is_some_and(|w| w.keys().any(|c| present.contains(c)));
+            let targeted = jumps
+                .iter()
+                .any(|j| j.table == *t && present.contains(j.target));
+            rules::builtin_chains(t).is_some() && !declared && !targeted
+        })
 }
 
 /// The tables a family's payload and jumps live in, in order.
@@ -355,6 +409,22 @@ impl KernelTables {
         KernelTables { tables }
     }
 
+    /// `tables` holding their built-in chains, empty, and nothing else.
+    fn without_user_chains(tables: &[&str]) -> Self {
+        let tables = tables
+            .iter()
+            .map(|t| {
+                let builtin = rules::builtin_chains(t).unwrap_or_default();
+                let chains = builtin
+                    .iter()
+                    .map(|c| (c.to_string(), Vec::new()))
+                    .collect();
+                (t.to_string(), chains)
+            })
+            .collect();
+        KernelTables { tables }
+    }
+
     fn chains(&self, table: &str) -> Option<&BTreeMap<String, Vec<Vec<String>>>> {
         self.tables.get(table)
     }
@@ -418,6 +488,67 @@ fn parse_chains(text: &str, family: IpFamily) -> BTreeMap<String, Vec<Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn view(tables: &[(&str, &[&str])]) -> TablesView {
+        TablesView {
+            fingerprint: 1,
+            chains: tables
+                .iter()
+                .map(|(t, c)| (t.to_string(), c.iter().map(|c| c.to_string()).collect()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_save_is_skipped_only_without_any_chain_of_ours() {
+        let payload = "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n";
+        let wanted = KernelTables::parse(&rules::split_tables(payload), IpFamily::V4);
+        let jumps = [JumpRule {
+            table: "filter",
+            chain: "INPUT",
+            target: "KUBE-FIREWALL",
+            comment: "c",
+        }];
+        let tables = ["filter", "nat"];
+        let skip = |v: &TablesView| none_of_ours(v, &tables, &wanted, &jumps);
+        assert!(skip(&view(&[("filter", &[]), ("nat", &[])])));
+        assert!(skip(&view(&[
+            ("filter", &["FOREIGN"]),
+            ("nat", &["KUBE-OTHER"])
+        ])));
+        // A declared chain, or a jump target, in its table.
+        assert!(!skip(&view(&[
+            ("filter", &[]),
+            ("nat", &["KUBE-SERVICES"])
+        ])));
+        assert!(!skip(&view(&[
+            ("filter", &["KUBE-FIREWALL"]),
+            ("nat", &[])
+        ])));
+        // The same names in another table are not ours.
+        assert!(skip(&view(&[
+            ("filter", &["KUBE-SERVICES"]),
+            ("nat", &["KUBE-FIREWALL"])
+        ])));
+        // A table not read.
+        assert!(!skip(&view(&[("nat", &[])])));
+        // A payload declaring a built-in chain, or using an unknown table.
+        for payload in [
+            "*nat\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n",
+            "*odd\n:KUBE-X - [0:0]\nCOMMIT\n",
+        ] {
+            let wanted = KernelTables::parse(&rules::split_tables(payload), IpFamily::V4);
+            let fresh = view(&[("filter", &[]), ("nat", &[]), ("odd", &[])]);
+            assert!(!none_of_ours(&fresh, &tables, &wanted, &jumps), "{payload}");
+        }
+        let fresh = KernelTables::without_user_chains(&tables);
+        assert_eq!(fresh.chains("nat").map(|c| c.len()), Some(4));
+        assert!(
+            fresh
+                .chains("filter")
+                .is_some_and(|c| c["INPUT"].is_empty())
+        );
+    }
 
     #[test]
     fn only_plain_payloads_are_compared_with_the_kernel() {
