@@ -43,7 +43,7 @@ pid=$$
     [ -n "$s" ] && echo "$(cut -d' ' -f1 /proc/uptime) $s${h:-0 0}" >>"$f"
     cat /proc/$pid/smaps_rollup >"$out/rollup-$pid.tmp" 2>/dev/null && mv "$out/rollup-$pid.tmp" "$out/rollup-$pid.txt"
     awk '/^[0-9a-f]+-[0-9a-f]+ / {m=$0} /^Rss:/ {print $2, m}' /proc/$pid/smaps 2>/dev/null \
-      | sort -rn | head -25 >"$out/maps-$pid.tmp" && mv "$out/maps-$pid.tmp" "$out/maps-$pid.txt"
+      | sort -rn | head -25 >"$out/maps-$pid.tmp" && [ -s "$out/maps-$pid.tmp" ] && mv "$out/maps-$pid.tmp" "$out/maps-$pid.txt"
     sleep 1
   done
 ) &

@@ -2,6 +2,7 @@
 
 pub mod app;
 pub mod cluster;
+pub mod codepages;
 pub mod config;
 pub mod daemon;
 pub mod kernel;

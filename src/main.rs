@@ -35,6 +35,8 @@ fn init_logging(options: &Options) {
 fn main() -> ExitCode {
     // Before any thread starts: the allocator's arena limit and mmap threshold (see `malloc::configure`).
     kube_proxy_rs::malloc::configure();
+    // Code pages mapped as they run, not 64 KiB around each (see `codepages`).
+    kube_proxy_rs::codepages::map_on_touch();
     let options = match config::parse_args(std::env::args_os()) {
         Ok(Invocation::Run(options)) => options,
         Ok(Invocation::Help(text)) => {
