@@ -3,7 +3,7 @@
 //! the median / p99 time of an update for one endpoint change. Run with `cargo bench --bench plan`.
 
 use kube_proxy_rs::cluster::model::{
-    Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName,
+    Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName, Topology,
 };
 use kube_proxy_rs::proxier::desired::DesiredState;
 use kube_proxy_rs::proxier::plan::incremental::IncrementalPlanner;
@@ -27,8 +27,8 @@ fn build(services: u32) -> (ServiceMap, EndpointsMap) {
     let pod_base = u32::from(Ipv4Addr::new(10, 128, 0, 0));
     for i in 0..services {
         let name = ServicePortName {
-            namespace: format!("ns-{}", i % 100),
-            name: format!("svc-{i}"),
+            namespace: format!("ns-{}", i % 100).into(),
+            name: format!("svc-{i}").into(),
             port_name: "http".into(),
             protocol: Protocol::Tcp,
         };
@@ -39,21 +39,15 @@ fn build(services: u32) -> (ServiceMap, EndpointsMap) {
             ..ServicePort::new(name.clone(), vec![v4(svc_base + i + 1)], 80)
         };
         let eps: Vec<Endpoint> = (0..10)
-            .map(|k| Endpoint {
-                ip: v4(pod_base + i * 10 + k),
-                port: 8080,
-                ready: true,
-                serving: true,
-                terminating: false,
+            .map(|k| {
                 // One endpoint in ten runs on this node.
-                node_name: Some(if k == 0 {
-                    NODE.into()
+                let node = if k == 0 {
+                    NODE.to_string()
                 } else {
-                    format!("node-{k}").into()
-                }),
-                zone: None,
-                hints_for_nodes: None,
-                hints_for_zones: None,
+                    format!("node-{k}")
+                };
+                Endpoint::new(v4(pod_base + i * 10 + k), 8080)
+                    .with_topology(Topology::on_node(&node))
             })
             .collect();
         sm.insert(name.clone(), Arc::new(sp));

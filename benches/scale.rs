@@ -13,7 +13,8 @@
 //! `KPRS_BENCH_CHURN_RATE` (default 10) endpoint changes per second over random services for
 //! `KPRS_BENCH_CHURN_SECS` (default 300; 0 skips it), once with minSyncPeriod 0 and once with 1s, measuring
 //! the daemon's CPU seconds per minute, syncs per minute, sampled programming latency and RSS.
-//! `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs). Figures are printed and written to
+//! `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs); `KPRS_BENCH_HEAP_MARKS=1` makes the daemons log
+//! the heap in use at every step of a sync (target `kube_proxy_rs::heap`; off by default: it costs time). Figures are printed and written to
 //! `scale-results.txt` in the run directory; wrong kernel state or a dead daemon fails the bench. Every N
 //! ends with one machine-readable line:
 //! `scale-summary: n=N cold_s=.. floor_s=.. noop_full_sync_s=.. peak_rss_mib=.. heap_mib=.. churn_cpu_s_per_min=.. p99_ms=..`
@@ -63,7 +64,12 @@ struct Params {
     /// Churn mode: seconds per run (0: skipped) and changes per second.
     churn_secs: u64,
     churn_rate: f64,
+    /// The daemons log the heap at every step of a sync (`KPRS_BENCH_HEAP_MARKS=1`).
+    heap_marks: bool,
 }
+
+/// Whether the daemons log heap marks (set once in the guest from [`Params::heap_marks`]).
+static HEAP_MARKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -112,6 +118,7 @@ fn main() {
         skip_floor: std::env::var_os("KPRS_BENCH_SKIP_FLOOR").is_some(),
         churn_secs: env_or("KPRS_BENCH_CHURN_SECS", 300),
         churn_rate: env_or("KPRS_BENCH_CHURN_RATE", 10.0),
+        heap_marks: std::env::var("KPRS_BENCH_HEAP_MARKS").is_ok_and(|v| v == "1"),
     };
     std::fs::write(
         params_path(&name),
@@ -226,6 +233,17 @@ struct Daemon {
     started_at: Instant,
 }
 
+/// The daemons' log filter: sync reports and reconcile steps; the heap marks at every step of a sync only
+/// with `KPRS_BENCH_HEAP_MARKS=1` (each mark reads malloc's statistics, which walks its free lists: not
+/// free under churn, so the timed runs leave them off; `scripts/mem-probe.sh` turns them on).
+fn daemon_log_filter() -> &'static str {
+    if HEAP_MARKS.load(std::sync::atomic::Ordering::Relaxed) {
+        "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug,kube_proxy_rs::heap=debug"
+    } else {
+        "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug"
+    }
+}
+
 impl Daemon {
     fn spawn(
         exe: &Path,
@@ -250,10 +268,7 @@ impl Daemon {
         let child = Command::new(exe)
             .args(&args)
             .env("KUBE_PROXY_IPTABLES_BACKEND", "legacy")
-            .env(
-                "KUBE_PROXY_LOG",
-                "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug",
-            )
+            .env("KUBE_PROXY_LOG", daemon_log_filter())
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -455,6 +470,7 @@ fn guest(name: &str) -> Result<()> {
         &std::fs::read_to_string(params_path(name)).context("read bench parameters")?,
     )?;
     let dir = common::uml::guest_run_dir().context("no run dir")?;
+    HEAP_MARKS.store(params.heap_marks, std::sync::atomic::Ordering::Relaxed);
     raise_nofile();
     scale::run_ok(&format!(
         "ip link add node0 type dummy && ip link set node0 up && ip addr add {}/24 dev node0",

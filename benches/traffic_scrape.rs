@@ -32,8 +32,8 @@ fn service_port(i: usize) -> ServicePort {
     let (hi, lo) = ((i / 250) as u8, (i % 250 + 1) as u8);
     ServicePort {
         name: ServicePortName {
-            namespace: format!("ns-{}", i % 50),
-            name: format!("svc-{i}"),
+            namespace: format!("ns-{}", i % 50).into(),
+            name: format!("svc-{i}").into(),
             port_name: "http".into(),
             protocol: Protocol::Tcp,
         },

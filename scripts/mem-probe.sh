@@ -53,7 +53,7 @@ EOF
 } >"$wrapper"
 chmod +x "$wrapper"
 echo "mem-probe: samples in $out (env: ${envs[*]:-none})"
-KPRS_BENCH_SKIP_FLOOR=1 KPRS_BENCH_DAEMON="$wrapper" nice scripts/bench-scale.sh "$n" | tee "$out/bench.txt"
+KPRS_BENCH_HEAP_MARKS=1 KPRS_BENCH_SKIP_FLOOR=1 KPRS_BENCH_DAEMON="$wrapper" nice scripts/bench-scale.sh "$n" | tee "$out/bench.txt"
 for f in "$out"/samples-*.txt; do
   [ -e "$f" ] || continue
   echo "== $f: peak VmHWM $(awk '!/^#/ && $2>m {m=$2} END {printf "%.1f MiB", m/1024}' "$f")," \

@@ -30,6 +30,22 @@ pub fn stats() -> Option<HeapStats> {
     None
 }
 
+/// Log target of [`mark`]: enable it (`KUBE_PROXY_LOG=info,kube_proxy_rs::heap=debug`) to see the heap
+/// at each point of a sync that marks it.
+pub const MARK_TARGET: &str = "kube_proxy_rs::heap";
+
+/// Logs the bytes in use and held free at `point` of a sync, at debug level on [`MARK_TARGET`]; costs
+/// nothing more than a level check while that target is off.
+pub fn mark(point: &str) {
+    if !tracing::enabled!(target: MARK_TARGET, tracing::Level::DEBUG) {
+        return;
+    }
+    if let Some(s) = stats() {
+        let mib = |b: u64| format!("{:.1}", b as f64 / 1048576.0);
+        tracing::debug!(target: MARK_TARGET, point, in_use_mib = %mib(s.in_use), free_mib = %mib(s.free), "heap");
+    }
+}
+
 /// Gives free memory of every arena back to the kernel (`malloc_trim(0)`); true when some was released.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn trim() -> bool {

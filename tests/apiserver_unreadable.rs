@@ -115,14 +115,14 @@ impl View {
     fn service_ports(&self) -> BTreeSet<(String, u16)> {
         self.services
             .values()
-            .map(|p| (p.name.name.clone(), p.port))
+            .map(|p| (p.name.name.to_string(), p.port))
             .collect()
     }
 
     fn endpoint_ips(&self) -> BTreeSet<(String, IpAddr)> {
         self.endpoints
             .iter()
-            .flat_map(|(k, eps)| eps.iter().map(move |e| (k.name.clone(), e.ip)))
+            .flat_map(|(k, eps)| eps.iter().map(move |e| (k.name.to_string(), e.ip)))
             .collect()
     }
 }

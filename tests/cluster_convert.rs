@@ -359,12 +359,12 @@ fn slice_fields_and_condition_defaults() {
         eps[1].ready && eps[1].serving && !eps[1].terminating,
         "nil conditions"
     );
-    assert_eq!(eps[1].node_name.as_deref(), Some("n1"));
-    assert_eq!(eps[1].zone.as_deref(), Some("z1"));
-    assert_eq!(eps[1].hints_for_zones, Some(["z1".into()].into()));
-    assert_eq!(eps[1].hints_for_nodes, Some(["n1".into()].into()));
+    assert_eq!(eps[1].node_name(), Some("n1"));
+    assert_eq!(eps[1].zone(), Some("z1"));
+    assert_eq!(eps[1].hints_for_zones(), Some(&["z1".into()][..]));
+    assert_eq!(eps[1].hints_for_nodes(), Some(&["n1".into()][..]));
     assert!(!eps[2].ready && eps[2].serving && eps[2].terminating);
-    assert_eq!(eps[2].hints_for_zones, None);
+    assert_eq!(eps[2].hints_for_zones(), None);
     // the endpoint without address is dropped with a warning
     assert_eq!(info.warnings.len(), 1);
     // per-port view

@@ -277,7 +277,7 @@ fn local_endpoint_wins_deduplication() {
     t.apply(&mut map);
     let eps = &map[&spn("a", "", Protocol::Tcp)];
     assert_eq!(eps.len(), 1);
-    assert_eq!(eps[0].node_name.as_deref(), Some("me"));
+    assert_eq!(eps[0].node_name(), Some("me"));
 }
 
 #[test]
@@ -510,11 +510,9 @@ fn equal_node_names_are_shared_between_endpoints() {
     t.apply(&mut map);
     let a = &map[&spn("a", "http", Protocol::Tcp)][0];
     let b = &map[&spn("b", "http", Protocol::Tcp)][0];
-    assert_eq!(a.node_name.as_deref(), Some("other"));
-    assert!(Arc::ptr_eq(
-        a.node_name.as_ref().unwrap(),
-        b.node_name.as_ref().unwrap()
-    ));
+    assert_eq!(a.node_name(), Some("other"));
+    assert!(Arc::ptr_eq(a.topology().unwrap(), b.topology().unwrap()));
+    assert!(std::ptr::eq(a.node_name().unwrap(), b.node_name().unwrap()));
     // a later slice naming the same node shares it too, after the others are gone
     t.update(&slice("a-1", "a", p.clone(), &[]), true);
     t.apply(&mut map);
@@ -522,10 +520,8 @@ fn equal_node_names_are_shared_between_endpoints() {
     t.apply(&mut map);
     let b = &map[&spn("b", "http", Protocol::Tcp)][0];
     let c = &map[&spn("c", "http", Protocol::Tcp)][0];
-    assert!(Arc::ptr_eq(
-        b.node_name.as_ref().unwrap(),
-        c.node_name.as_ref().unwrap()
-    ));
+    assert!(Arc::ptr_eq(b.topology().unwrap(), c.topology().unwrap()));
+    assert!(std::ptr::eq(b.node_name().unwrap(), c.node_name().unwrap()));
 }
 
 #[test]
@@ -559,7 +555,7 @@ fn single_slice_lists_match_the_merged_form() {
     assert!(!map[&spn("a", "http", Protocol::Tcp)][1].ready);
     let b = &map[&spn("b", "http", Protocol::Tcp)];
     assert_eq!(b.len(), 1);
-    assert_eq!(b[0].node_name.as_deref(), Some("me"));
+    assert_eq!(b[0].node_name(), Some("me"));
     assert_eq!(
         ips(&map, &spn("c", "dns", Protocol::Udp)),
         vec!["10.3.0.1:53"]
@@ -576,4 +572,45 @@ fn single_slice_lists_match_the_merged_form() {
         )
         .pending
     );
+}
+
+#[test]
+fn names_are_shared_between_maps_and_services() {
+    let same = |a: &str, b: &str| std::ptr::eq(a, b);
+    let mut st = ServiceChangeTracker::new();
+    let mut smap = ServiceMap::new();
+    let p = json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]);
+    st.update(None, Some(&svc("a", "10.0.0.1", p.clone())));
+    st.update(None, Some(&svc("b", "10.0.0.2", p.clone())));
+    st.apply(&mut smap);
+    let (ka, a) = smap
+        .get_key_value(&spn("a", "http", Protocol::Tcp))
+        .unwrap();
+    let (kb, _) = smap
+        .get_key_value(&spn("b", "http", Protocol::Tcp))
+        .unwrap();
+    let (ka2, _) = smap.get_key_value(&spn("a", "dns", Protocol::Udp)).unwrap();
+    // one namespace string per namespace, one service name per service, map key = the port's own name
+    assert!(same(&ka.namespace, &kb.namespace) && same(&ka.namespace, &ka2.namespace));
+    assert!(same(&ka.name, &ka2.name) && same(&ka.name, &a.name.name));
+    assert!(same(&ka.port_name, &a.name.port_name));
+
+    let mut et = EndpointsChangeTracker::new_at("me", UNIX_EPOCH);
+    let mut emap = EndpointsMap::new();
+    let two =
+        json!([{"name": "http", "port": 8080}, {"name": "dns", "port": 53, "protocol": "UDP"}]);
+    et.update(&slice("a-1", "a", two.clone(), &["10.1.0.1"]), false);
+    et.update(&slice("b-1", "b", two, &["10.1.0.2"]), false);
+    et.apply(&mut emap);
+    let (ea, _) = emap
+        .get_key_value(&spn("a", "http", Protocol::Tcp))
+        .unwrap();
+    let (eb, _) = emap
+        .get_key_value(&spn("b", "http", Protocol::Tcp))
+        .unwrap();
+    let (ea2, _) = emap.get_key_value(&spn("a", "dns", Protocol::Udp)).unwrap();
+    assert!(same(&ea.namespace, &eb.namespace) && same(&ea.name, &ea2.name));
+    // names compare, order and display as strings whatever their allocation
+    assert_eq!(ea, ka);
+    assert_eq!(ea.to_string(), "ns/a:http");
 }

@@ -178,7 +178,7 @@ async fn watchers_feed_trackers() {
         smap.len() == 2
     })
     .await;
-    let names: Vec<String> = smap.keys().map(|k| k.name.clone()).collect();
+    let names: Vec<String> = smap.keys().map(|k| k.name.to_string()).collect();
     assert_eq!(names, vec!["a", "b"]);
     assert_eq!(*invalid_names.lock().unwrap(), vec!["bad".to_string()]);
     assert_eq!(stores.invalid_objects.load(Ordering::SeqCst), 1);

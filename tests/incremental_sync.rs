@@ -5,7 +5,7 @@
 
 use kube_proxy_rs::cluster::model::{
     Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePort,
-    ServicePortName,
+    ServicePortName, Topology,
 };
 use kube_proxy_rs::kernel::ipvs::{Ipvs, IpvsServiceKey};
 use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig, plan};
@@ -24,8 +24,8 @@ fn v4(n: u32) -> IpAddr {
 
 fn port_name(i: u32) -> ServicePortName {
     ServicePortName {
-        namespace: format!("ns-{}", i % 10),
-        name: format!("svc-{i}"),
+        namespace: format!("ns-{}", i % 10).into(),
+        name: format!("svc-{i}").into(),
         port_name: "http".into(),
         protocol: Protocol::Tcp,
     }
@@ -34,16 +34,9 @@ fn port_name(i: u32) -> ServicePortName {
 fn endpoints(i: u32, n: u32) -> Vec<Endpoint> {
     let pod_base = u32::from(Ipv4Addr::new(10, 128, 0, 0));
     (0..n)
-        .map(|k| Endpoint {
-            ip: v4(pod_base + i * 16 + k),
-            port: 8080,
-            ready: true,
-            serving: true,
-            terminating: false,
-            node_name: Some(format!("node-{}", k % 3).into()),
-            zone: None,
-            hints_for_nodes: None,
-            hints_for_zones: None,
+        .map(|k| {
+            Endpoint::new(v4(pod_base + i * 16 + k), 8080)
+                .with_topology(Topology::on_node(&format!("node-{}", k % 3)))
         })
         .collect()
 }

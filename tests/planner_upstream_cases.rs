@@ -253,12 +253,14 @@ fn endpoint(e: &Ep) -> Endpoint {
         e.serving,
         e.terminating,
     );
-    x.hints_for_zones = e
-        .hints_for_zones
-        .map(|z| z.iter().map(|z| (*z).into()).collect());
-    x.hints_for_nodes = e
-        .hints_for_nodes
-        .map(|n| n.iter().map(|n| (*n).into()).collect());
+    x.edit_topology(|t| {
+        t.hints_for_zones = e
+            .hints_for_zones
+            .map(|z| z.iter().map(|z| (*z).into()).collect());
+        t.hints_for_nodes = e
+            .hints_for_nodes
+            .map(|n| n.iter().map(|n| (*n).into()).collect());
+    });
     x
 }
 

@@ -4,7 +4,8 @@
 //! (an invalid externalIP, LB ingress IP or source range) are dropped as upstream does and reported as warnings.
 
 use super::model::{
-    Endpoint, IpFamily, LoadBalancerIngress, Protocol, ServiceName, ServicePort, ServicePortName,
+    Endpoint, IpFamily, LoadBalancerIngress, Name, Protocol, ServiceName, ServicePort,
+    ServicePortName, Topology,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
@@ -119,7 +120,7 @@ pub struct ConvertedService {
 /// One port of an EndpointSlice.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SlicePort {
-    pub name: String,
+    pub name: Name,
     pub protocol: Protocol,
     pub port: u16,
 }
@@ -128,7 +129,7 @@ pub struct SlicePort {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SliceInfo {
     pub service: ServiceName,
-    pub slice_name: String,
+    pub slice_name: Name,
     /// Ports, sorted.
     pub ports: Vec<SlicePort>,
     /// Endpoints, sorted by address. `port` is the slice's port when it has exactly one, else 0 (set
@@ -154,9 +155,10 @@ impl SliceInfo {
     /// The endpoints of this slice for one of its ports.
     pub fn endpoints_for(&self, port: &SlicePort) -> impl Iterator<Item = Endpoint> + '_ {
         let number = port.port;
-        self.endpoints.iter().map(move |e| Endpoint {
-            port: number,
-            ..e.clone()
+        self.endpoints.iter().map(move |e| {
+            let mut e = e.clone();
+            e.port = number;
+            e
         })
     }
 
@@ -248,8 +250,8 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
     }
     let mut out = ConvertedService {
         name: ServiceName {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: namespace.into(),
+            name: name.into(),
         },
         ports: Vec::new(),
         warnings: Vec::new(),
@@ -262,7 +264,7 @@ pub fn service_ports(svc: &Service) -> Result<ConvertedService, ConvertError> {
     if primary.is_empty() || primary == "None" || svc_type == "ExternalName" {
         return Ok(out);
     }
-    let template = port_template(svc, spec, svc_type, &ctx, &mut out.warnings)?;
+    let template = port_template(svc, spec, svc_type, &ctx, &out.name, &mut out.warnings)?;
     out.ports = ports_of(spec, &template, &ctx)?;
     Ok(out)
 }
@@ -273,6 +275,7 @@ fn port_template(
     spec: &ServiceSpec,
     svc_type: &str,
     ctx: &Ctx<'_>,
+    service: &ServiceName,
     warnings: &mut Vec<ConvertWarning>,
 ) -> Result<ServicePort, ConvertError> {
     // In the order upstream validates and warns.
@@ -299,9 +302,9 @@ fn port_template(
     };
     Ok(ServicePort {
         name: ServicePortName {
-            namespace: ctx.namespace.to_string(),
-            name: ctx.name.to_string(),
-            port_name: String::new(),
+            namespace: service.namespace.clone(),
+            name: service.name.clone(),
+            port_name: Name::default(),
             protocol: Protocol::Tcp,
         },
         cluster_ips,
@@ -435,7 +438,7 @@ fn ports_of(
         let port = one_port(p, template, ctx)?;
         if !names.insert(port.name.port_name.clone()) {
             return Err(ctx.err(InvalidReason::DuplicatePortName(
-                port.name.port_name.clone(),
+                port.name.port_name.to_string(),
             )));
         }
         if !numbers.insert((port.port, port.protocol)) {
@@ -479,7 +482,7 @@ fn one_port(
         })?),
     };
     let mut out = template.clone();
-    out.name.port_name = port_name;
+    out.name.port_name = port_name.into();
     out.name.protocol = protocol;
     out.port = port;
     out.protocol = protocol;
@@ -541,10 +544,10 @@ pub fn slice_info(slice: &EndpointSlice) -> Result<Option<SliceInfo>, ConvertErr
 
     Ok(Some(SliceInfo {
         service: ServiceName {
-            namespace: namespace.clone(),
-            name: service,
+            namespace: namespace.into(),
+            name: service.into(),
         },
-        slice_name,
+        slice_name: slice_name.into(),
         ports,
         endpoints: Arc::new(endpoints),
         trigger_time: trigger_time(slice),
@@ -593,7 +596,7 @@ fn slice_ports(
             }));
         }
         ports.push(SlicePort {
-            name: port_name,
+            name: port_name.into(),
             protocol,
             port,
         });
@@ -638,12 +641,7 @@ fn endpoint(ep: &k8s_openapi::api::discovery::v1::Endpoint, ip: IpAddr, port: u1
     let serving = cond.and_then(|c| c.serving).unwrap_or(ready);
     let terminating = cond.and_then(|c| c.terminating).unwrap_or(false);
     let hints = ep.hints.as_ref();
-    Endpoint {
-        ip,
-        port,
-        ready,
-        serving,
-        terminating,
+    let topology = Topology {
         node_name: ep.node_name.as_deref().map(Arc::from),
         zone: ep.zone.as_deref().map(Arc::from),
         hints_for_nodes: hints
@@ -654,5 +652,10 @@ fn endpoint(ep: &k8s_openapi::api::discovery::v1::Endpoint, ip: IpAddr, port: u1
             .and_then(|h| h.for_zones.as_ref())
             .filter(|v| !v.is_empty())
             .map(|v| v.iter().map(|z| Arc::from(z.name.as_str())).collect()),
-    }
+    };
+    let mut out = Endpoint::new(ip, port).with_topology(topology);
+    out.ready = ready;
+    out.serving = serving;
+    out.terminating = terminating;
+    out
 }

@@ -1,20 +1,121 @@
 //! Service and endpoint models: the proxier's view of the cluster, decoupled from the API types.
 
 use ipnet::IpNet;
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
 
 pub use crate::net::{IpFamily, Protocol};
 use crate::scheduler::Scheduler;
 
+/// An immutable, shared string (a namespace, service or port name): clones are reference-count bumps, so
+/// the many maps keyed by service (port) names share one copy of each name. Orders, compares, hashes,
+/// displays and debug-prints as the `str` it holds.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Name(Arc<str>);
+
+/// The one empty name every `Name::default()` shares.
+static EMPTY_NAME: LazyLock<Name> = LazyLock::new(|| Name(Arc::from("")));
+
+impl Name {
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether no other `Name` shares this one's string.
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+}
+
+impl Default for Name {
+    /// The empty name (shared, no allocation).
+    fn default() -> Self {
+        EMPTY_NAME.clone()
+    }
+}
+
+impl Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Self {
+        if s.is_empty() {
+            Name::default()
+        } else {
+            Name(Arc::from(s))
+        }
+    }
+}
+
+impl From<String> for Name {
+    fn from(s: String) -> Self {
+        Name::from(s.as_str())
+    }
+}
+
+impl From<&String> for Name {
+    fn from(s: &String) -> Self {
+        Name::from(s.as_str())
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for Name {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
 /// Identifies one port of one service: namespace/name:portName plus protocol (as upstream's ServicePortName).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServicePortName {
-    pub namespace: String,
-    pub name: String,
-    pub port_name: String,
+    pub namespace: Name,
+    pub name: Name,
+    pub port_name: Name,
     pub protocol: Protocol,
 }
 
@@ -41,8 +142,8 @@ impl fmt::Display for ServicePortName {
 /// Namespace/name of a service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceName {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
 }
 
 impl fmt::Display for ServiceName {
@@ -185,15 +286,11 @@ impl ServicePort {
     }
 }
 
-/// One endpoint address:port of a service port, from an EndpointSlice.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Endpoint {
-    pub ip: IpAddr,
-    pub port: u16,
-    pub ready: bool,
-    pub serving: bool,
-    pub terminating: bool,
-    /// Node the endpoint runs on (equal names are shared between endpoints).
+/// Where an endpoint runs and which nodes/zones its hints name. Endpoints with equal values share one
+/// (the endpoints tracker interns them), so an [`Endpoint`] carries a single pointer for all four.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Topology {
+    /// Node the endpoint runs on.
     pub node_name: Option<Arc<str>>,
     pub zone: Option<Arc<str>>,
     /// `hints.forNodes` names, if the slice carries them.
@@ -202,10 +299,97 @@ pub struct Endpoint {
     pub hints_for_zones: Option<Arc<[Arc<str>]>>,
 }
 
+impl Topology {
+    /// Only a node name: no zone, no hints.
+    pub fn on_node(node: &str) -> Self {
+        Topology {
+            node_name: Some(node.into()),
+            ..Topology::default()
+        }
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Topology::default()
+    }
+}
+
+/// One endpoint address:port of a service port, from an EndpointSlice.
+///
+/// The node, zone and hints sit behind one shared [`Topology`] (absent when all four are), read with
+/// [`node_name`](Self::node_name), [`zone`](Self::zone), [`hints_for_nodes`](Self::hints_for_nodes) and
+/// [`hints_for_zones`](Self::hints_for_zones); order, equality and hash are those of the five fields and
+/// then the four topology values.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Endpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    /// `None` when node, zone and hints are all absent (so equal endpoints compare equal).
+    topology: Option<Arc<Topology>>,
+}
+
 impl Endpoint {
+    /// A ready, serving, not terminating endpoint `ip`:`port` without node, zone or hints.
+    pub fn new(ip: IpAddr, port: u16) -> Self {
+        Endpoint {
+            ip,
+            port,
+            ready: true,
+            serving: true,
+            terminating: false,
+            topology: None,
+        }
+    }
+
+    /// This endpoint with `topology` in place of its own.
+    pub fn with_topology(mut self, topology: Topology) -> Self {
+        self.set_topology(Arc::new(topology));
+        self
+    }
+
+    /// Replaces the topology with `topology` (shared as is; an empty one is dropped).
+    pub fn set_topology(&mut self, topology: Arc<Topology>) {
+        self.topology = (!topology.is_empty()).then_some(topology);
+    }
+
+    /// Changes the topology with `f`, on a copy: endpoints sharing the old value keep it.
+    pub fn edit_topology(&mut self, f: impl FnOnce(&mut Topology)) {
+        let mut topology = self.topology.as_deref().cloned().unwrap_or_default();
+        f(&mut topology);
+        self.set_topology(Arc::new(topology));
+    }
+
+    /// The shared topology value, if any field of it is set.
+    pub fn topology(&self) -> Option<&Arc<Topology>> {
+        self.topology.as_ref()
+    }
+
+    /// Node the endpoint runs on.
+    pub fn node_name(&self) -> Option<&str> {
+        self.topology.as_ref()?.node_name.as_deref()
+    }
+
+    /// Zone the endpoint runs in.
+    pub fn zone(&self) -> Option<&str> {
+        self.topology.as_ref()?.zone.as_deref()
+    }
+
+    /// `hints.forNodes` names, if the slice carries them.
+    pub fn hints_for_nodes(&self) -> Option<&[Arc<str>]> {
+        self.topology.as_ref()?.hints_for_nodes.as_deref()
+    }
+
+    /// `hints.forZones` names, if the slice carries them.
+    pub fn hints_for_zones(&self) -> Option<&[Arc<str>]> {
+        self.topology.as_ref()?.hints_for_zones.as_deref()
+    }
+
     /// Whether the endpoint runs on `node`.
     pub fn is_local(&self, node: &str) -> bool {
-        self.node_name.as_deref() == Some(node)
+        self.node_name() == Some(node)
     }
 }
 
@@ -224,9 +408,115 @@ pub fn ports_of<'a, V>(
     let start = ServicePortName {
         namespace: service.namespace.clone(),
         name: service.name.clone(),
-        port_name: String::new(),
+        port_name: Name::default(),
         protocol: Protocol::Tcp,
     };
     map.range(start..)
         .take_while(move |(k, _)| k.namespace == service.namespace && k.name == service.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(ip: &str, topology: Topology) -> Endpoint {
+        Endpoint::new(ip.parse().expect("ip"), 80).with_topology(topology)
+    }
+
+    #[test]
+    fn a_name_behaves_as_its_string() {
+        use std::hash::{BuildHasher, RandomState};
+        let words = ["", "a", "a-b", "B", "b", "ns1", "ns10", "ns2", "é"];
+        let mut names: Vec<Name> = words.iter().rev().map(|w| Name::from(*w)).collect();
+        names.sort();
+        let mut strings: Vec<String> = words.iter().rev().map(|w| w.to_string()).collect();
+        strings.sort();
+        assert_eq!(names, strings);
+        let hasher = RandomState::new();
+        for (n, s) in names.iter().zip(&strings) {
+            assert_eq!(format!("{n} {n:?}"), format!("{s} {s:?}"));
+            assert_eq!(hasher.hash_one(n), hasher.hash_one(s));
+            assert!(*n == **s && n == s && n.as_str() == s);
+        }
+        // clones and empty names share one allocation
+        let n = Name::from("svc");
+        assert!(std::ptr::eq(n.as_str(), n.clone().as_str()));
+        assert!(std::ptr::eq(
+            Name::from("").as_str(),
+            Name::default().as_str()
+        ));
+    }
+
+    #[test]
+    fn service_names_display_as_upstream() {
+        let port = ServicePortName {
+            namespace: "ns".into(),
+            name: "svc".into(),
+            port_name: "http".into(),
+            protocol: Protocol::Tcp,
+        };
+        assert_eq!(port.to_string(), "ns/svc:http");
+        let unnamed = ServicePortName {
+            port_name: Name::default(),
+            ..port.clone()
+        };
+        assert_eq!(unnamed.to_string(), "ns/svc");
+        assert_eq!(port.service().to_string(), "ns/svc");
+        assert!(unnamed < port);
+    }
+
+    #[test]
+    fn an_endpoint_is_at_most_32_bytes() {
+        assert!(
+            std::mem::size_of::<Endpoint>() <= 32,
+            "{}",
+            std::mem::size_of::<Endpoint>()
+        );
+    }
+
+    #[test]
+    fn an_empty_topology_is_no_topology() {
+        let plain = Endpoint::new("10.0.0.1".parse().expect("ip"), 80);
+        let emptied = ep("10.0.0.1", Topology::default());
+        assert!(emptied.topology().is_none());
+        assert_eq!(plain, emptied);
+        let mut edited = ep("10.0.0.1", Topology::on_node("n1"));
+        edited.edit_topology(|t| t.node_name = None);
+        assert_eq!(edited, plain);
+        assert_eq!(edited.cmp(&plain), std::cmp::Ordering::Equal);
+    }
+
+    #[test]
+    fn order_is_fields_then_node_zone_hints() {
+        let zone = |z: &str| Topology {
+            zone: Some(z.into()),
+            ..Topology::default()
+        };
+        let hinted = Topology {
+            hints_for_zones: Some(["a".into()].into()),
+            ..Topology::default()
+        };
+        // as the flat fields compared: absent before present, node before zone before hints
+        let sorted = [
+            ep("10.0.0.1", Topology::default()),
+            ep("10.0.0.1", hinted.clone()),
+            ep("10.0.0.1", zone("a")),
+            ep("10.0.0.1", zone("b")),
+            ep("10.0.0.1", Topology::on_node("a")),
+            ep(
+                "10.0.0.1",
+                Topology {
+                    zone: Some("a".into()),
+                    ..Topology::on_node("a")
+                },
+            ),
+            ep("10.0.0.2", Topology::default()),
+        ];
+        assert!(sorted.windows(2).all(|w| w[0] < w[1]), "{sorted:?}");
+        let e = &sorted[5];
+        assert_eq!((e.node_name(), e.zone()), (Some("a"), Some("a")));
+        assert_eq!(sorted[1].hints_for_zones(), Some(&["a".into()][..]));
+        assert_eq!(sorted[1].hints_for_nodes(), None);
+        assert!(sorted[4].is_local("a") && !sorted[4].is_local("b") && !sorted[0].is_local("a"));
+    }
 }

@@ -41,14 +41,12 @@ pub fn uses_local_endpoints(svc: &ServicePort, family: IpFamily) -> bool {
     svc.internal_policy_local || (svc.external_policy_local() && externally_accessible(svc, family))
 }
 
-fn has_hint(hints: &Option<Arc<[Arc<str>]>>, want: &str) -> bool {
-    hints
-        .as_ref()
-        .is_some_and(|h| h.iter().any(|x| &**x == want))
+fn has_hint(hints: Option<&[Arc<str>]>, want: &str) -> bool {
+    hints.is_some_and(|h| h.iter().any(|x| &**x == want))
 }
 
-fn hint_count(hints: &Option<Arc<[Arc<str>]>>) -> usize {
-    hints.as_ref().map_or(0, |h| h.len())
+fn hint_count(hints: Option<&[Arc<str>]>) -> usize {
+    hints.map_or(0, <[_]>::len)
 }
 
 fn topology_mode<'a>(
@@ -61,14 +59,14 @@ fn topology_mode<'a>(
     let mut all_zone_hints = true;
     let mut for_zone = false;
     for ep in endpoints.filter(|e| e.ready) {
-        if hint_count(&ep.hints_for_nodes) == 0 {
+        if hint_count(ep.hints_for_nodes()) == 0 {
             all_node_hints = false;
-        } else if has_hint(&ep.hints_for_nodes, node_name) {
+        } else if has_hint(ep.hints_for_nodes(), node_name) {
             for_node = true;
         }
-        if hint_count(&ep.hints_for_zones) == 0 {
+        if hint_count(ep.hints_for_zones()) == 0 {
             all_zone_hints = false;
-        } else if has_hint(&ep.hints_for_zones, zone) {
+        } else if has_hint(ep.hints_for_zones(), zone) {
             for_zone = true;
         }
     }
@@ -84,8 +82,8 @@ fn topology_mode<'a>(
 fn available(ep: &Endpoint, mode: TopologyMode, node_name: &str, zone: &str) -> bool {
     match mode {
         TopologyMode::All => true,
-        TopologyMode::SameNode => has_hint(&ep.hints_for_nodes, node_name),
-        TopologyMode::SameZone => has_hint(&ep.hints_for_zones, zone),
+        TopologyMode::SameNode => has_hint(ep.hints_for_nodes(), node_name),
+        TopologyMode::SameZone => has_hint(ep.hints_for_zones(), zone),
     }
 }
 
@@ -146,7 +144,7 @@ pub fn categorize<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::model::{Protocol, ServicePortName};
+    use crate::cluster::model::{Protocol, ServicePortName, Topology};
 
     fn svc(itp_local: bool, etp_local: bool, node_port: Option<u16>) -> ServicePort {
         let name = ServicePortName {
@@ -164,26 +162,24 @@ mod tests {
     }
 
     fn ep(ip: &str, ready: bool, serving: bool, terminating: bool, node: &str) -> Endpoint {
-        Endpoint {
-            ip: ip.parse().unwrap(),
-            port: 80,
-            ready,
-            serving,
-            terminating,
-            node_name: Some(node.into()),
-            zone: None,
-            hints_for_nodes: None,
-            hints_for_zones: None,
-        }
+        let mut e = Endpoint::new(ip.parse().unwrap(), 80).with_topology(Topology::on_node(node));
+        e.ready = ready;
+        e.serving = serving;
+        e.terminating = terminating;
+        e
     }
 
     fn zoned(mut e: Endpoint, zones: &[&str]) -> Endpoint {
-        e.hints_for_zones = Some(zones.iter().map(|z| Arc::from(*z)).collect());
+        e.edit_topology(|t| {
+            t.hints_for_zones = Some(zones.iter().map(|z| Arc::from(*z)).collect())
+        });
         e
     }
 
     fn noded(mut e: Endpoint, nodes: &[&str]) -> Endpoint {
-        e.hints_for_nodes = Some(nodes.iter().map(|z| Arc::from(*z)).collect());
+        e.edit_topology(|t| {
+            t.hints_for_nodes = Some(nodes.iter().map(|z| Arc::from(*z)).collect())
+        });
         e
     }
 
@@ -271,7 +267,7 @@ mod tests {
         assert_eq!(ips(&c.cluster), vec!["10.1.2.3"]);
         // Not every ready endpoint has a node hint: fall back to zone hints.
         let mut eps2 = eps.clone();
-        eps2[1].hints_for_nodes = None;
+        eps2[1].edit_topology(|t| t.hints_for_nodes = None);
         let c = categorize(
             &eps2,
             &svc(false, false, None),

@@ -4,7 +4,8 @@
 
 use super::convert::{self, ConvertError, ConvertWarning, SliceInfo};
 use super::model::{
-    Endpoint, EndpointsMap, Protocol, ServiceMap, ServiceName, ServicePort, ServicePortName,
+    Endpoint, EndpointsMap, Name, Protocol, ServiceMap, ServiceName, ServicePort, ServicePortName,
+    Topology,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -42,6 +43,7 @@ pub struct ServiceChangeTracker {
     /// Ports of every service as of the last [`apply`](Self::apply); the `Arc`s are shared with the map.
     applied: HashMap<ServiceName, Box<[Arc<ServicePort>]>>,
     items: HashMap<ServiceName, ServiceChange>,
+    namespaces: Namespaces,
     total: u64,
 }
 
@@ -56,7 +58,31 @@ pub struct ServiceUpdateResult {
     pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
 }
 
-fn convert_service(svc: Option<&Service>, outcome: &mut TrackOutcome) -> Ports {
+/// Shares one string per namespace between the services or slices of that namespace.
+#[derive(Debug, Default)]
+struct Namespaces(HashSet<Name>);
+
+impl Namespaces {
+    fn share(&mut self, namespace: &mut Name) {
+        match self.0.get(namespace) {
+            Some(shared) => *namespace = shared.clone(),
+            None => {
+                self.0.insert(namespace.clone());
+            }
+        }
+    }
+
+    /// Forgets namespaces nothing else uses any more.
+    fn purge(&mut self) {
+        self.0.retain(|n| !n.is_unique());
+    }
+}
+
+fn convert_service(
+    svc: Option<&Service>,
+    namespaces: &mut Namespaces,
+    outcome: &mut TrackOutcome,
+) -> Ports {
     let Some(svc) = svc else {
         return Ports::new();
     };
@@ -65,7 +91,10 @@ fn convert_service(svc: Option<&Service>, outcome: &mut TrackOutcome) -> Ports {
             outcome.warnings = c.warnings;
             // Not `collect()`: that would reuse the larger `Vec<ServicePort>` buffer for the Arcs.
             let mut ports: Ports = Vec::with_capacity(c.ports.len());
-            ports.extend(c.ports.into_iter().map(Arc::new));
+            ports.extend(c.ports.into_iter().map(|mut p| {
+                namespaces.share(&mut p.name.namespace);
+                Arc::new(p)
+            }));
             ports.sort_by(|a, b| a.name.cmp(&b.name));
             ports
         }
@@ -85,8 +114,8 @@ fn find<'a>(ports: &'a [Arc<ServicePort>], name: &ServicePortName) -> Option<&'a
 
 fn service_key(svc: &Service) -> ServiceName {
     ServiceName {
-        namespace: svc.metadata.namespace.clone().unwrap_or_default(),
-        name: svc.metadata.name.clone().unwrap_or_default(),
+        namespace: svc.metadata.namespace.as_deref().unwrap_or_default().into(),
+        name: svc.metadata.name.as_deref().unwrap_or_default().into(),
     }
 }
 
@@ -111,7 +140,7 @@ impl ServiceChangeTracker {
             return outcome;
         };
         self.total += 1;
-        let current = convert_service(current, &mut outcome);
+        let current = convert_service(current, &mut self.namespaces, &mut outcome);
         let change = match self.items.get_mut(&key) {
             Some(change) => change,
             None => {
@@ -180,14 +209,19 @@ impl ServiceChangeTracker {
                 }
                 map.insert(port.name.clone(), port.clone());
             }
-            if current.is_empty() {
-                self.applied.remove(&name);
-            } else {
-                self.applied
-                    .insert(name.clone(), current.into_boxed_slice());
+            match current.first() {
+                None => {
+                    self.applied.remove(&name);
+                }
+                // keyed by the ports' own name strings (shared), not the update's copy
+                Some(first) => {
+                    self.applied
+                        .insert(first.name.service(), current.into_boxed_slice());
+                }
             }
             result.updated_services.insert(name);
         }
+        self.namespaces.purge();
         result
     }
 }
@@ -221,7 +255,7 @@ struct SliceTracker {
     /// Applied slices, sorted by slice name.
     applied: Vec<Arc<SliceInfo>>,
     /// Pending changes, sorted by slice name; `None` = slice removal pending.
-    pending: Vec<(Box<str>, Option<Arc<SliceInfo>>)>,
+    pending: Vec<(Name, Option<Arc<SliceInfo>>)>,
 }
 
 impl SliceTracker {
@@ -254,10 +288,11 @@ impl SliceTracker {
     }
 }
 
-/// Shares equal node names, zones and hint lists between endpoints (there are far fewer distinct
-/// values than endpoints).
+/// Shares equal endpoint topologies (node, zone, hints) between endpoints, and equal names and hint
+/// lists between topologies: there are far fewer distinct values than endpoints.
 #[derive(Debug, Default)]
 struct Interner {
+    topologies: HashSet<Arc<Topology>>,
     names: HashSet<Arc<str>>,
     lists: HashSet<Arc<[Arc<str>]>>,
 }
@@ -285,22 +320,37 @@ impl Interner {
     }
 
     fn endpoint(&mut self, ep: &mut Endpoint) {
-        if let Some(n) = ep.node_name.as_mut() {
+        let Some(topology) = ep.topology() else {
+            return;
+        };
+        if let Some(shared) = self.topologies.get(topology) {
+            ep.set_topology(shared.clone());
+            return;
+        }
+        let mut owned = Topology::clone(topology);
+        for n in [owned.node_name.as_mut(), owned.zone.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             self.name(n);
         }
-        if let Some(z) = ep.zone.as_mut() {
-            self.name(z);
+        for l in [
+            owned.hints_for_nodes.as_mut(),
+            owned.hints_for_zones.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            self.list(l);
         }
-        if let Some(h) = ep.hints_for_nodes.as_mut() {
-            self.list(h);
-        }
-        if let Some(h) = ep.hints_for_zones.as_mut() {
-            self.list(h);
-        }
+        let shared = Arc::new(owned);
+        self.topologies.insert(shared.clone());
+        ep.set_topology(shared);
     }
 
-    /// Forgets values no endpoint uses any more.
+    /// Forgets values no endpoint uses any more (topologies first: they hold the lists and names).
     fn purge(&mut self) {
+        self.topologies.retain(|t| Arc::strong_count(t) > 1);
         self.lists.retain(|l| Arc::strong_count(l) > 1);
         self.names.retain(|n| Arc::strong_count(n) > 1);
     }
@@ -321,10 +371,11 @@ pub struct EndpointsChangeTracker {
     start_time: SystemTime,
     by_service: HashMap<ServiceName, SliceTracker>,
     /// namespace/slice → the service it currently counts for.
-    owners: HashMap<(String, String), ServiceName>,
+    owners: HashMap<(Name, Name), ServiceName>,
     pending_services: HashSet<ServiceName>,
     trigger_times: HashMap<ServiceName, Vec<SystemTime>>,
     interner: Interner,
+    namespaces: Namespaces,
     total: u64,
 }
 
@@ -346,6 +397,7 @@ impl EndpointsChangeTracker {
             pending_services: HashSet::new(),
             trigger_times: HashMap::new(),
             interner: Interner::default(),
+            namespaces: Namespaces::default(),
             total: 0,
         }
     }
@@ -353,8 +405,6 @@ impl EndpointsChangeTracker {
     /// Records an added/updated (`removed == false`) or deleted EndpointSlice.
     pub fn update(&mut self, slice: &EndpointSlice, removed: bool) -> TrackOutcome {
         let mut outcome = TrackOutcome::default();
-        let (namespace, slice_name, _) = convert::slice_keys(slice);
-        let key = (namespace, slice_name.clone());
         self.total += 1;
         let info = if removed {
             None
@@ -369,7 +419,10 @@ impl EndpointsChangeTracker {
         };
         match info {
             None => {
+                let (namespace, slice_name, _) = convert::slice_keys(slice);
+                let key = (Name::from(namespace), Name::from(slice_name));
                 if let Some(owner) = self.owners.remove(&key) {
+                    let slice_name = key.1;
                     outcome.pending = self.set_pending(&owner, &slice_name, None);
                     if outcome.pending {
                         self.trigger_times.remove(&owner);
@@ -378,10 +431,13 @@ impl EndpointsChangeTracker {
             }
             Some(mut info) => {
                 outcome.warnings = std::mem::take(&mut info.warnings);
+                self.namespaces.share(&mut info.service.namespace);
                 Arc::make_mut(&mut info.endpoints)
                     .iter_mut()
                     .for_each(|ep| self.interner.endpoint(ep));
                 let service = info.service.clone();
+                let slice_name = info.slice_name.clone();
+                let key = (service.namespace.clone(), slice_name.clone());
                 if let Some(old) = self.owners.insert(key, service.clone())
                     && old != service
                 {
@@ -404,7 +460,7 @@ impl EndpointsChangeTracker {
     fn set_pending(
         &mut self,
         service: &ServiceName,
-        slice: &str,
+        slice: &Name,
         value: Option<Arc<SliceInfo>>,
     ) -> bool {
         let tracker = self.by_service.entry(service.clone()).or_default();
@@ -433,7 +489,7 @@ impl EndpointsChangeTracker {
         } else {
             match pending {
                 Ok(i) => tracker.pending[i].1 = value,
-                Err(i) => tracker.pending.insert(i, (slice.into(), value)),
+                Err(i) => tracker.pending.insert(i, (slice.clone(), value)),
             }
             self.pending_services.insert(service.clone());
         }
@@ -527,6 +583,7 @@ impl EndpointsChangeTracker {
             .trigger_times
             .extend(std::mem::take(&mut self.trigger_times));
         self.interner.purge();
+        self.namespaces.purge();
         result
     }
 }

@@ -84,8 +84,8 @@ impl Events {
             regarding: Some(ObjectReference {
                 api_version: Some("v1".to_string()),
                 kind: Some("Service".to_string()),
-                namespace: Some(service.namespace.clone()),
-                name: Some(service.name.clone()),
+                namespace: Some(service.namespace.to_string()),
+                name: Some(service.name.to_string()),
                 ..Default::default()
             }),
             warning: true,

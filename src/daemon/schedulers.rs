@@ -255,7 +255,7 @@ mod tests {
             for port in ["a", "b"] {
                 let spn = ServicePortName {
                     namespace: "ns".into(),
-                    name: n.to_string(),
+                    name: (*n).into(),
                     port_name: port.into(),
                     protocol: crate::net::Protocol::Tcp,
                 };

@@ -237,7 +237,7 @@ impl NlSocket {
     /// in order. The kernel processes every message of a datagram even when one fails.
     pub fn batch<T>(
         &mut self,
-        payloads: Vec<T>,
+        payloads: impl IntoIterator<Item = T>,
         chunk: usize,
     ) -> Result<Vec<Result<(), NlError>>, NlError>
     where
@@ -245,8 +245,9 @@ impl NlSocket {
     {
         // The kernel answers a whole datagram before we read: ACKs beyond the receive buffer are lost.
         let chunk = chunk.clamp(1, self.max_batch());
-        let mut results: Vec<Result<(), NlError>> = Vec::with_capacity(payloads.len());
+        // Requests are taken one datagram at a time: only a datagram's worth is ever encoded at once.
         let mut iter = payloads.into_iter().peekable();
+        let mut results: Vec<Result<(), NlError>> = Vec::with_capacity(iter.size_hint().0);
         while iter.peek().is_some() {
             self.tx.clear();
             let mut seqs = Vec::with_capacity(chunk);
@@ -254,6 +255,9 @@ impl NlSocket {
                 seqs.push(self.push(p, NLM_F_REQUEST | NLM_F_ACK));
             }
             let first = seqs[0];
+            if results.is_empty() {
+                crate::malloc::mark("netlink batch: first datagram");
+            }
             self.flush_tx()?;
             let base = results.len();
             results.extend(seqs.iter().map(|_| Err(NlError::Io("no answer".into()))));

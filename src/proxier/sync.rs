@@ -77,6 +77,7 @@ impl Proxier {
             deltas.insert(f.config.family, delta);
             plan_times.push((f.config.family, family_start.elapsed()));
         }
+        crate::malloc::mark("plan");
         let inputs: Vec<FamilyInput<'_>> = input
             .families
             .iter()

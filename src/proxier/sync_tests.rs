@@ -1,7 +1,7 @@
 //! Reconciler and proxier tests over an in-memory kernel (test-local fake with one ordered call log).
 
 use crate::cluster::model::{
-    Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName,
+    Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName, Topology,
 };
 use crate::kernel::conntrack::ConntrackFlow;
 use crate::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
@@ -1042,17 +1042,7 @@ fn local_policy_cluster() -> (ServiceMap, EndpointsMap) {
         health_check_node_port: Some(31000),
         scheduler: None,
     };
-    let endpoint = Endpoint {
-        ip: ip("10.244.1.5"),
-        port: 8080,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: Some("other".into()),
-        zone: None,
-        hints_for_nodes: None,
-        hints_for_zones: None,
-    };
+    let endpoint = Endpoint::new(ip("10.244.1.5"), 8080).with_topology(Topology::on_node("other"));
     (
         ServiceMap::from([(name.clone(), Arc::new(port))]),
         EndpointsMap::from([(name, Arc::new(vec![endpoint]))]),

@@ -4,7 +4,7 @@
 
 use kube_proxy_rs::cluster::model::{
     Endpoint, EndpointsMap, IpFamily, LoadBalancerIngress, Protocol, ServiceMap, ServicePort,
-    ServicePortName,
+    ServicePortName, Topology,
 };
 use kube_proxy_rs::proxier::desired::DesiredState;
 use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
@@ -44,17 +44,10 @@ pub fn lb(ips: &[&str]) -> Vec<LoadBalancerIngress> {
 
 /// A ready endpoint, on `node` if given.
 pub fn ep(addr: &str, port: u16, node: Option<&str>) -> Endpoint {
-    Endpoint {
-        ip: ip(addr),
-        port,
-        ready: true,
-        serving: true,
-        terminating: false,
+    Endpoint::new(ip(addr), port).with_topology(Topology {
         node_name: node.map(Into::into),
-        zone: None,
-        hints_for_nodes: None,
-        hints_for_zones: None,
-    }
+        ..Topology::default()
+    })
 }
 
 pub fn cond(mut e: Endpoint, ready: bool, serving: bool, terminating: bool) -> Endpoint {

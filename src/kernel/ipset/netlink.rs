@@ -265,34 +265,41 @@ impl NetlinkIpSets {
     }
 }
 
-/// One ADD/DEL request per valid op; invalid ops go to `report`.
-fn requests<'a>(
-    types: &SetTypes,
+/// One ADD/DEL request per valid op, made as the iterator advances: the ops that became a request go to
+/// `carried` (in order), the invalid ones to `report`.
+fn requests<'a, 'b>(
+    types: &'b SetTypes,
     ops: &'a [IpSetOp],
-    report: &mut ApplyReport,
-) -> (Vec<Request>, Vec<&'a IpSetOp>) {
-    let mut requests = Vec::with_capacity(ops.len());
-    let mut carried = Vec::with_capacity(ops.len());
-    for op in ops {
-        let checked = types.check(op).and_then(|(t, canon)| {
-            elem_of(t, &canon).ok_or_else(|| format!("cannot encode entry {canon:?}"))
-        });
-        match checked {
-            Ok(elem) => {
-                let c = if matches!(op, IpSetOp::Add { .. }) {
-                    cmd::ADD
-                } else {
-                    cmd::DEL
-                };
-                let mut req = Request::new(c, Some(op_set(op)));
-                req.attrs.nested(attr::DATA, |d| elem.encode(d));
-                requests.push(req);
-                carried.push(op);
-            }
-            Err(why) => report.rejected.push((op.clone(), why)),
+    carried: &'b mut Vec<&'a IpSetOp>,
+    report: &'b mut ApplyReport,
+) -> impl Iterator<Item = Request> + 'b
+where
+    'a: 'b,
+{
+    ops.iter().filter_map(|op| match request(types, op) {
+        Ok(req) => {
+            carried.push(op);
+            Some(req)
         }
-    }
-    (requests, carried)
+        Err(why) => {
+            report.rejected.push((op.clone(), why));
+            None
+        }
+    })
+}
+
+/// The ADD/DEL request of one op, or why the op is invalid.
+fn request(types: &SetTypes, op: &IpSetOp) -> Result<Request, String> {
+    let (t, canon) = types.check(op)?;
+    let elem = elem_of(t, &canon).ok_or_else(|| format!("cannot encode entry {canon:?}"))?;
+    let c = if matches!(op, IpSetOp::Add { .. }) {
+        cmd::ADD
+    } else {
+        cmd::DEL
+    };
+    let mut req = Request::new(c, Some(op_set(op)));
+    req.attrs.nested(attr::DATA, |d| elem.encode(d));
+    Ok(req)
 }
 
 /// Groups list parts into set → rendered entries, with each set's type name and family.
@@ -370,10 +377,9 @@ impl IpSets for NetlinkIpSets {
         if self.types.any_unknown(ops) {
             self.refresh_types()?;
         }
-        let (requests, carried) = requests(&self.types, ops, &mut report);
-        if requests.is_empty() {
-            return Ok(report);
-        }
+        // Requests are encoded one datagram at a time, as `batch` takes them.
+        let mut carried: Vec<&IpSetOp> = Vec::with_capacity(ops.len());
+        let requests = requests(&self.types, ops, &mut carried, &mut report);
         let chunk = self.sock.max_batch();
         let results = self
             .sock
@@ -499,7 +505,8 @@ mod tests {
             },
         ];
         let mut report = ApplyReport::default();
-        let (reqs, carried) = requests(&types, &ops, &mut report);
+        let mut carried = Vec::new();
+        let reqs: Vec<Request> = requests(&types, &ops, &mut carried, &mut report).collect();
         assert_eq!(carried, vec![&ops[0]]);
         assert_eq!(reqs.len(), 1);
         assert_eq!(reqs[0].cmd, cmd::ADD);

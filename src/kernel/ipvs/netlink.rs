@@ -78,9 +78,7 @@ impl NetlinkIpvs {
     }
 
     fn msg(&self, cmd: u8, attrs: Vec<IpvsAttr>) -> GenlMessage<IpvsMessage> {
-        let mut m = GenlMessage::from_payload(IpvsMessage { cmd, attrs });
-        m.set_resolved_family_id(self.family);
-        m
+        message(self.family, cmd, attrs)
     }
 
     fn call(
@@ -111,15 +109,15 @@ impl NetlinkIpvs {
         }
     }
 
-    fn op_message(&self, op: &IpvsOp) -> GenlMessage<IpvsMessage> {
-        let (c, attrs) = op_request(op);
-        self.msg(c, attrs)
-    }
-
     /// Applies many changes, several per datagram; one result per change, in order. The kernel handles
     /// each request independently, so a failed change does not stop the following ones.
     pub fn apply(&mut self, ops: &[IpvsOp]) -> KernelResult<Vec<KernelResult<()>>> {
-        let msgs: Vec<_> = ops.iter().map(|o| self.op_message(o)).collect();
+        // Encoded one datagram at a time by `batch`, never all at once.
+        let family = self.family;
+        let msgs = ops.iter().map(|o| {
+            let (c, attrs) = op_request(o);
+            message(family, c, attrs)
+        });
         let results = self
             .sock
             .batch(msgs, self.batch)
@@ -140,6 +138,13 @@ impl NetlinkIpvs {
             })
             .collect())
     }
+}
+
+/// One IPVS request of generic netlink family `family`.
+fn message(family: u16, cmd: u8, attrs: Vec<IpvsAttr>) -> GenlMessage<IpvsMessage> {
+    let mut m = GenlMessage::from_payload(IpvsMessage { cmd, attrs });
+    m.set_resolved_family_id(family);
+    m
 }
 
 /// The command and attributes of one change.

@@ -224,17 +224,15 @@ impl RtnetlinkLinks {
             Ok(i) => i,
             Err(e) => return ips.iter().map(|_| Err(same_error(&e))).collect(),
         };
-        let messages: Vec<RouteNetlinkMessage> = ips
-            .iter()
-            .map(|ip| {
-                let m = address_message(index, *ip);
-                if add {
-                    RouteNetlinkMessage::NewAddress(m)
-                } else {
-                    RouteNetlinkMessage::DelAddress(m)
-                }
-            })
-            .collect();
+        // Encoded one datagram at a time by `batch`, never all at once.
+        let messages = ips.iter().map(|ip| {
+            let m = address_message(index, *ip);
+            if add {
+                RouteNetlinkMessage::NewAddress(m)
+            } else {
+                RouteNetlinkMessage::DelAddress(m)
+            }
+        });
         // Without NLM_F_EXCL/NLM_F_REPLACE a present address answers EEXIST (both families create
         // without NLM_F_CREATE), which is what add_address reports as Ok(false).
         let chunk = self.sock.max_batch();

@@ -1,7 +1,9 @@
 //! Equivalence of the incremental planner with the full plan over pseudo-random change sequences.
 
 use super::*;
-use crate::cluster::model::{Endpoint, LoadBalancerIngress, SchedulerChoice, ServicePort};
+use crate::cluster::model::{
+    Endpoint, LoadBalancerIngress, SchedulerChoice, ServicePort, Topology,
+};
 use crate::proxier::plan::{LocalDetector, plan};
 use std::sync::Arc;
 
@@ -140,7 +142,7 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
         let spn = ServicePortName {
             namespace: name.namespace.clone(),
             name: name.name.clone(),
-            port_name,
+            port_name: port_name.into(),
             protocol,
         };
         let port = rng.pick(&[80, 443, 53]);
@@ -171,12 +173,11 @@ fn random_endpoints(rng: &mut Rng) -> Vec<Endpoint> {
                 ip(&format!("10.244.0.{}", k + 1))
             };
             let ready = rng.chance(75);
-            Endpoint {
-                ip,
-                port: rng.pick(&[8080, 8443]),
-                ready,
-                serving: ready || rng.chance(50),
-                terminating: !ready && rng.chance(50),
+            let mut ep = Endpoint::new(ip, rng.pick(&[8080, 8443]));
+            ep.ready = ready;
+            ep.serving = ready || rng.chance(50);
+            ep.terminating = !ready && rng.chance(50);
+            ep.with_topology(Topology {
                 node_name: match rng.below(3) {
                     0 => Some(NODE.into()),
                     1 => Some("node-1".into()),
@@ -185,7 +186,7 @@ fn random_endpoints(rng: &mut Rng) -> Vec<Endpoint> {
                 zone: rng.chance(50).then(|| "zone-a".into()),
                 hints_for_nodes: None,
                 hints_for_zones: rng.chance(10).then(|| ["zone-a".into()].into()),
-            }
+            })
         })
         .collect();
     eps.sort();
@@ -204,8 +205,8 @@ fn run(seed: u64, steps: usize) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let names: Vec<ServiceName> = (0..24)
         .map(|i| ServiceName {
-            namespace: format!("ns-{}", i % 3),
-            name: format!("svc-{i}"),
+            namespace: format!("ns-{}", i % 3).into(),
+            name: format!("svc-{i}").into(),
         })
         .collect();
     let mut sm = ServiceMap::new();
@@ -333,7 +334,7 @@ fn shared_external_ip_stays_bound_until_last_user_goes() {
         let spn = ServicePortName {
             namespace: "default".into(),
             name: name.into(),
-            port_name: String::new(),
+            port_name: Default::default(),
             protocol: Protocol::Tcp,
         };
         let sp = ServicePort {
@@ -392,7 +393,7 @@ fn endpoint_change_touches_only_that_service() {
     let names: Vec<ServiceName> = (0..50)
         .map(|i| ServiceName {
             namespace: "default".into(),
-            name: format!("s{i}"),
+            name: format!("s{i}").into(),
         })
         .collect();
     for (i, n) in names.iter().enumerate() {
@@ -407,17 +408,7 @@ fn endpoint_change_touches_only_that_service() {
     let mut p = IncrementalPlanner::new();
     p.update(&sm, &em, &node, &cfg, None);
     let port = sm.keys().find(|k| k.name == "s10").unwrap().clone();
-    let ep = Endpoint {
-        ip: ip("10.244.9.9"),
-        port: 9999,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: Some("node-1".into()),
-        zone: None,
-        hints_for_nodes: None,
-        hints_for_zones: None,
-    };
+    let ep = Endpoint::new(ip("10.244.9.9"), 9999).with_topology(Topology::on_node("node-1"));
     em.insert(port.clone(), Arc::new(vec![ep]));
     let changed = BTreeSet::from([port.service()]);
     let (_, d) = p.update(&sm, &em, &node, &cfg, Some(&changed));
@@ -443,7 +434,7 @@ fn full_replan_keeps_unchanged_virtual_servers_shared() {
     for i in 0..20 {
         let name = ServiceName {
             namespace: "ns".into(),
-            name: format!("s{i}"),
+            name: format!("s{i}").into(),
         };
         for sp in random_service(&mut rng, &name, i) {
             em.insert(sp.name.clone(), Arc::new(random_endpoints(&mut rng)));

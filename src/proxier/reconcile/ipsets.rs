@@ -1,4 +1,5 @@
-//! ipsets: create missing sets, then one `IpSets::apply` with every member change of every family.
+//! ipsets: create missing sets, then one `IpSets::apply` with every member change of every family (one
+//! per [`IPSET_BATCH`] changes when there are more, as on a first sync at scale).
 
 use super::diff::{Diff, Scope, StepInput};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
@@ -44,7 +45,11 @@ impl Reconciler {
             .map(|set| set.spec.clone())
             .collect();
         let created_together = !missing.is_empty() && k.ipsets.create_all(&missing).is_ok();
-        let mut ops = Vec::new();
+        let mut w = Writer {
+            ipsets: k.ipsets.as_mut(),
+            ops: Vec::new(),
+            ok: true,
+        };
         let mut expected = Vec::new();
         for (f, sets) in families.iter().zip(&set_diffs) {
             let applied = self.applied.get(&f.desired.family).map(|a| &a.ipsets);
@@ -58,7 +63,7 @@ impl Reconciler {
                 if let Some(set) = f.desired.ipsets.get(name) {
                     let res = match created_together {
                         true => Ok(()),
-                        false => k.ipsets.create(&set.spec),
+                        false => w.ipsets.create(&set.spec),
                     };
                     if let Err(e) = res {
                         tracing::warn!(set = %name, error = %e, "ipset create failed");
@@ -67,14 +72,16 @@ impl Reconciler {
                     }
                     report.ipsets_created += 1;
                     // A set just created gets all its members, whatever the delta says.
+                    let all = Scope::All;
                     member_ops(
                         f,
                         name,
                         &no_members,
-                        &Scope::All,
+                        &all,
                         applied,
-                        &mut ops,
+                        &mut w,
                         &mut exp,
+                        report,
                     );
                 }
             }
@@ -84,11 +91,12 @@ impl Reconciler {
                     adds.chain(d.set_dels.get(name).into_iter().flatten())
                 });
                 let members = current.get(name).unwrap_or(&no_members);
-                member_ops(f, name, members, &scope, applied, &mut ops, &mut exp);
+                member_ops(f, name, members, &scope, applied, &mut w, &mut exp, report);
             }
             expected.push(exp);
         }
-        let ok = apply_ops(k.ipsets.as_mut(), &ops, report);
+        crate::malloc::mark("ipsets: last ops built");
+        let ok = w.finish(report);
         self.record_ipsets(families, expected, ok);
         report.add_shared_step(SyncStep::Ipsets, start.elapsed());
     }
@@ -195,17 +203,47 @@ fn header_matches(header: &SetHeader, spec: &IpSetSpec) -> bool {
     header.set_type == Some(spec.set_type) && family_ok
 }
 
+/// Member changes on their way to the kernel: applied whenever [`IPSET_BATCH`] of them are held.
+struct Writer<'k> {
+    ipsets: &'k mut dyn IpSets,
+    ops: Vec<IpSetOp>,
+    /// Every apply so far succeeded.
+    ok: bool,
+}
+
+/// Most member changes held at once: beyond, they are applied before more are built (a first sync's
+/// changes are the sets' whole contents, ~110 bytes each).
+const IPSET_BATCH: usize = 8192;
+
+impl Writer<'_> {
+    fn push(&mut self, op: IpSetOp, report: &mut SyncReport) {
+        self.ops.push(op);
+        if self.ops.len() >= IPSET_BATCH {
+            self.ok &= apply_ops(self.ipsets, &self.ops, report);
+            self.ops.clear();
+        }
+    }
+
+    /// Applies what is left; false if any apply failed.
+    fn finish(mut self, report: &mut SyncReport) -> bool {
+        self.ok &= apply_ops(self.ipsets, &self.ops, report);
+        self.ok
+    }
+}
+
 /// The member diff of one set turned into ops (deletions first: should a planned entry ever differ in
 /// text from the kernel's form of the same member, the member ends up present, never missing), and
 /// what the set holds afterwards.
+#[allow(clippy::too_many_arguments)]
 fn member_ops(
     f: &FamilyInput<'_>,
     name: &str,
     members: &BTreeSet<String>,
     scope: &Scope<String>,
     applied: Option<&Members>,
-    ops: &mut Vec<IpSetOp>,
+    w: &mut Writer<'_>,
     exp: &mut Expected,
+    report: &mut SyncReport,
 ) {
     let Some(set) = f.desired.ipsets.get(name) else {
         return;
@@ -216,28 +254,41 @@ fn member_ops(
         scope,
     }
     .diff(|_, _| true);
-    for e in &diff.delete {
-        ops.push(IpSetOp::Del {
+    let op = |add: bool, entry: String| match add {
+        true => IpSetOp::Add {
             set: name.to_string(),
-            entry: e.clone(),
-        });
-    }
-    for e in &diff.add {
-        ops.push(IpSetOp::Add {
+            entry,
+        },
+        false => IpSetOp::Del {
             set: name.to_string(),
-            entry: e.clone(),
-        });
-    }
+            entry,
+        },
+    };
     if scope.is_all() {
+        // The diff's own copies of the entries become the ops (a first sync's diff is every member).
+        for e in diff.delete {
+            w.push(op(false, e), report);
+        }
+        for e in diff.add {
+            w.push(op(true, e), report);
+        }
         if applied.and_then(|a| a.get(name)) != Some(&set.entries) {
             exp.replaced.insert(name.to_string(), set.entries.clone());
         }
-    } else if !diff.is_empty() {
+        return;
+    }
+    for e in &diff.delete {
+        w.push(op(false, e.clone()), report);
+    }
+    for e in &diff.add {
+        w.push(op(true, e.clone()), report);
+    }
+    if !diff.is_empty() {
         exp.patches.push((name.to_string(), diff.add, diff.delete));
     }
 }
 
-/// Applies every member change in one call and counts the results; false if the call failed.
+/// Applies member changes in one call and counts the results; false if the call failed.
 fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) -> bool {
     if ops.is_empty() {
         return true;

@@ -150,6 +150,7 @@ impl Reconciler {
             .diff(|want, have| same_service(&have.service, &want.service)),
         };
         let ready = write_services(k.ipvs.as_mut(), desired, &diff, kernel.is_some(), report);
+        crate::malloc::mark("ipvs: services written");
         let view = snap.dest_view.as_ref();
         self.sync_destinations(k, ready, view, &mut applied, report, udp);
         // Virtual servers that left the plan: only ours, never excluded ones.
@@ -219,6 +220,7 @@ impl Reconciler {
                 applied.virtual_servers.insert(r.key, r.dvs.clone());
             }
             if planned.len() >= DEST_BATCH {
+                crate::malloc::mark("ipvs: real-server batch planned");
                 // Bounded batches: a first sync of many virtual servers never holds every change at once.
                 apply_dest_changes(
                     k.ipvs.as_mut(),
@@ -313,8 +315,8 @@ fn kernel_services(
     })
 }
 
-/// Adds and updates the diff's virtual servers in one batch (an add the kernel already has converges
-/// to an update) and returns every desired virtual server in scope that is now in place.
+/// Adds and updates the diff's virtual servers in batches of [`DEST_BATCH`] (an add the kernel already
+/// has converges to an update) and returns every desired virtual server in scope that is now in place.
 fn write_services<'a>(
     ipvs: &mut dyn Ipvs,
     desired: &'a BTreeMap<IpvsServiceKey, SharedVs>,
@@ -322,8 +324,8 @@ fn write_services<'a>(
     dumped: bool,
     report: &mut SyncReport,
 ) -> Vec<Ready<'a>> {
-    let mut ops = Vec::new();
-    let mut todo: Vec<(Ready<'a>, Option<usize>)> = Vec::new();
+    let mut batch = ServiceBatch::default();
+    let mut out = Vec::new();
     for (key, change) in diff.desired_in_order() {
         let Some(dvs) = desired.get(key) else {
             continue;
@@ -339,42 +341,62 @@ fn write_services<'a>(
             exists,
             dump: exists && dumped,
         };
-        todo.push((ready, op.is_some().then_some(ops.len())));
-        ops.extend(op);
+        batch
+            .todo
+            .push((ready, op.is_some().then_some(batch.ops.len())));
+        batch.ops.extend(op);
+        if batch.ops.len() >= DEST_BATCH {
+            batch.write(ipvs, &mut out, report);
+        }
     }
-    let mut results = run_batch(ipvs, &ops);
-    let mut out = Vec::with_capacity(todo.len());
-    for (mut ready, op) in todo {
-        let Some(i) = op else {
-            out.push(ready);
-            continue;
-        };
-        let res = std::mem::replace(&mut results[i], Ok(()));
-        match (&ops[i], res) {
-            (IpvsOp::AddService(_), Ok(())) => report.ipvs_services.added += 1,
-            (IpvsOp::UpdateService(_), Ok(())) => report.ipvs_services.updated += 1,
-            (IpvsOp::AddService(_), Err(KernelError::Exists(_))) => {
-                // The kernel has it although we did not know: converge and read it back.
-                if let Err(e) = ipvs.update_service(&ready.dvs.service) {
-                    tracing::warn!(service = %ready.key, error = %e, "IPVS update failed");
+    batch.write(ipvs, &mut out, report);
+    out
+}
+
+/// Virtual-server writes on their way to the kernel, with every virtual server they precede.
+#[derive(Default)]
+struct ServiceBatch<'a> {
+    ops: Vec<IpvsOp>,
+    /// Each virtual server in order, with the index of its write in `ops` (None: nothing to write).
+    todo: Vec<(Ready<'a>, Option<usize>)>,
+}
+
+impl<'a> ServiceBatch<'a> {
+    /// Sends the writes and moves every virtual server now in place to `out`, in order.
+    fn write(&mut self, ipvs: &mut dyn Ipvs, out: &mut Vec<Ready<'a>>, report: &mut SyncReport) {
+        let mut results = run_batch(ipvs, &self.ops);
+        for (mut ready, op) in self.todo.drain(..) {
+            let Some(i) = op else {
+                out.push(ready);
+                continue;
+            };
+            let res = std::mem::replace(&mut results[i], Ok(()));
+            match (&self.ops[i], res) {
+                (IpvsOp::AddService(_), Ok(())) => report.ipvs_services.added += 1,
+                (IpvsOp::UpdateService(_), Ok(())) => report.ipvs_services.updated += 1,
+                (IpvsOp::AddService(_), Err(KernelError::Exists(_))) => {
+                    // The kernel has it although we did not know: converge and read it back.
+                    if let Err(e) = ipvs.update_service(&ready.dvs.service) {
+                        tracing::warn!(service = %ready.key, error = %e, "IPVS update failed");
+                        service_write_failed(report, e);
+                        continue;
+                    }
+                    report.ipvs_services.updated += 1;
+                    ready.exists = true;
+                    ready.dump = true;
+                }
+                (op, Err(e)) => {
+                    tracing::warn!(%op, error = %e, "IPVS service write failed");
+                    // What we applied before (if anything) stays recorded: the retry compares with it.
                     service_write_failed(report, e);
                     continue;
                 }
-                report.ipvs_services.updated += 1;
-                ready.exists = true;
-                ready.dump = true;
+                (_, Ok(())) => {}
             }
-            (op, Err(e)) => {
-                tracing::warn!(%op, error = %e, "IPVS service write failed");
-                // What we applied before (if anything) stays recorded: the retry compares with it.
-                service_write_failed(report, e);
-                continue;
-            }
-            (_, Ok(())) => {}
+            out.push(ready);
         }
-        out.push(ready);
+        self.ops.clear();
     }
-    out
 }
 
 /// Counts a failed virtual-server write; a scheduler the kernel refused is reported so the next plan
@@ -440,7 +462,8 @@ fn current_destinations(
     ))
 }
 
-/// Real-server changes applied per batch (a batch is split into netlink datagrams by the backend).
+/// Virtual-server writes and real-server changes applied per batch (a batch is split into netlink
+/// datagrams by the backend): a first sync at scale never holds every write at once.
 const DEST_BATCH: usize = 4096;
 
 /// Writes planned real-server changes in one batch and accounts for the results; a failed change

@@ -218,8 +218,10 @@ impl Reconciler {
         } else {
             Snapshot::default()
         };
+        crate::malloc::mark("dumps");
 
         self.sync_ipsets(k, families, &mut snap, report);
+        crate::malloc::mark("ipsets");
 
         let mut serve = Vec::new();
         for f in families {
@@ -229,10 +231,15 @@ impl Reconciler {
                 report.ipvs_withheld += 1;
             }
         }
+        crate::malloc::mark("iptables");
 
         let removed_udp = self.sync_ipvs(k, &serve, &snap, report);
+        crate::malloc::mark("ipvs");
         self.sync_addresses(k, &serve, &snap, report);
+        crate::malloc::mark("addresses");
         self.sync_conntrack(k, &serve, full, &removed_udp, hints, report);
+        drop(snap);
+        crate::malloc::mark("conntrack");
     }
 
     fn snapshot(&mut self, k: &mut Backends, report: &mut SyncReport) -> Snapshot {
