@@ -273,36 +273,36 @@ struct ProcessUsage(libc::rusage);
 
 impl ProcessUsage {
     fn now() -> Self {
-        // SAFETY: an all-zero rusage is valid; getrusage only writes into it.
-        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: RUSAGE_SELF with a valid out pointer.
-        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-        ProcessUsage(u)
+        ProcessUsage(rusage(libc::RUSAGE_SELF))
     }
 }
 
 impl std::fmt::Display for ProcessUsage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        // CPU seconds of waited-for children: the iptables processes.
+        let children = rusage(libc::RUSAGE_CHILDREN);
         write!(
             f,
             "user {:.3} s, sys {:.3} s, minor faults {}, children {:.3} s",
             secs(self.0.ru_utime),
             secs(self.0.ru_stime),
             self.0.ru_minflt,
-            children_cpu(),
+            secs(children.ru_utime) + secs(children.ru_stime),
         )
     }
 }
 
-/// CPU seconds of waited-for children (the iptables processes).
-fn children_cpu() -> f64 {
-    // SAFETY: as in ProcessUsage::now.
+/// `getrusage(who)`: the process's (`RUSAGE_SELF`) or its waited-for children's usage.
+fn rusage(who: libc::c_int) -> libc::rusage {
+    // SAFETY: an all-zero rusage is valid; getrusage only writes into it.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_CHILDREN with a valid out pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(u.ru_utime) + secs(u.ru_stime)
+    // SAFETY: a valid `who` and a valid out pointer.
+    unsafe { libc::getrusage(who, &mut u) };
+    u
+}
+
+fn secs(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
 }
 
 /// The conntrack hints in the trackers' results (removed UDP ClusterIPs, removed or unready UDP endpoints).

@@ -74,13 +74,7 @@ pub fn read(
     sizes: &mut BTreeMap<(IpFamily, String), usize>,
 ) -> Option<TablesView> {
     let (af, level, layout) = family_layout(family);
-    // SAFETY: socket(2) with constant arguments; the fd is owned right away.
-    let fd = unsafe { libc::socket(af, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = raw_socket(af)?;
     let mut h = DefaultHasher::new();
     let mut chains = BTreeMap::new();
     for table in tables {
@@ -129,14 +123,21 @@ pub fn fresh_table_size(family: IpFamily, table: &str) -> Option<usize> {
 /// The blob size of a table as the kernel reports it now (`IPT_SO_GET_INFO`), or None.
 pub fn table_size(family: IpFamily, table: &str) -> Option<usize> {
     let (af, level, _) = family_layout(family);
-    // SAFETY: socket(2) with constant arguments; the fd is owned right away.
+    let fd = raw_socket(af)?;
+    table_info_size(&fd, level, table)
+}
+
+/// A raw socket of address family `af`, the handle the x_tables `getsockopt`s go through; None if it
+/// cannot be opened.
+fn raw_socket(af: libc::c_int) -> Option<OwnedFd> {
+    // SAFETY: socket(2) takes only integers; the fd it returns is owned right away.
     let fd = unsafe { libc::socket(af, libc::SOCK_RAW, libc::IPPROTO_RAW) };
     if fd < 0 {
         return None;
     }
     // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    table_info_size(&fd, level, table)
+    Some(fd)
 }
 
 /// `IPT_SO_GET_INFO`'s size of one table's entries, or None.

@@ -47,6 +47,7 @@ impl Reconciler {
         let created_together = !missing.is_empty() && k.ipsets.create_all(&missing).is_ok();
         let mut w = Writer {
             ipsets: k.ipsets.as_mut(),
+            report,
             ops: Vec::new(),
             ok: true,
         };
@@ -67,22 +68,12 @@ impl Reconciler {
                     };
                     if let Err(e) = res {
                         tracing::warn!(set = %name, error = %e, "ipset create failed");
-                        report.fail(FailureKind::Ipset);
+                        w.report.fail(FailureKind::Ipset);
                         continue;
                     }
-                    report.ipsets_created += 1;
+                    w.report.ipsets_created += 1;
                     // A set just created gets all its members, whatever the delta says.
-                    let all = Scope::All;
-                    member_ops(
-                        f,
-                        name,
-                        &no_members,
-                        &all,
-                        applied,
-                        &mut w,
-                        &mut exp,
-                        report,
-                    );
+                    member_ops(f, name, &no_members, &Scope::All, applied, &mut w, &mut exp);
                 }
             }
             for name in sets.keep.iter().filter(|n| !stuck.contains(*n)) {
@@ -91,12 +82,12 @@ impl Reconciler {
                     adds.chain(d.set_dels.get(name).into_iter().flatten())
                 });
                 let members = current.get(name).unwrap_or(&no_members);
-                member_ops(f, name, members, &scope, applied, &mut w, &mut exp, report);
+                member_ops(f, name, members, &scope, applied, &mut w, &mut exp);
             }
             expected.push(exp);
         }
         crate::malloc::mark("ipsets: last ops built");
-        let ok = w.finish(report);
+        let ok = w.finish();
         self.record_ipsets(families, expected, ok);
         report.add_shared_step(SyncStep::Ipsets, start.elapsed());
     }
@@ -206,6 +197,8 @@ fn header_matches(header: &SetHeader, spec: &IpSetSpec) -> bool {
 /// Member changes on their way to the kernel: applied whenever [`IPSET_BATCH`] of them are held.
 struct Writer<'k> {
     ipsets: &'k mut dyn IpSets,
+    /// Where the applies are counted (the sync's report, borrowed while the changes are built).
+    report: &'k mut SyncReport,
     ops: Vec<IpSetOp>,
     /// Every apply so far succeeded.
     ok: bool,
@@ -216,17 +209,17 @@ struct Writer<'k> {
 const IPSET_BATCH: usize = 8192;
 
 impl Writer<'_> {
-    fn push(&mut self, op: IpSetOp, report: &mut SyncReport) {
+    fn push(&mut self, op: IpSetOp) {
         self.ops.push(op);
         if self.ops.len() >= IPSET_BATCH {
-            self.ok &= apply_ops(self.ipsets, &self.ops, report);
+            self.ok &= apply_ops(self.ipsets, &self.ops, self.report);
             self.ops.clear();
         }
     }
 
     /// Applies what is left; false if any apply failed.
-    fn finish(mut self, report: &mut SyncReport) -> bool {
-        self.ok &= apply_ops(self.ipsets, &self.ops, report);
+    fn finish(mut self) -> bool {
+        self.ok &= apply_ops(self.ipsets, &self.ops, self.report);
         self.ok
     }
 }
@@ -234,7 +227,6 @@ impl Writer<'_> {
 /// The member diff of one set turned into ops (deletions first: should a planned entry ever differ in
 /// text from the kernel's form of the same member, the member ends up present, never missing), and
 /// what the set holds afterwards.
-#[allow(clippy::too_many_arguments)]
 fn member_ops(
     f: &FamilyInput<'_>,
     name: &str,
@@ -243,7 +235,6 @@ fn member_ops(
     applied: Option<&Members>,
     w: &mut Writer<'_>,
     exp: &mut Expected,
-    report: &mut SyncReport,
 ) {
     let Some(set) = f.desired.ipsets.get(name) else {
         return;
@@ -267,10 +258,10 @@ fn member_ops(
     if scope.is_all() {
         // The diff's own copies of the entries become the ops (a first sync's diff is every member).
         for e in diff.delete {
-            w.push(op(false, e), report);
+            w.push(op(false, e));
         }
         for e in diff.add {
-            w.push(op(true, e), report);
+            w.push(op(true, e));
         }
         if applied.and_then(|a| a.get(name)) != Some(&set.entries) {
             exp.replaced.insert(name.to_string(), set.entries.clone());
@@ -278,10 +269,10 @@ fn member_ops(
         return;
     }
     for e in &diff.delete {
-        w.push(op(false, e.clone()), report);
+        w.push(op(false, e.clone()));
     }
     for e in &diff.add {
-        w.push(op(true, e.clone()), report);
+        w.push(op(true, e.clone()));
     }
     if !diff.is_empty() {
         exp.patches.push((name.to_string(), diff.add, diff.delete));
