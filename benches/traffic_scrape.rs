@@ -13,7 +13,9 @@ mod uml;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName};
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
 use kube_proxy_rs::kernel::ipvs::{Ipvs, IpvsOp, IpvsService, IpvsServiceKey};
-use kube_proxy_rs::traffic::{FamilyServices, TrafficIndex, TrafficMetrics};
+use kube_proxy_rs::proxier::plan::decision::DecisionChanges;
+use kube_proxy_rs::proxier::plan::{NodeFacts, PlanConfig, plan};
+use kube_proxy_rs::traffic::TrafficMetrics;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -48,7 +50,7 @@ fn service_port(i: usize) -> ServicePort {
         external_policy_local: false,
         internal_policy_local: false,
         health_check_node_port: None,
-        scheduler: None,
+        options: None,
     }
 }
 
@@ -115,14 +117,18 @@ fn measure(n: usize) -> Row {
             assert_eq!(dump.services_with_stats().unwrap().len(), ops.len());
             dumps.push(t.elapsed());
         }
-        let t = TrafficMetrics::new(Box::new(NetlinkIpvs::new().unwrap()));
-        t.publish(TrafficIndex {
-            families: vec![FamilyServices {
-                family: IpFamily::V4,
-                services: Arc::new(services.clone()),
-                node_port_ips: vec![IpAddr::V4(NODE_IP)],
-            }],
-        });
+        // The index the sync loop publishes: the planner's decision records.
+        let index = kube_proxy_rs::explain::shared_index();
+        let node = NodeFacts::new("n1", vec![IpAddr::V4(NODE_IP)]);
+        let planned = plan(
+            &services,
+            &Default::default(),
+            &node,
+            &PlanConfig::new(IpFamily::V4),
+        );
+        let all = DecisionChanges::All(planned.decisions);
+        index.write().unwrap().apply(IpFamily::V4, all);
+        let t = TrafficMetrics::new(Box::new(NetlinkIpvs::new().unwrap()), index);
         let mut times = Vec::new();
         let mut text = String::new();
         for _ in 0..SCRAPES {

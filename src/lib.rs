@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod codepages;
 pub mod config;
 pub mod daemon;
+pub mod explain;
 pub mod kernel;
 pub mod malloc;
 pub mod metrics;

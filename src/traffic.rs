@@ -1,9 +1,9 @@
 //! Per-service IPVS traffic counters on `/metrics` (`--ipvs-traffic-metrics`; not in upstream).
 //!
-//! The sync loop publishes what it last programmed ([`TrafficIndex`]: the service maps and NodePort
-//! addresses per family, shared `Arc`s, no copy) after each sync. A scrape reads the kernel's IPVS
-//! counters with one dump on its own netlink socket (never the sync loop's), maps every virtual server to
-//! the Service port and address kind the planner created it for, sums per (Service port, kind) and renders
+//! The sync loop publishes the planner's decision records after each sync ([`crate::explain`]). A scrape
+//! reads the kernel's IPVS counters with one dump on its own netlink socket (never the sync loop's), maps
+//! every virtual server to the Service port and address kind the planner's records name for it, sums per
+//! (Service port, kind) and renders
 //! `kubeproxy_rs_service_{connections,packets,bytes}_total`. Virtual servers no Service owns (foreign ones,
 //! or leftovers not yet deleted) are not exported. Cardinality is bounded by the programmed Services: one
 //! series set per (Service port, address kind). The kernel refreshes the counters it reports from its
@@ -11,117 +11,34 @@
 //! go back (e.g. a NodePort address disappears and its virtual server with it): Prometheus treats
 //! that as a reset.
 
-use crate::cluster::model::{IpFamily, ServiceMap, ServicePort, ServicePortName};
+use crate::cluster::model::ServicePortName;
+use crate::explain::SharedIndex;
 use crate::kernel::ipvs::{Ipvs, IpvsServiceKey, IpvsStats};
+pub use crate::proxier::plan::decision::AddressKind;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 /// Prefix of the traffic metric names.
 pub const PREFIX: &str = "kubeproxy_rs_service";
 
-/// Which address of a Service port a virtual server listens on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum AddressKind {
-    ClusterIp,
-    NodePort,
-    ExternalIp,
-    LoadBalancer,
-}
-
-impl AddressKind {
-    /// Value of the `address_kind` label.
-    pub fn label(self) -> &'static str {
-        match self {
-            AddressKind::ClusterIp => "cluster_ip",
-            AddressKind::NodePort => "node_port",
-            AddressKind::ExternalIp => "external_ip",
-            AddressKind::LoadBalancer => "load_balancer",
-        }
-    }
-}
-
-/// The services one family's last sync planned, and the addresses that got NodePort virtual servers.
-#[derive(Debug, Clone)]
-pub struct FamilyServices {
-    pub family: IpFamily,
-    pub services: Arc<ServiceMap>,
-    pub node_port_ips: Vec<IpAddr>,
-}
-
-/// What the last sync programmed, as the scrape needs it to name virtual servers.
-#[derive(Debug, Clone, Default)]
-pub struct TrafficIndex {
-    pub families: Vec<FamilyServices>,
-}
-
-/// The virtual servers the planner creates for one Service port in `family` (the same addresses as
-/// `proxier::plan`: nothing without a cluster IP of the family; NodePorts on every NodePort address).
-pub fn virtual_servers(
-    svc: &ServicePort,
-    family: IpFamily,
-    node_port_ips: &[IpAddr],
-) -> Vec<(IpvsServiceKey, AddressKind)> {
-    let Some(cluster_ip) = svc.cluster_ip(family) else {
-        return Vec::new();
-    };
-    let key = |addr, port| IpvsServiceKey {
-        addr,
-        port,
-        protocol: svc.protocol,
-    };
-    let mut out = vec![(key(cluster_ip, svc.port), AddressKind::ClusterIp)];
-    out.extend(
-        svc.external_ips_of(family)
-            .map(|ip| (key(ip, svc.port), AddressKind::ExternalIp)),
-    );
-    out.extend(
-        svc.load_balancer_ips_of(family)
-            .map(|ip| (key(ip, svc.port), AddressKind::LoadBalancer)),
-    );
-    if let Some(np) = svc.node_port {
-        out.extend(
-            node_port_ips
-                .iter()
-                .filter(|ip| IpFamily::of(ip) == family)
-                .map(|ip| (key(*ip, np), AddressKind::NodePort)),
-        );
-    }
-    out
-}
-
 /// Counters summed per (Service port, address kind).
 pub type Totals<'a> = BTreeMap<(&'a ServicePortName, AddressKind), IpvsStats>;
 
-impl TrafficIndex {
-    /// Owner of every virtual server the indexed services program; when two Service ports claim the same
-    /// address:port, the later one owns it, as in the planner.
-    pub fn owners(&self) -> HashMap<IpvsServiceKey, (&ServicePortName, AddressKind)> {
-        let mut owners = HashMap::new();
-        for f in &self.families {
-            for (name, svc) in f.services.iter() {
-                for (key, kind) in virtual_servers(svc, f.family, &f.node_port_ips) {
-                    owners.insert(key, (name, kind));
-                }
-            }
+/// Sums the kernel's per virtual server counters per (Service port, address kind) of the planned virtual
+/// servers (`owners`); a Service port kind whose virtual servers are all missing from `stats` has no entry.
+pub fn totals<'a>(
+    owners: &HashMap<IpvsServiceKey, (&'a ServicePortName, AddressKind)>,
+    stats: &[(IpvsServiceKey, IpvsStats)],
+) -> Totals<'a> {
+    let mut totals = Totals::new();
+    for (key, st) in stats {
+        if let Some(owner) = owners.get(key) {
+            *totals.entry(*owner).or_default() += *st;
         }
-        owners
     }
-
-    /// Sums the kernel's per virtual server counters per (Service port, address kind). A Service port
-    /// kind whose virtual servers are all missing from `stats` has no entry.
-    pub fn totals(&self, stats: &[(IpvsServiceKey, IpvsStats)]) -> Totals<'_> {
-        let owners = self.owners();
-        let mut totals = Totals::new();
-        for (key, st) in stats {
-            if let Some(owner) = owners.get(key) {
-                *totals.entry(*owner).or_default() += *st;
-            }
-        }
-        totals
-    }
+    totals
 }
 
 /// Escapes a label value for the text exposition format.
@@ -200,10 +117,10 @@ pub fn render(out: &mut String, totals: &Totals<'_>) {
     }
 }
 
-/// The scrape side: its own IPVS handle and the index the sync loop last published.
+/// The scrape side: its own IPVS handle and the decision records the sync loop publishes.
 pub struct TrafficMetrics {
     ipvs: Mutex<Box<dyn Ipvs>>,
-    index: Mutex<Arc<TrafficIndex>>,
+    index: SharedIndex,
     errors: AtomicU64,
 }
 
@@ -212,27 +129,25 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl TrafficMetrics {
-    /// Scrapes read counters through `ipvs` (a handle of its own, not the sync loop's).
-    pub fn new(ipvs: Box<dyn Ipvs>) -> Self {
+    /// Scrapes read counters through `ipvs` (a handle of its own, not the sync loop's) and name them
+    /// with `index`.
+    pub fn new(ipvs: Box<dyn Ipvs>, index: SharedIndex) -> Self {
         TrafficMetrics {
             ipvs: Mutex::new(ipvs),
-            index: Mutex::new(Arc::default()),
+            index,
             errors: AtomicU64::new(0),
         }
-    }
-
-    /// Replaces the index (the sync loop, after each sync). Cheap: the maps are shared.
-    pub fn publish(&self, index: TrafficIndex) {
-        *lock(&self.index) = Arc::new(index);
     }
 
     /// Dumps the kernel's counters once and renders them; a failed dump is logged, counted in
     /// `kubeproxy_rs_service_traffic_scrape_errors_total` and exports no traffic series. Blocking.
     pub fn render(&self, out: &mut String) {
-        let index = lock(&self.index).clone();
         let dump = lock(&self.ipvs).services_with_stats();
         match dump {
-            Ok(stats) => render(out, &index.totals(&stats)),
+            Ok(stats) => {
+                let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+                render(out, &totals(&index.owners(), &stats));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "reading IPVS traffic counters");
                 self.errors.fetch_add(1, Ordering::Relaxed);
@@ -251,12 +166,16 @@ impl TrafficMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::model::{IpFamily, ServiceMap, ServicePort};
     use crate::cluster::model::{LoadBalancerIngress, Protocol};
     use crate::kernel::KernelError;
     use crate::kernel::ipvs::IpvsService;
     use crate::kernel::ipvs::fake::FakeIpvs;
+    use crate::proxier::plan::decision::DecisionChanges;
     use crate::proxier::plan::{LocalDetector, NodeFacts, PlanConfig, plan};
     use std::collections::BTreeSet;
+    use std::net::IpAddr;
+    use std::sync::Arc;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -281,7 +200,7 @@ mod tests {
             external_policy_local: false,
             internal_policy_local: false,
             health_check_node_port: None,
-            scheduler: None,
+            options: None,
         }
     }
 
@@ -312,27 +231,9 @@ mod tests {
         vec![ip("192.168.1.5"), ip("192.168.2.5"), ip("fd01::5")]
     }
 
-    fn index() -> TrafficIndex {
-        let services = Arc::new(services());
-        TrafficIndex {
-            families: [IpFamily::V4, IpFamily::V6]
-                .into_iter()
-                .map(|family| FamilyServices {
-                    family,
-                    services: services.clone(),
-                    node_port_ips: node_port_ips(),
-                })
-                .collect(),
-        }
-    }
-
-    /// The index names exactly the virtual servers the real planner programs, in both families.
-    #[test]
-    fn index_matches_the_planner() {
+    /// The planner's decisions for both families of `services()`, as the sync loop publishes them.
+    fn fill(index: &SharedIndex) {
         let services = services();
-        let index = index();
-        let owners = index.owners();
-        let mut planned = BTreeSet::new();
         for family in [IpFamily::V4, IpFamily::V6] {
             let node = NodeFacts {
                 node_name: "n1".into(),
@@ -348,6 +249,36 @@ mod tests {
                 exclude_cidrs: vec![],
                 random_fully: false,
                 unavailable_schedulers: Default::default(),
+            };
+            let d = plan(&services, &Default::default(), &node, &cfg);
+            let mut w = index.write().unwrap();
+            w.apply(family, DecisionChanges::All(d.decisions));
+        }
+    }
+
+    fn index() -> SharedIndex {
+        let index = crate::explain::shared_index();
+        fill(&index);
+        index
+    }
+
+    /// The index names exactly the virtual servers the real planner programs, in both families.
+    #[test]
+    fn index_matches_the_planner() {
+        let services = services();
+        let index = index();
+        let index = index.read().unwrap();
+        let owners = index.owners();
+        let mut planned = BTreeSet::new();
+        for family in [IpFamily::V4, IpFamily::V6] {
+            let node = NodeFacts {
+                node_name: "n1".into(),
+                node_port_ips: node_port_ips(),
+                ..Default::default()
+            };
+            let cfg = PlanConfig {
+                unavailable_schedulers: Default::default(),
+                ..PlanConfig::new(family)
             };
             let d = plan(&services, &Default::default(), &node, &cfg);
             planned.extend(d.virtual_servers.keys().copied());
@@ -407,11 +338,12 @@ mod tests {
         add(&fake, key("192.168.2.5", 30080, Protocol::Tcp), 5);
         add(&fake, key("10.96.0.53", 80, Protocol::Udp), 0);
         add(&fake, key("10.1.1.1", 8080, Protocol::Tcp), 99); // not ours
-        let t = TrafficMetrics::new(Box::new(fake.clone()));
+        let index = crate::explain::shared_index();
+        let t = TrafficMetrics::new(Box::new(fake.clone()), index.clone());
         let mut before = String::new();
         t.render(&mut before);
         assert!(!before.contains("connections_total"), "{before}");
-        t.publish(index());
+        fill(&index);
         let mut out = String::new();
         t.render(&mut out);
         let web = |kind: &str| {
@@ -472,8 +404,7 @@ mod tests {
         assert!(!m.encode().unwrap().contains(PREFIX));
         let fake = FakeIpvs::new();
         add(&fake, key("10.96.0.53", 80, Protocol::Udp), 4);
-        let t = Arc::new(TrafficMetrics::new(Box::new(fake)));
-        t.publish(index());
+        let t = Arc::new(TrafficMetrics::new(Box::new(fake), index()));
         m.enable_traffic(t);
         let text = m.encode().unwrap();
         assert!(text.contains("kubeproxy_sync_proxy_rules"), "{text}");

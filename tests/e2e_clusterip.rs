@@ -688,7 +688,7 @@ fn clusterip_body() {
         let cfg_args = vec![format!("--config={}", cfg.display())];
         let mut daemon = Daemon::spawn(&bin, &cfg_args, &dir.join("kube-proxy-2.log"));
         assert!(
-            daemon.wait_log(Duration::from_secs(90), "synced proxy rules"),
+            daemon.wait_log(Duration::from_secs(90), "SyncProxyRules complete"),
             "restarted daemon never synced:\n{}",
             daemon.log()
         );

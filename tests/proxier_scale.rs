@@ -73,6 +73,7 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
     };
     DesiredState {
         family: IpFamily::V4,
+        decisions: Default::default(),
         bound_addresses: virtual_servers.keys().map(|k| k.addr).collect(),
         virtual_servers,
         ipsets: [

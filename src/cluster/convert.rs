@@ -7,6 +7,7 @@ use super::model::{
     Endpoint, IpFamily, LoadBalancerIngress, Name, Protocol, ServiceName, ServicePort,
     ServicePortName, Topology,
 };
+use super::service_options::ServiceOptions;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -293,9 +294,14 @@ fn port_template(
     let session_affinity_timeout = affinity_timeout(spec, ctx)?;
     let externally_accessible = matches!(svc_type, "LoadBalancer" | "NodePort")
         || (svc_type == "ClusterIP" && spec.external_ips.as_ref().is_some_and(|v| !v.is_empty()));
-    let external_policy_local =
+    // One parse of the annotations per Service; kube-router's `service.local` overrides both policies.
+    let options = ServiceOptions::from_annotations(svc.metadata.annotations.as_ref());
+    let local_override = options.as_ref().is_some_and(|o| o.local_override.is_some());
+    let spec_external_local =
         externally_accessible && spec.external_traffic_policy.as_deref() == Some("Local");
-    let health_check_node_port = if svc_type == "LoadBalancer" && external_policy_local {
+    let external_policy_local = spec_external_local || (externally_accessible && local_override);
+    // The API server allocates a health-check node port for the spec's policy only.
+    let health_check_node_port = if svc_type == "LoadBalancer" && spec_external_local {
         health_check_node_port(spec, ctx, warnings)?
     } else {
         None
@@ -316,10 +322,11 @@ fn port_template(
         load_balancer_source_ranges,
         session_affinity_timeout,
         external_policy_local,
-        internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
+        internal_policy_local: !local_override
+            && spec.internal_traffic_policy.as_deref() == Some("Local"),
         health_check_node_port,
-        // A bad value never rejects the Service: it stays on the node's scheduler.
-        scheduler: super::annotations::scheduler_choice(svc.metadata.annotations.as_ref()),
+        // A bad value never rejects the Service: it is reported from the planner's decision record.
+        options,
     })
 }
 

@@ -17,8 +17,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
-use super::annotations::SERVICE_ANNOTATIONS;
 use super::convert::ANNOTATION_TRIGGER_TIME;
+use super::service_options::SERVICE_ANNOTATIONS;
 
 /// Which part of a JSON value to keep before the typed decode.
 #[derive(Debug)]

@@ -1,10 +1,10 @@
 //! The cluster side: models, conversion from API objects, change trackers, endpoint selection, watchers.
 
-pub mod annotations;
 pub mod client;
 pub mod convert;
 pub mod decode;
 pub mod model;
 pub mod select;
+pub mod service_options;
 pub mod tracker;
 pub mod watch;

@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use std::ops::Deref;
 use std::sync::{Arc, LazyLock};
 
+use super::service_options::ServiceOptions;
 pub use crate::net::{IpFamily, Protocol};
-use crate::scheduler::Scheduler;
 
 /// An immutable, shared string (a namespace, service or port name): clones are reference-count bumps, so
 /// the many maps keyed by service (port) names share one copy of each name. Orders, compares, hashes,
@@ -180,55 +180,8 @@ pub struct ServicePort {
     /// internalTrafficPolicy: Local.
     pub internal_policy_local: bool,
     pub health_check_node_port: Option<u16>,
-    /// The IPVS scheduler the Service's annotations ask for; `None`: the node's scheduler.
-    pub scheduler: Option<SchedulerChoice>,
-}
-
-/// A per-Service IPVS scheduler from the Service's annotations (`cluster::annotations`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SchedulerChoice {
-    /// This scheduler, with these scheduler flags on top of its default ones (`mh-port` for `mh`),
-    /// from scheduler annotation `source` (ours or its alias).
-    Set {
-        scheduler: Scheduler,
-        flags: u32,
-        source: &'static str,
-    },
-    /// A bad value: the Service stays on the node's scheduler (and the daemon reports it).
-    Invalid(Arc<AnnotationError>),
-}
-
-impl SchedulerChoice {
-    /// The scheduler and extra flags asked for, if the value was valid.
-    pub fn valid(&self) -> Option<(Scheduler, u32)> {
-        match self {
-            SchedulerChoice::Set {
-                scheduler, flags, ..
-            } => Some((*scheduler, *flags)),
-            SchedulerChoice::Invalid(_) => None,
-        }
-    }
-}
-
-/// A Service annotation whose value was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnnotationError {
-    /// The annotation's key.
-    pub annotation: &'static str,
-    /// Its value, as given.
-    pub value: String,
-    /// Why it was refused.
-    pub reason: String,
-}
-
-impl fmt::Display for AnnotationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "annotation {}={:?} ignored: {}",
-            self.annotation, self.value, self.reason
-        )
-    }
+    /// What the Service's annotations ask for (`service_options`), shared by its ports; `None`: nothing.
+    pub options: Option<Arc<ServiceOptions>>,
 }
 
 impl ServicePort {
@@ -249,7 +202,7 @@ impl ServicePort {
             external_policy_local: false,
             internal_policy_local: false,
             health_check_node_port: None,
-            scheduler: None,
+            options: None,
         }
     }
 
@@ -397,7 +350,11 @@ impl Endpoint {
 pub type ServiceMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
 
 /// Endpoints of every service port (all slices merged, sorted, deduplicated).
-pub type EndpointsMap = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
+pub type EndpointsMap = BTreeMap<ServicePortName, SharedEndpoints>;
+
+/// One service port's endpoints as the map holds them: shared, so a plan or a decision record can keep
+/// them without a copy (a `Vec` inside, because the trackers edit them in place through `Arc::make_mut`).
+pub type SharedEndpoints = Arc<Vec<Endpoint>>;
 
 /// The entries of `service`'s ports in a map keyed by port name: one range scan, as a service's ports sort
 /// together (namespace and name first; the empty port name and TCP sort lowest).

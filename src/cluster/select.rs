@@ -14,6 +14,69 @@ pub struct Categorized<'a> {
     pub local: Vec<&'a Endpoint>,
     /// Whether the service has any usable endpoint anywhere in the cluster.
     pub has_any: bool,
+    /// Every endpoint's verdict in both sets, in input order (other families included).
+    pub verdicts: Vec<Verdict>,
+}
+
+/// How one endpoint fared in one endpoint set (cluster-wide or node-local).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Pick {
+    /// In the set.
+    Selected,
+    /// The port never uses this set (e.g. no Local policy: no node-local set).
+    #[default]
+    Unused,
+    /// An address of the other IP family.
+    OtherFamily,
+    /// Not ready (and not serving while terminating).
+    NotReady,
+    /// Serving while terminating: used only when no ready endpoint exists.
+    TerminatingFallbackOnly,
+    /// Topology hints name other zones than this node's.
+    TopologyOtherZone,
+    /// Topology hints name other nodes than this one.
+    TopologyOtherNode,
+    /// On another node (the node-local set).
+    OtherNode,
+}
+
+impl Pick {
+    /// The explanation's reason code (empty when selected).
+    pub fn code(self) -> &'static str {
+        match self {
+            Pick::Selected => "",
+            Pick::Unused => "Unused",
+            Pick::OtherFamily => "OtherFamily",
+            Pick::NotReady => "NotReady",
+            Pick::TerminatingFallbackOnly => "TerminatingFallbackOnly",
+            Pick::TopologyOtherZone => "TopologyHintsOtherZone",
+            Pick::TopologyOtherNode => "TopologyHintsOtherNode",
+            Pick::OtherNode => "OtherNodeLocalPolicy",
+        }
+    }
+
+    /// The reason for people.
+    pub fn text(self) -> &'static str {
+        match self {
+            Pick::Selected => "",
+            Pick::Unused => "not used by any virtual server of this port",
+            Pick::OtherFamily => "address of the other IP family",
+            Pick::NotReady => "not ready",
+            Pick::TerminatingFallbackOnly => {
+                "terminating: used only as a fallback when no endpoint is ready"
+            }
+            Pick::TopologyOtherZone => "topology hints assign it to another zone",
+            Pick::TopologyOtherNode => "topology hints assign it to another node",
+            Pick::OtherNode => "on another node, and the traffic policy is Local",
+        }
+    }
+}
+
+/// One endpoint's picks in both sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Verdict {
+    pub cluster: Pick,
+    pub local: Pick,
 }
 
 /// Which hint kind restricts the cluster endpoints.
@@ -88,7 +151,8 @@ fn available(ep: &Endpoint, mode: TopologyMode, node_name: &str, zone: &str) -> 
 }
 
 /// Splits the endpoints of `svc` (only those of `family` count) into cluster and local sets for a node
-/// named `node_name` in `zone`: ready endpoints first, serving+terminating ones when none is ready.
+/// named `node_name` in `zone`: ready endpoints first, serving+terminating ones when none is ready. Every
+/// endpoint's verdict in both sets is recorded (the decision record's source).
 pub fn categorize<'a>(
     endpoints: &'a [Endpoint],
     svc: &ServicePort,
@@ -97,48 +161,107 @@ pub fn categorize<'a>(
     zone: Option<&str>,
 ) -> Categorized<'a> {
     let zone = zone.unwrap_or("");
-    let eps = || {
-        endpoints
-            .iter()
-            .filter(move |e| IpFamily::of(&e.ip) == family)
+    let mut out = Categorized {
+        verdicts: vec![Verdict::default(); endpoints.len()],
+        ..Categorized::default()
     };
-    let mut out = Categorized::default();
-
-    if uses_cluster_endpoints(svc, family) {
-        let mode = topology_mode(eps(), node_name, zone);
-        out.cluster = eps()
-            .filter(|e| e.ready && available(e, mode, node_name, zone))
-            .collect();
-        if out.cluster.is_empty() {
-            out.cluster = eps().filter(|e| e.serving && e.terminating).collect();
+    for (e, v) in endpoints.iter().zip(out.verdicts.iter_mut()) {
+        if IpFamily::of(&e.ip) != family {
+            *v = Verdict {
+                cluster: Pick::OtherFamily,
+                local: Pick::OtherFamily,
+            };
         }
-        out.has_any = !out.cluster.is_empty();
     }
-
-    if !uses_local_endpoints(svc, family) {
-        return out;
+    if uses_cluster_endpoints(svc, family) {
+        cluster_set(endpoints, family, node_name, zone, &mut out);
     }
+    if uses_local_endpoints(svc, family) {
+        local_set(endpoints, family, node_name, &mut out);
+    }
+    out
+}
 
+/// Whether `e` is serving while terminating (a fallback endpoint).
+fn fallback(e: &Endpoint) -> bool {
+    e.serving && e.terminating
+}
+
+/// The cluster-wide set: ready endpoints the topology hints leave for this node, else the serving
+/// terminating ones.
+fn cluster_set<'a>(
+    endpoints: &'a [Endpoint],
+    family: IpFamily,
+    node_name: &str,
+    zone: &str,
+    out: &mut Categorized<'a>,
+) {
+    let of_family = || endpoints.iter().filter(|e| IpFamily::of(&e.ip) == family);
+    let mode = topology_mode(of_family(), node_name, zone);
+    for (e, v) in endpoints.iter().zip(out.verdicts.iter_mut()) {
+        if v.cluster == Pick::OtherFamily {
+            continue;
+        }
+        v.cluster = if e.ready && available(e, mode, node_name, zone) {
+            out.cluster.push(e);
+            Pick::Selected
+        } else if e.ready {
+            match mode {
+                TopologyMode::SameNode => Pick::TopologyOtherNode,
+                _ => Pick::TopologyOtherZone,
+            }
+        } else if fallback(e) {
+            Pick::TerminatingFallbackOnly
+        } else {
+            Pick::NotReady
+        };
+    }
+    if out.cluster.is_empty() {
+        for (e, v) in endpoints.iter().zip(out.verdicts.iter_mut()) {
+            if v.cluster == Pick::TerminatingFallbackOnly {
+                out.cluster.push(e);
+                v.cluster = Pick::Selected;
+            }
+        }
+    }
+    out.has_any = !out.cluster.is_empty();
+}
+
+/// The node-local set: local ready endpoints, else local serving terminating ones.
+fn local_set<'a>(
+    endpoints: &'a [Endpoint],
+    family: IpFamily,
+    node_name: &str,
+    out: &mut Categorized<'a>,
+) {
     let mut local_ready = false;
     let mut local_terminating = false;
-    for e in eps() {
+    for e in endpoints.iter().filter(|e| IpFamily::of(&e.ip) == family) {
         let local = e.is_local(node_name);
         if e.ready {
             out.has_any = true;
             local_ready |= local;
-        } else if e.serving && e.terminating {
+        } else if fallback(e) {
             out.has_any = true;
             local_terminating |= local;
         }
     }
-    if local_ready {
-        out.local = eps().filter(|e| e.is_local(node_name) && e.ready).collect();
-    } else if local_terminating {
-        out.local = eps()
-            .filter(|e| e.is_local(node_name) && e.serving && e.terminating)
-            .collect();
+    for (e, v) in endpoints.iter().zip(out.verdicts.iter_mut()) {
+        if v.local == Pick::OtherFamily {
+            continue;
+        }
+        let selected = if local_ready { e.ready } else { fallback(e) };
+        v.local = if !e.is_local(node_name) {
+            Pick::OtherNode
+        } else if selected && (local_ready || local_terminating) {
+            out.local.push(e);
+            Pick::Selected
+        } else if fallback(e) {
+            Pick::TerminatingFallbackOnly
+        } else {
+            Pick::NotReady
+        };
     }
-    out
 }
 
 #[cfg(test)]

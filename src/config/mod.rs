@@ -21,11 +21,13 @@ pub mod file;
 pub mod flags;
 pub mod go_yaml;
 pub mod options;
+pub mod settings;
 pub mod types;
 pub mod validate;
 
 pub use duration::GoDuration;
 pub use file::{Decoded, FileError};
 pub use options::{ConfigError, Invocation, LocalMode, NodePortAddresses, Options, parse_args};
+pub use settings::{LocalDetection, ProxySettings};
 pub use types::ProxyConfig;
 pub use validate::{FieldError, ValidationErrors};

@@ -50,6 +50,8 @@ pub enum Invocation {
 pub struct Options {
     /// Effective configuration (defaulted; `mode` is `ipvs`).
     pub config: ProxyConfig,
+    /// The parts of `config` the syncs use, typed once after validation.
+    pub settings: super::settings::ProxySettings,
     /// The `--config` file, if any (upstream exits when it changes).
     pub config_path: Option<PathBuf>,
     /// `--cleanup`: remove our kernel state and exit.
@@ -197,28 +199,7 @@ impl ProxyConfig {
     /// The local-traffic detector for one family; `node_pod_cidrs` are the Node's podCIDRs
     /// (used in NodeCIDR mode). No CIDR of the family gives [`LocalDetector::None`].
     pub fn local_detector(&self, family: IpFamily, node_pod_cidrs: &[IpNet]) -> LocalDetector {
-        let of_family = |nets: Vec<IpNet>| -> LocalDetector {
-            let nets: Vec<IpNet> = nets
-                .into_iter()
-                .filter(|n| IpFamily::of_net(n) == family)
-                .collect();
-            if nets.is_empty() {
-                LocalDetector::None
-            } else {
-                LocalDetector::Cidrs(nets)
-            }
-        };
-        match self.local_mode() {
-            Some(LocalMode::ClusterCidr) => of_family(self.cluster_cidrs()),
-            Some(LocalMode::NodeCidr) => of_family(node_pod_cidrs.to_vec()),
-            Some(LocalMode::BridgeInterface) => {
-                LocalDetector::BridgeInterface(self.detect_local.bridge_interface.clone())
-            }
-            Some(LocalMode::InterfaceNamePrefix) => {
-                LocalDetector::InterfaceNamePrefix(self.detect_local.interface_name_prefix.clone())
-            }
-            None => LocalDetector::None,
-        }
+        super::settings::LocalDetection::from_config(self).detector(family, node_pod_cidrs)
     }
 
     /// Longest interval between full syncs (`ipvs.syncPeriod`).
@@ -417,6 +398,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     };
 
     Ok(Options {
+        settings: super::settings::ProxySettings::new(&config),
         config,
         config_path: flags.config.clone(),
         cleanup: flags.cleanup.unwrap_or(false),

@@ -1,18 +1,19 @@
 //! The running proxier: API client, Node, kernel preparation, servers, watchers and the sync loop, until
 //! a signal (exit 0, kernel rules left in place), a Node IP change (exit 1) or a config file change.
 
+pub mod annotations;
 pub mod backends;
 pub mod events;
 pub mod node;
 pub mod prepare;
-pub mod schedulers;
+pub mod scheduler_modules;
 pub mod sync;
 pub mod watch_config;
 
 use crate::cluster::client::{ClientOptions, build_client};
 use crate::cluster::model::IpFamily;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
-use crate::config::{GoDuration, LocalMode, Options};
+use crate::config::{GoDuration, LocalDetection, Options};
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::IptablesCli;
 use crate::malloc::TrimSchedule;
@@ -157,7 +158,7 @@ async fn connect(options: &Options) -> anyhow::Result<Cluster> {
     if initial.is_none() {
         tracing::warn!(node = %node_name, "the Node object was not found; continuing without it");
     }
-    let node_cidr_mode = c.local_mode() == Some(LocalMode::NodeCidr);
+    let node_cidr_mode = options.settings.local_detection == LocalDetection::NodeCidr;
     if node_cidr_mode {
         while initial.as_ref().is_none_or(|n| n.pod_cidrs.is_empty()) {
             tracing::info!(node = %node_name, "waiting for the Node's podCIDRs (detectLocalMode NodeCIDR)");
@@ -271,17 +272,24 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
     let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
 
-    let (metrics, health) = metrics_and_health(&options, &families, cluster.initial.as_ref())?;
+    let index = crate::explain::shared_index();
+    let (metrics, health) =
+        metrics_and_health(&options, &families, cluster.initial.as_ref(), &index)?;
     let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
     let servers = start_servers(&options, &metrics, &health, &server_stop_rx).await?;
-    let settings =
-        sync::SyncSettings::new(&options, node_ips.clone(), families.clone(), random_fully);
+    let settings = sync::SyncSettings::new(
+        &options.settings,
+        &options.node_name,
+        node_ips.clone(),
+        families.clone(),
+        random_fully,
+    );
     let health_ips: Vec<IpAddr> = health_check_ips(&settings, &proxier);
     let service_health = Arc::new(ServiceHealthServer::new(health_ips, health.clone()));
 
     let (runner_handle, runner) = bounded_frequency_runner(RunnerConfig::token_bucket(
-        c.min_sync_period(),
-        c.sync_period(),
+        options.settings.min_sync_period,
+        options.settings.sync_period,
     ));
     let trackers = Trackers::new(&options.node_name);
     let notifier = watch_notifier(
@@ -309,19 +317,19 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         health.updated(f);
     }
     let synced_for_trim = synced.clone();
-    let sync_loop = sync::SyncLoop::new(
+    let sync_loop = sync::SyncLoop::new(sync::SyncParts {
         settings,
-        options.clone(),
         trackers,
         synced,
-        stores.node.clone(),
+        node: stores.node.clone(),
         proxier,
         metrics,
         health,
-        service_health.clone(),
-        runner_handle,
-        cluster.events,
-    );
+        service_health: service_health.clone(),
+        runner: runner_handle,
+        events: cluster.events,
+        index,
+    });
     let (loop_stop_tx, loop_task) = spawn_sync_loop(runner, sync_loop, synced_for_trim);
 
     let stop = stop_rx
@@ -411,6 +419,7 @@ fn metrics_and_health(
     options: &Options,
     families: &[IpFamily],
     initial: Option<&NodeInfo>,
+    index: &crate::explain::SharedIndex,
 ) -> anyhow::Result<(Arc<Metrics>, Arc<ProxyHealth>)> {
     let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
     for &f in families {
@@ -420,12 +429,11 @@ fn metrics_and_health(
         // Scrapes get their own netlink socket: a scrape never waits for (or delays) a sync.
         let ipvs = crate::kernel::ipvs::netlink::NetlinkIpvs::new()
             .context("opening the IPVS netlink family for --ipvs-traffic-metrics")?;
-        metrics.enable_traffic(Arc::new(crate::traffic::TrafficMetrics::new(Box::new(
-            ipvs,
-        ))));
+        let traffic = crate::traffic::TrafficMetrics::new(Box::new(ipvs), index.clone());
+        metrics.enable_traffic(Arc::new(traffic));
     }
     let health = Arc::new(ProxyHealth::with_system_clock(
-        options.config.sync_period() * 2,
+        options.settings.sync_period * 2,
         metrics.clone(),
     ));
     health.set_node_eligible(initial.is_none_or(|n| n.eligible()));
@@ -450,11 +458,7 @@ fn stop_result(stop: Stop) -> anyhow::Result<()> {
 /// Addresses the per-service health-check listeners bind: every address when nodePortAddresses selects
 /// all, else the node addresses it selects now.
 fn health_check_ips(settings: &sync::SyncSettings, proxier: &Arc<Mutex<Proxier>>) -> Vec<IpAddr> {
-    let all = settings
-        .node_port_addresses
-        .iter()
-        .any(|s| s.parse::<ipnet::IpNet>().is_ok_and(|n| n.prefix_len() == 0));
-    if all {
+    if settings.node_ports_everywhere() {
         return Vec::new();
     }
     let local = match proxier.lock() {
@@ -467,11 +471,11 @@ fn health_check_ips(settings: &sync::SyncSettings, proxier: &Arc<Mutex<Proxier>>
     }
     let mut ips = Vec::new();
     for &f in &settings.families {
+        let cidrs = &settings.node_port_cidrs;
         ips.extend(crate::proxier::plan::node_port_ips(
             &by_iface,
             &[],
-            &settings.node_port_addresses,
-            &settings.node_ips,
+            cidrs,
             f,
         ));
     }

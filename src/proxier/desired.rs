@@ -3,6 +3,7 @@
 use crate::cluster::model::{IpFamily, ServiceName};
 use crate::kernel::ipset::IpSetSpec;
 use crate::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
+use crate::proxier::plan::decision::ServiceDecision;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -105,10 +106,12 @@ pub struct HealthCheckService {
     pub local_endpoints: usize,
 }
 
-/// Everything `sync_proxy_rules` programs for one family, as a pure value.
+/// Everything `sync_proxy_rules` programs for one family, as a pure value, with the decisions behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredState {
     pub family: IpFamily,
+    /// The planner's decision record of every Service with a port in this family (shared values).
+    pub decisions: BTreeMap<ServiceName, Arc<ServiceDecision>>,
     /// Shared values: the reconciler keeps the same `Arc`s as what it applied.
     pub virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     /// Every ipset of this family (empty sets included: they are always created).

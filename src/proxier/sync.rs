@@ -3,6 +3,7 @@
 use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
 use crate::proxier::desired::DesiredState;
 use crate::proxier::graceful::GracefulCheck;
+use crate::proxier::plan::decision::DecisionChanges;
 use crate::proxier::plan::incremental::IncrementalPlanner;
 use crate::proxier::plan::{NodeFacts, PlanConfig};
 use crate::proxier::reconcile::{Backends, ConntrackHints, FamilyInput, Reconciler};
@@ -41,6 +42,8 @@ pub struct Proxier {
     reconciler: Reconciler,
     /// Per family incremental planners: syncs cost O(changed services).
     planners: BTreeMap<IpFamily, IncrementalPlanner>,
+    /// What the last syncs changed in each family's decision records, until taken.
+    decision_changes: Vec<(IpFamily, DecisionChanges)>,
 }
 
 impl Proxier {
@@ -52,6 +55,7 @@ impl Proxier {
             backends,
             reconciler: Reconciler::new(),
             planners: BTreeMap::new(),
+            decision_changes: Vec::new(),
         }
     }
 
@@ -67,13 +71,21 @@ impl Proxier {
         for f in &input.families {
             let family_start = Instant::now();
             let planner = planners.entry(f.config.family).or_default();
+            let first = planner.state().is_none();
             // Only the changed services are replanned, on full syncs too: a full sync re-reads the kernel
             // and repairs it against the kept plan. Everything is replanned when the changes are unknown
             // (`None`: the first sync, or after a sync thread died) or the node facts / configuration
             // changed. Replanning all 10k+ services every syncPeriod would double the plan's memory at
             // each periodic sync for nothing: the kept plan equals a fresh one (tests/incremental_sync.rs).
             let changed = input.changed.as_ref();
-            let (_, delta) = planner.update(&f.services, &f.endpoints, &f.node, &f.config, changed);
+            let (state, mut delta) =
+                planner.update(&f.services, &f.endpoints, &f.node, &f.config, changed);
+            let decisions = if first {
+                DecisionChanges::All(state.decisions.clone())
+            } else {
+                DecisionChanges::Changed(std::mem::take(&mut delta.decisions))
+            };
+            self.decision_changes.push((f.config.family, decisions));
             deltas.insert(f.config.family, delta);
             plan_times.push((f.config.family, family_start.elapsed()));
         }
@@ -99,6 +111,11 @@ impl Proxier {
         }
         report.duration = start.elapsed();
         report
+    }
+
+    /// What the syncs since the last call changed in each family's decision records, oldest first.
+    pub fn take_decision_changes(&mut self) -> Vec<(IpFamily, DecisionChanges)> {
+        std::mem::take(&mut self.decision_changes)
     }
 
     /// Deletes drained real servers; call every [`crate::proxier::graceful::CHECK_INTERVAL`].

@@ -102,6 +102,7 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
     );
     DesiredState {
         family: IpFamily::V4,
+        decisions: Default::default(),
         virtual_servers: vs.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
         ipsets,
         iptables_payload: payload,
@@ -1040,7 +1041,7 @@ fn local_policy_cluster() -> (ServiceMap, EndpointsMap) {
         external_policy_local: true,
         internal_policy_local: false,
         health_check_node_port: Some(31000),
-        scheduler: None,
+        options: None,
     };
     let endpoint = Endpoint::new(ip("10.244.1.5"), 8080).with_topology(Topology::on_node("other"));
     (

@@ -5,6 +5,7 @@
 //!
 //! [`plan`]: super::plan
 
+use super::decision::ServiceDecision;
 use super::ipsets::{PerSet, SetKind};
 use super::{
     Context, Contribution, NodeFacts, PlanConfig, health_check, iptables, no_local_counts,
@@ -51,6 +52,8 @@ pub struct DesiredDelta {
     pub health_checks: Option<Vec<HealthCheckService>>,
     /// The new no-local-endpoints counts, when they changed.
     pub no_local_endpoints: Option<BTreeMap<TrafficPolicy, u64>>,
+    /// Decision records that changed: the new record, or `None` when the service has none any more.
+    pub decisions: BTreeMap<ServiceName, Option<Arc<ServiceDecision>>>,
 }
 
 impl DesiredDelta {
@@ -67,6 +70,7 @@ impl DesiredDelta {
             && self.jumps.is_none()
             && self.health_checks.is_none()
             && self.no_local_endpoints.is_none()
+            && self.decisions.is_empty()
     }
 
     /// Number of virtual server, set entry and address changes (for logs and metrics).
@@ -147,6 +151,7 @@ impl DesiredDelta {
         if old.no_local_endpoints != new.no_local_endpoints {
             d.no_local_endpoints = Some(new.no_local_endpoints.clone());
         }
+        d.decisions = decisions_between(&old.decisions, &new.decisions);
         d
     }
 
@@ -188,13 +193,39 @@ impl DesiredDelta {
         if let Some(n) = &self.no_local_endpoints {
             state.no_local_endpoints.clone_from(n);
         }
+        for (name, d) in &self.decisions {
+            match d {
+                Some(d) => state.decisions.insert(name.clone(), d.clone()),
+                None => state.decisions.remove(name),
+            };
+        }
     }
+}
+
+/// The decision records that differ from `old` to `new`.
+fn decisions_between(
+    old: &BTreeMap<ServiceName, Arc<ServiceDecision>>,
+    new: &BTreeMap<ServiceName, Arc<ServiceDecision>>,
+) -> BTreeMap<ServiceName, Option<Arc<ServiceDecision>>> {
+    let mut out = BTreeMap::new();
+    for (name, d) in new {
+        if old.get(name) != Some(d) {
+            out.insert(name.clone(), Some(d.clone()));
+        }
+    }
+    for name in old.keys() {
+        if !new.contains_key(name) {
+            out.insert(name.clone(), None);
+        }
+    }
+    out
 }
 
 /// A state with every set of `family` created but empty, nothing else (no payload, no jumps).
 pub fn empty_state(family: IpFamily) -> DesiredState {
     DesiredState {
         family,
+        decisions: BTreeMap::new(),
         virtual_servers: BTreeMap::new(),
         ipsets: SetKind::ALL
             .iter()
@@ -235,6 +266,7 @@ struct Fresh {
     virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     lb_no_node_access: Vec<(IpAddr, Protocol, u16)>,
     health: Option<HealthCheckService>,
+    decision: Option<Arc<ServiceDecision>>,
 }
 
 impl Fresh {
@@ -250,7 +282,14 @@ impl Fresh {
             .health
             .remove(name)
             .map(|hc| health_check(name.clone(), &hc));
+        let ports = std::mem::take(&mut c.decisions);
+        let decision = (!ports.is_empty()).then(|| {
+            Arc::new(ServiceDecision {
+                ports: ports.into_boxed_slice(),
+            })
+        });
         Fresh {
+            decision,
             stored: Stored {
                 vs_keys: c.virtual_servers.keys().copied().collect(),
                 entries,
@@ -268,6 +307,8 @@ impl Fresh {
 /// Keys, entries and addresses touched by one update, resolved against the reference counts at the end.
 #[derive(Default)]
 struct Touched {
+    /// Services whose decision record changed, with the new record.
+    decisions: BTreeMap<ServiceName, Option<Arc<ServiceDecision>>>,
     vs: BTreeSet<IpvsServiceKey>,
     entries: Vec<(SetKind, String)>,
     bound: Vec<IpAddr>,
@@ -356,6 +397,13 @@ impl IncrementalPlanner {
                             *v = ov.clone();
                         }
                     }
+                    for (k, v) in p.state.decisions.iter_mut() {
+                        if let Some(ov) = o.decisions.get(k)
+                            && ov == v
+                        {
+                            *v = ov.clone();
+                        }
+                    }
                 }
                 // Diffing against nothing would copy the whole state: the first delta only says `full`.
                 let mut d = match &old {
@@ -401,8 +449,7 @@ impl Planned {
         let ctx = &self.ctx;
         let mut c = Contribution::default();
         for (port, svc) in ports_of(services, name) {
-            let eps = endpoints.get(port).map(|e| e.as_slice()).unwrap_or(&[]);
-            ctx.service_port(&mut c, svc, eps);
+            ctx.service_port(&mut c, svc, endpoints.get(port));
         }
         Fresh::from(name, c)
     }
@@ -423,10 +470,7 @@ impl Planned {
                 current = Some((port.service(), Contribution::default()));
             }
             while eps_iter.next_if(|(k, _)| *k < port).is_some() {}
-            let eps = match eps_iter.next_if(|(k, _)| *k == port) {
-                Some((_, e)) => e.as_slice(),
-                None => &[],
-            };
+            let eps = eps_iter.next_if(|(k, _)| *k == port).map(|(_, e)| e);
             if let Some((_, c)) = current.as_mut() {
                 ctx.service_port(c, svc, eps);
             }
@@ -446,6 +490,9 @@ impl Planned {
     fn absorb_planned(&mut self, name: ServiceName, c: Contribution, t: &mut Touched) {
         let mut f = Fresh::from(&name, c);
         let stored = std::mem::take(&mut f.stored);
+        if let Some(d) = f.decision.take() {
+            self.state.decisions.insert(name.clone(), d);
+        }
         self.replace(&name, stored, f.lb_no_node_access, f.health, t);
         // Not needed: every winner is placed here.
         t.vs.clear();
@@ -464,21 +511,41 @@ impl Planned {
         mut fresh: HashMap<ServiceName, Fresh>,
         full: bool,
     ) -> DesiredDelta {
+        // A full replan starts from an empty state and records nothing: its caller diffs the states.
+        let mut d = DesiredDelta::default();
+        let record = !full;
         let mut t = Touched::default();
         for (name, f) in fresh.iter_mut() {
             let new = std::mem::take(&mut f.stored);
             let lb = std::mem::take(&mut f.lb_no_node_access);
             let health = f.health.take();
+            self.replace_decision(name, f.decision.take(), &mut t);
             self.replace(name, new, lb, health, &mut t);
         }
+        if record {
+            d.decisions = std::mem::take(&mut t.decisions);
+        }
 
-        // A full replan starts from an empty state and records nothing: its caller diffs the states.
-        let mut d = DesiredDelta::default();
-        let record = !full;
         self.resolve_vs(services, endpoints, &mut fresh, t.vs, record, &mut d);
         self.resolve_sets(t.entries, t.bound, record, &mut d);
         self.resolve_rest(t.lb_rules, t.health, t.no_local, full, &mut d);
         d
+    }
+
+    /// Puts one service's new decision record into the state, noting it when it changed.
+    fn replace_decision(
+        &mut self,
+        name: &ServiceName,
+        new: Option<Arc<ServiceDecision>>,
+        t: &mut Touched,
+    ) {
+        let old = match &new {
+            Some(d) => self.state.decisions.insert(name.clone(), d.clone()),
+            None => self.state.decisions.remove(name),
+        };
+        if old != new {
+            t.decisions.insert(name.clone(), new);
+        }
     }
 
     /// Swaps one service's stored contribution for `new`, adjusting reference counts.

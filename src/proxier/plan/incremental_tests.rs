@@ -1,9 +1,8 @@
 //! Equivalence of the incremental planner with the full plan over pseudo-random change sequences.
 
 use super::*;
-use crate::cluster::model::{
-    Endpoint, LoadBalancerIngress, SchedulerChoice, ServicePort, Topology,
-};
+use crate::cluster::model::{Endpoint, LoadBalancerIngress, ServicePort, Topology};
+use crate::cluster::service_options::{SchedulerRequest, ServiceOptions};
 use crate::proxier::plan::{LocalDetector, plan};
 use std::sync::Arc;
 
@@ -62,20 +61,31 @@ fn config(family: IpFamily) -> PlanConfig {
 
 /// No annotation (half the time), or an annotated `sh` or `mh` with flags: a service switching
 /// scheduler is replanned like any other change.
-fn random_scheduler(rng: &mut Rng) -> Option<SchedulerChoice> {
+fn random_scheduler(rng: &mut Rng) -> Option<Arc<ServiceOptions>> {
+    let request = |scheduler, flags, source| {
+        let scheduler = Some(SchedulerRequest {
+            scheduler,
+            flags,
+            source,
+        });
+        Some(Arc::new(ServiceOptions {
+            scheduler,
+            ..Default::default()
+        }))
+    };
     rng.pick(&[
         None,
         None,
-        Some(SchedulerChoice::Set {
-            scheduler: crate::scheduler::Scheduler::Sh,
-            flags: 0x10,
-            source: "ipvs.kube-proxy-rs.io/scheduler",
-        }),
-        Some(SchedulerChoice::Set {
-            scheduler: crate::scheduler::Scheduler::Mh,
-            flags: 0x8,
-            source: "kube-router.io/service.scheduler",
-        }),
+        request(
+            crate::scheduler::Scheduler::Sh,
+            0x10,
+            "ipvs.kube-proxy-rs.io/scheduler",
+        ),
+        request(
+            crate::scheduler::Scheduler::Mh,
+            0x8,
+            "kube-router.io/service.scheduler",
+        ),
     ])
 }
 
@@ -147,7 +157,7 @@ fn random_service(rng: &mut Rng, name: &ServiceName, id: u64) -> Vec<ServicePort
         };
         let port = rng.pick(&[80, 443, 53]);
         out.push(ServicePort {
-            scheduler: random_scheduler(rng),
+            options: random_scheduler(rng),
             node_port: has_np.then(|| 30080 + rng.below(4) as u16),
             external_ips,
             load_balancer_ingress,

@@ -1,6 +1,7 @@
 //! The pure planner: cluster state and node facts in, desired kernel state out. No I/O, no clock, no
 //! globals: `plan` reproduces what upstream kube-proxy's IPVS `syncProxyRules` programs for one family.
 
+pub mod decision;
 pub mod incremental;
 pub mod ipsets;
 pub mod iptables;
@@ -9,12 +10,17 @@ pub mod node_ports;
 
 use crate::cluster::model::{
     Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePort,
+    SharedEndpoints,
 };
 use crate::cluster::select::{Categorized, categorize};
 use crate::proxier::desired::{
     DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, TrafficPolicy,
 };
-use crate::scheduler::Scheduler;
+use crate::scheduler::{SCHED_FLAGS_MASK, Scheduler};
+use decision::{
+    AddressKind, EndpointSet, HealthCheckDecision, PortDecision, SchedulerDecision,
+    SchedulerSource, ServiceDecision, Unavailable, VsDecision,
+};
 use ipnet::IpNet;
 use ipsets::{PerSet, SetKind, entry, ip_port, ip_port_ip, ip_port_net};
 use ipvs::{VsTemplate, destinations};
@@ -50,9 +56,9 @@ pub struct PlanConfig {
     pub exclude_cidrs: Vec<IpNet>,
     /// Whether `iptables` supports `--random-fully` on MASQUERADE.
     pub random_fully: bool,
-    /// Schedulers the kernel cannot use (module not loadable): Services asking for one of these
-    /// by annotation stay on `scheduler`.
-    pub unavailable_schedulers: BTreeSet<Scheduler>,
+    /// Schedulers the kernel cannot use, and why: Services asking for one of these by annotation stay
+    /// on `scheduler`.
+    pub unavailable_schedulers: BTreeMap<Scheduler, Unavailable>,
 }
 
 impl PlanConfig {
@@ -68,7 +74,7 @@ impl PlanConfig {
             local_detector: LocalDetector::None,
             exclude_cidrs: Vec::new(),
             random_fully: true,
-            unavailable_schedulers: BTreeSet::new(),
+            unavailable_schedulers: BTreeMap::new(),
         }
     }
 }
@@ -102,7 +108,7 @@ impl NodeFacts {
     }
 }
 
-pub use node_ports::node_port_ips;
+pub use node_ports::{node_port_cidrs, node_port_ips};
 
 /// Services that fell back to cluster endpoints for lack of a local one, by traffic policy.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -118,12 +124,12 @@ fn pick(
     svc: &ServicePort,
     only_local: bool,
     no_local: &mut NoLocal,
-) -> ipvs::Destinations {
+) -> (ipvs::Destinations, EndpointSet) {
     if !only_local {
-        return destinations(&cat.cluster);
+        return (destinations(&cat.cluster), EndpointSet::Cluster);
     }
     if !cat.local.is_empty() {
-        return destinations(&cat.local);
+        return (destinations(&cat.local), EndpointSet::Local);
     }
     if cat.has_any && svc.internal_policy_local {
         no_local.internal.insert(svc.name.service());
@@ -131,7 +137,7 @@ fn pick(
     if cat.has_any && svc.external_policy_local() {
         no_local.external.insert(svc.name.service());
     }
-    destinations(&cat.cluster)
+    (destinations(&cat.cluster), EndpointSet::ClusterNoLocal)
 }
 
 /// The node facts and configuration every service port is planned against, prepared once per plan.
@@ -141,7 +147,7 @@ struct Context {
     node_name: String,
     zone: Option<String>,
     scheduler: Scheduler,
-    unavailable_schedulers: BTreeSet<Scheduler>,
+    unavailable_schedulers: BTreeMap<Scheduler, Unavailable>,
     /// The node's primary IP of this family (LB source-range checks).
     node_ip: Option<IpAddr>,
     /// NodePort addresses of this family, sorted and deduplicated.
@@ -163,6 +169,8 @@ struct Contribution {
     lb_no_node_access: Vec<(IpAddr, Protocol, u16)>,
     /// Health-check node port and ready local endpoint IPs per ETP=Local service.
     health: BTreeMap<ServiceName, (u16, BTreeSet<IpAddr>)>,
+    /// The decision record of every service port planned, in planning order.
+    decisions: Vec<PortDecision>,
 }
 
 impl Contribution {
@@ -208,60 +216,131 @@ impl Context {
         }
     }
 
-    /// Adds what one service port programs to `acc`. The only place that decides per service port.
-    fn service_port(&self, acc: &mut Contribution, svc: &ServicePort, eps: &[Endpoint]) {
+    /// Adds what one service port programs to `acc`, and its decision record. The only place that
+    /// decides per service port.
+    fn service_port(
+        &self,
+        acc: &mut Contribution,
+        svc: &Arc<ServicePort>,
+        endpoints: Option<&SharedEndpoints>,
+    ) {
         let Some(cluster_ip) = svc.cluster_ip(self.family) else {
             return;
         };
-        self.health_endpoints(acc, svc, eps);
+        let eps = endpoints.map_or(&[][..], |e| e.as_slice());
+        let health_check = self.health_endpoints(acc, svc, eps);
         self.hairpin(acc, svc, eps);
-        let port = Port {
+        let (tmpl, scheduler) = self.template(svc);
+        let mut port = Port {
             svc,
             cat: categorize(eps, svc, self.family, &self.node_name, self.zone.as_deref()),
-            tmpl: self.template(svc),
+            tmpl,
             etp_local: svc.external_policy_local(),
+            vs: Vec::new(),
         };
+        self.addresses(acc, &mut port, cluster_ip);
+        acc.decisions.push(PortDecision {
+            family: self.family,
+            port: svc.clone(),
+            endpoints: endpoints.cloned(),
+            verdicts: std::mem::take(&mut port.cat.verdicts).into_boxed_slice(),
+            virtual_servers: port.vs.into_boxed_slice(),
+            scheduler,
+            health_check,
+        });
+    }
+
+    /// Every address of one service port: ClusterIP, external IPs, load balancers, node ports.
+    fn addresses(&self, acc: &mut Contribution, port: &mut Port<'_>, cluster_ip: IpAddr) {
+        let svc = port.svc;
         port.cluster_ip(acc, cluster_ip);
-        self.external_ips(acc, &port);
-        self.load_balancers(acc, &port);
+        self.external_ips(acc, port);
+        self.load_balancers(acc, port);
         if let Some(node_port) = svc.node_port {
             if self.node_port_ips.is_empty() {
                 // Upstream skips the rest of this service port (its health-check entry included).
                 return;
             }
-            self.node_ports(acc, &port, node_port);
+            self.node_ports(acc, port, node_port);
         }
         if let Some(hc) = svc.health_check_node_port {
             acc.set(SetKind::HealthCheckNodePort, hc.to_string());
         }
     }
 
-    /// The virtual-server template of `svc`: its annotated scheduler and flags if valid and available,
-    /// else the node's scheduler.
-    fn template(&self, svc: &ServicePort) -> VsTemplate<'static> {
-        match svc.scheduler.as_ref().and_then(|c| c.valid()) {
-            Some((sched, flags)) if !self.unavailable_schedulers.contains(&sched) => {
-                VsTemplate::new(svc, sched, self.family).with_scheduler_flags(flags)
+    /// The virtual-server template of `svc` and the scheduler decision: its annotated scheduler and flags
+    /// if valid and available, else the node's scheduler.
+    fn template(&self, svc: &ServicePort) -> (VsTemplate<'static>, SchedulerDecision) {
+        let options = svc.options.as_deref();
+        let request = options.and_then(|o| o.scheduler);
+        let (tmpl, scheduler, source) = match request {
+            Some(r) => match self.unavailable_schedulers.get(&r.scheduler) {
+                None => (
+                    VsTemplate::new(svc, r.scheduler, self.family).with_scheduler_flags(r.flags),
+                    r.scheduler,
+                    SchedulerSource::Annotation(r.source),
+                ),
+                Some(why) => (
+                    VsTemplate::new(svc, self.scheduler, self.family),
+                    self.scheduler,
+                    SchedulerSource::Unavailable {
+                        annotation: r.source,
+                        scheduler: r.scheduler,
+                        why: why.clone(),
+                    },
+                ),
+            },
+            None => {
+                let rejected = options
+                    .and_then(|o| o.problems.iter().find(|p| is_scheduler_key(p.annotation)));
+                let source = match rejected {
+                    Some(p) => SchedulerSource::AnnotationRejected(p.annotation),
+                    None => SchedulerSource::Node,
+                };
+                (
+                    VsTemplate::new(svc, self.scheduler, self.family),
+                    self.scheduler,
+                    source,
+                )
             }
-            _ => VsTemplate::new(svc, self.scheduler, self.family),
-        }
+        };
+        let flags = tmpl.flags & SCHED_FLAGS_MASK;
+        (
+            tmpl,
+            SchedulerDecision {
+                scheduler,
+                flags,
+                source,
+            },
+        )
     }
 
-    /// Records the health-check node port and the ready local endpoints of an ETP=Local service.
-    fn health_endpoints(&self, acc: &mut Contribution, svc: &ServicePort, eps: &[Endpoint]) {
-        let Some(hc) = svc.health_check_node_port else {
-            return;
-        };
+    /// Records the health-check node port and the ready local endpoints of an ETP=Local service; returns
+    /// this port's part of it.
+    fn health_endpoints(
+        &self,
+        acc: &mut Contribution,
+        svc: &ServicePort,
+        eps: &[Endpoint],
+    ) -> Option<HealthCheckDecision> {
+        let hc = svc.health_check_node_port?;
         let e = acc
             .health
             .entry(svc.name.service())
             .or_insert_with(|| (hc, BTreeSet::new()));
-        e.1.extend(
-            eps.iter()
-                .filter(|ep| IpFamily::of(&ep.ip) == self.family && ep.ready)
-                .filter(|ep| ep.is_local(&self.node_name))
-                .map(|ep| ep.ip),
-        );
+        let local = eps
+            .iter()
+            .filter(|ep| IpFamily::of(&ep.ip) == self.family && ep.ready)
+            .filter(|ep| ep.is_local(&self.node_name));
+        let mut n = 0u32;
+        for ep in local {
+            e.1.insert(ep.ip);
+            n += 1;
+        }
+        Some(HealthCheckDecision {
+            node_port: hc,
+            local_endpoints: n,
+        })
     }
 
     /// Hairpin: every local endpoint, whatever its condition.
@@ -277,7 +356,7 @@ impl Context {
     }
 
     /// ExternalIPs of this family: their set, a virtual server each, bound unless already local.
-    fn external_ips(&self, acc: &mut Contribution, port: &Port<'_>) {
+    fn external_ips(&self, acc: &mut Contribution, port: &mut Port<'_>) {
         let svc = port.svc;
         let kind = if port.etp_local {
             SetKind::ExternalIpLocal
@@ -286,7 +365,7 @@ impl Context {
         };
         for ext in svc.external_ips_of(self.family) {
             acc.set(kind, entry(|s| ip_port(s, ext, svc.protocol, svc.port)));
-            port.external_vs(acc, ext, svc.port);
+            port.external_vs(acc, AddressKind::ExternalIp, ext, svc.port);
             if !self.local_addrs.contains(&ext) {
                 acc.bound.insert(ext);
             }
@@ -294,7 +373,7 @@ impl Context {
     }
 
     /// LoadBalancer ingress IPs of this family, with their source-range sets and rules.
-    fn load_balancers(&self, acc: &mut Contribution, port: &Port<'_>) {
+    fn load_balancers(&self, acc: &mut Contribution, port: &mut Port<'_>) {
         let svc = port.svc;
         let ranges: Vec<IpNet> = svc
             .load_balancer_source_ranges
@@ -312,7 +391,7 @@ impl Context {
                 self.source_ranges(acc, svc, lb, &ranges);
             }
             acc.set(SetKind::LoadBalancer, e);
-            port.external_vs(acc, lb, svc.port);
+            port.external_vs(acc, AddressKind::LoadBalancer, lb, svc.port);
             if !self.local_addrs.contains(&lb) {
                 acc.bound.insert(lb);
             }
@@ -350,7 +429,7 @@ impl Context {
     }
 
     /// The node port on every NodePort address: bitmap ports (TCP/UDP) or `ip,sctp:port` entries.
-    fn node_ports(&self, acc: &mut Contribution, port: &Port<'_>, node_port: u16) {
+    fn node_ports(&self, acc: &mut Contribution, port: &mut Port<'_>, node_port: u16) {
         let proto = port.svc.protocol;
         let (all, local) = match proto {
             Protocol::Tcp => (SetKind::NodePortTcp, SetKind::NodePortLocalTcp),
@@ -374,9 +453,21 @@ impl Context {
             acc.set(all, e);
         }
         for ip in &self.node_port_ips {
-            port.external_vs(acc, *ip, node_port);
+            port.external_vs(acc, AddressKind::NodePort, *ip, node_port);
         }
     }
+}
+
+/// Whether `annotation` is one of the scheduler option's keys.
+fn is_scheduler_key(annotation: &str) -> bool {
+    use crate::cluster::service_options as o;
+    [
+        o::SCHEDULER,
+        o::SCHEDULER_FLAGS,
+        o::KUBE_ROUTER_SCHEDULER,
+        o::KUBE_ROUTER_SCHEDULER_FLAGS,
+    ]
+    .contains(&annotation)
 }
 
 /// One service port being planned: what all its virtual servers share.
@@ -386,25 +477,51 @@ struct Port<'a> {
     tmpl: VsTemplate<'a>,
     /// Whether external traffic prefers node-local endpoints.
     etp_local: bool,
+    /// The virtual servers planned so far, for the decision record.
+    vs: Vec<VsDecision>,
 }
 
 impl Port<'_> {
     /// The ClusterIP: its set entry, virtual server (internal traffic policy) and bound address.
-    fn cluster_ip(&self, acc: &mut Contribution, cluster_ip: IpAddr) {
+    fn cluster_ip(&mut self, acc: &mut Contribution, cluster_ip: IpAddr) {
         let svc = self.svc;
         acc.set(
             SetKind::ClusterIp,
             entry(|s| ip_port(s, cluster_ip, svc.protocol, svc.port)),
         );
-        let d = pick(&self.cat, svc, svc.internal_policy_local, &mut acc.no_local);
-        acc.add_vs(self.tmpl.at(cluster_ip, svc.port), d);
+        let only_local = svc.internal_policy_local;
+        self.add_vs(
+            acc,
+            AddressKind::ClusterIp,
+            cluster_ip,
+            svc.port,
+            only_local,
+        );
         acc.bound.insert(cluster_ip);
     }
 
     /// A virtual server reached from outside (external traffic policy) at `addr:port`.
-    fn external_vs(&self, acc: &mut Contribution, addr: IpAddr, port: u16) {
-        let d = pick(&self.cat, self.svc, self.etp_local, &mut acc.no_local);
-        acc.add_vs(self.tmpl.at(addr, port), d);
+    fn external_vs(&mut self, acc: &mut Contribution, kind: AddressKind, addr: IpAddr, port: u16) {
+        self.add_vs(acc, kind, addr, port, self.etp_local);
+    }
+
+    /// The virtual server at `addr:port` with its real servers, and its decision record.
+    fn add_vs(
+        &mut self,
+        acc: &mut Contribution,
+        kind: AddressKind,
+        addr: IpAddr,
+        port: u16,
+        only_local: bool,
+    ) {
+        let (d, endpoints) = pick(&self.cat, self.svc, only_local, &mut acc.no_local);
+        let service = self.tmpl.at(addr, port);
+        self.vs.push(VsDecision {
+            kind,
+            key: service.key,
+            endpoints,
+        });
+        acc.add_vs(service, d);
     }
 }
 
@@ -450,6 +567,23 @@ fn no_local_counts(internal: usize, external: usize) -> BTreeMap<TrafficPolicy, 
     ])
 }
 
+/// The decision records of planned service ports, grouped per service (ports come in map order, so a
+/// service's ports are consecutive).
+fn service_decisions(ports: Vec<PortDecision>) -> BTreeMap<ServiceName, Arc<ServiceDecision>> {
+    let mut out: BTreeMap<ServiceName, Vec<PortDecision>> = BTreeMap::new();
+    for p in ports {
+        out.entry(p.port.name.service()).or_default().push(p);
+    }
+    out.into_iter()
+        .map(|(name, ports)| {
+            let d = ServiceDecision {
+                ports: ports.into_boxed_slice(),
+            };
+            (name, Arc::new(d))
+        })
+        .collect()
+}
+
 /// Computes everything upstream's IPVS proxier programs for `cfg.family` from the service and endpoint
 /// maps and the node's facts. Pure: the same input always gives the same output.
 pub fn plan(
@@ -466,10 +600,7 @@ pub fn plan(
     let mut eps_iter = endpoints.iter().peekable();
     for (name, svc) in services {
         while eps_iter.next_if(|(k, _)| *k < name).is_some() {}
-        let eps = match eps_iter.next_if(|(k, _)| *k == name) {
-            Some((_, e)) => e.as_slice(),
-            None => &[],
-        };
+        let eps = eps_iter.next_if(|(k, _)| *k == name).map(|(_, e)| e);
         ctx.service_port(&mut b, svc, eps);
     }
 
@@ -496,6 +627,7 @@ pub fn plan(
 
     DesiredState {
         family,
+        decisions: service_decisions(std::mem::take(&mut b.decisions)),
         virtual_servers: b.virtual_servers,
         ipsets,
         iptables_payload,

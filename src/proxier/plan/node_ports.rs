@@ -9,9 +9,6 @@ use std::net::IpAddr;
 /// The dummy interface holding service addresses.
 pub const DUMMY_DEVICE: &str = "kube-ipvs0";
 
-/// `nodePortAddresses` value that selects the node's primary IPs.
-pub const PRIMARY: &str = "primary";
-
 fn is_v6_link_local(ip: &IpAddr) -> bool {
     matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
 }
@@ -30,33 +27,36 @@ pub fn node_addresses(
         .collect()
 }
 
+/// `nodePortAddresses` resolved once for a node: its CIDRs plus, when `primary` is listed, the node's
+/// primary IPs as host CIDRs (loopback ones left out).
+pub fn node_port_cidrs(cidrs: &[IpNet], primary: bool, primary_node_ips: &[IpAddr]) -> Vec<IpNet> {
+    let mut out = cidrs.to_vec();
+    if primary {
+        out.extend(
+            primary_node_ips
+                .iter()
+                .filter(|ip| !ip.is_loopback())
+                .map(|ip| IpNet::from(*ip)),
+        );
+    }
+    out
+}
+
 /// The IPs that get NodePort virtual servers, sorted.
 ///
-/// `node_port_addresses` is the configured list: empty (or no CIDR of `family`, or a zero CIDR) selects
-/// every local address of the family except those on kube-ipvs0 and loopback ones; CIDRs select the
-/// matching addresses of every interface (kube-ipvs0's `kube_ipvs0_addrs` included, as upstream does),
-/// loopback excluded; `["primary"]` stands for `primary_node_ips` as host CIDRs.
+/// `node_port_cidrs` is the resolved `nodePortAddresses` ([`node_port_cidrs`]): no CIDR of `family` (or a
+/// zero CIDR) selects every local address of the family except those on kube-ipvs0 and loopback ones;
+/// CIDRs select the matching addresses of every interface (kube-ipvs0's `kube_ipvs0_addrs` included, as
+/// upstream does), loopback excluded.
 pub fn node_port_ips(
     local_addrs_by_iface: &BTreeMap<String, Vec<IpAddr>>,
     kube_ipvs0_addrs: &[IpAddr],
-    node_port_addresses: &[String],
-    primary_node_ips: &[IpAddr],
+    node_port_cidrs: &[IpNet],
     family: IpFamily,
 ) -> Vec<IpAddr> {
-    let cidrs: Vec<IpNet> = if node_port_addresses.len() == 1 && node_port_addresses[0] == PRIMARY {
-        primary_node_ips
-            .iter()
-            .filter(|ip| !ip.is_loopback())
-            .map(|ip| IpNet::from(*ip))
-            .collect()
-    } else {
-        node_port_addresses
-            .iter()
-            .filter_map(|s| s.trim().parse::<IpNet>().ok())
-            .collect()
-    };
-    let cidrs: Vec<IpNet> = cidrs
-        .into_iter()
+    let cidrs: Vec<IpNet> = node_port_cidrs
+        .iter()
+        .copied()
         .filter(|c| IpFamily::of_net(c) == family)
         .collect();
     if cidrs.is_empty() || cidrs.iter().any(|c| c.prefix_len() == 0) {
@@ -94,21 +94,25 @@ mod tests {
         v.into_iter().map(|i| i.to_string()).collect()
     }
 
+    /// A configured `nodePortAddresses` list (CIDRs or `primary`) resolved as the daemon resolves it.
+    fn resolved(cfg: &[String], primary_ips: &[IpAddr]) -> Vec<IpNet> {
+        let primary = cfg.iter().any(|s| s == "primary");
+        let cidrs: Vec<IpNet> = cfg.iter().filter_map(|s| s.parse().ok()).collect();
+        node_port_cidrs(&cidrs, primary, primary_ips)
+    }
+
     // Cases from upstream proxier_test.go TestGetNodeIPs (all addresses, kube-ipvs0 excluded).
     #[test]
     fn match_all_excludes_dummy_loopback_link_local() {
         let m = ifaces(&[("eth0", &["1.2.3.4"]), ("lo", &["127.0.0.1"])]);
-        assert_eq!(
-            strs(node_port_ips(&m, &[], &[], &[], IpFamily::V4)),
-            ["1.2.3.4"]
-        );
+        assert_eq!(strs(node_port_ips(&m, &[], &[], IpFamily::V4)), ["1.2.3.4"]);
         let m = ifaces(&[
             ("encap0", &["10.20.30.40", "fe80::200:ff:fe01:1"]),
             ("lo", &["127.0.0.1", "::1"]),
             ("docker0", &["172.17.0.1"]),
         ]);
         assert_eq!(
-            strs(node_port_ips(&m, &[], &[], &[], IpFamily::V4)),
+            strs(node_port_ips(&m, &[], &[], IpFamily::V4)),
             ["10.20.30.40", "172.17.0.1"]
         );
         let m = ifaces(&[
@@ -117,7 +121,7 @@ mod tests {
             ("encap7", &["1000::", "10.20.30.31"]),
         ]);
         assert_eq!(
-            strs(node_port_ips(&m, &[], &[], &[], IpFamily::V4)),
+            strs(node_port_ips(&m, &[], &[], IpFamily::V4)),
             ["10.20.30.31"]
         );
         let m = ifaces(&[
@@ -128,12 +132,12 @@ mod tests {
         ]);
         // 2000:: is also on encap7, so it stays (upstream excludes by interface, not by address).
         assert_eq!(
-            strs(node_port_ips(&m, &[], &[], &[], IpFamily::V6)),
+            strs(node_port_ips(&m, &[], &[], IpFamily::V6)),
             ["1000::", "2000::"]
         );
         let zero = vec!["0.0.0.0/0".to_string()];
         assert_eq!(
-            strs(node_port_ips(&m, &[], &zero, &[], IpFamily::V4)),
+            strs(node_port_ips(&m, &[], &resolved(&zero, &[]), IpFamily::V4)),
             ["1.2.3.4", "10.20.30.31"]
         );
     }
@@ -146,20 +150,25 @@ mod tests {
         ]);
         let cfg = vec!["10.0.0.0/8".to_string(), "127.0.0.0/8".to_string()];
         assert_eq!(
-            strs(node_port_ips(&m, &[], &cfg, &[], IpFamily::V4)),
+            strs(node_port_ips(&m, &[], &resolved(&cfg, &[]), IpFamily::V4)),
             ["10.0.0.10"]
         );
         // A CIDR list with no entry of this family selects everything of this family.
         let cfg = vec!["fd00::/64".to_string()];
         assert_eq!(
-            strs(node_port_ips(&m, &[], &cfg, &[], IpFamily::V4)),
+            strs(node_port_ips(&m, &[], &resolved(&cfg, &[]), IpFamily::V4)),
             ["10.0.0.10", "192.168.1.5"]
         );
         // kube-ipvs0 addresses inside the CIDR are picked, as upstream's GetNodeIPs does.
         let cfg = vec!["10.96.0.0/12".to_string()];
         let dummy: Vec<IpAddr> = vec!["10.96.0.1".parse().unwrap()];
         assert_eq!(
-            strs(node_port_ips(&m, &dummy, &cfg, &[], IpFamily::V4)),
+            strs(node_port_ips(
+                &m,
+                &dummy,
+                &resolved(&cfg, &[]),
+                IpFamily::V4
+            )),
             ["10.96.0.1"]
         );
     }
@@ -170,12 +179,22 @@ mod tests {
         let cfg = vec!["primary".to_string()];
         let primary: Vec<IpAddr> = vec!["192.168.1.5".parse().unwrap()];
         assert_eq!(
-            strs(node_port_ips(&m, &[], &cfg, &primary, IpFamily::V4)),
+            strs(node_port_ips(
+                &m,
+                &[],
+                &resolved(&cfg, &primary),
+                IpFamily::V4
+            )),
             ["192.168.1.5"]
         );
         // No primary IPv6: the IPv6 side matches all its addresses.
         assert_eq!(
-            strs(node_port_ips(&m, &[], &cfg, &primary, IpFamily::V6)),
+            strs(node_port_ips(
+                &m,
+                &[],
+                &resolved(&cfg, &primary),
+                IpFamily::V6
+            )),
             ["fd00::10"]
         );
     }

@@ -1,8 +1,9 @@
 //! Per-Service schedulers in the plan: every virtual server of an annotated Service, both families.
 
 use super::*;
-use crate::cluster::model::{
-    AnnotationError, LoadBalancerIngress, SchedulerChoice, ServicePortName,
+use crate::cluster::model::{LoadBalancerIngress, ServicePortName};
+use crate::cluster::service_options::{
+    AnnotationError, ProblemKind, SchedulerRequest, ServiceOptions,
 };
 use crate::kernel::ipvs::FLAG_PERSISTENT;
 
@@ -17,7 +18,7 @@ fn port(
     np: u16,
     v4: &str,
     v6: &str,
-    scheduler: Option<SchedulerChoice>,
+    scheduler: Option<Arc<ServiceOptions>>,
 ) -> ServicePort {
     let spn = ServicePortName {
         namespace: "ns".into(),
@@ -35,7 +36,7 @@ fn port(
                 ip_mode_proxy: false,
             })
             .collect(),
-        scheduler,
+        options: scheduler,
         ..ServicePort::new(spn, vec![ip(&format!("{v4}3")), ip(&format!("{v6}3"))], 80)
     }
 }
@@ -63,12 +64,16 @@ fn schedulers(sm: &ServiceMap, cfg: &PlanConfig) -> BTreeMap<(IpAddr, u16), (Str
         .collect()
 }
 
-fn set(scheduler: Scheduler, flags: u32) -> Option<SchedulerChoice> {
-    Some(SchedulerChoice::Set {
+fn set(scheduler: Scheduler, flags: u32) -> Option<Arc<ServiceOptions>> {
+    let request = SchedulerRequest {
         scheduler,
         flags,
         source: "ipvs.kube-proxy-rs.io/scheduler",
-    })
+    };
+    Some(Arc::new(ServiceOptions {
+        scheduler: Some(request),
+        ..Default::default()
+    }))
 }
 
 /// Asserts the four virtual servers of the service at `prefix` (node port `np`) have `want`.
@@ -140,11 +145,15 @@ fn mh_without_flags_gets_upstreams_flags_and_affinity_stays() {
 
 #[test]
 fn invalid_or_unavailable_schedulers_fall_back_to_the_node_scheduler() {
-    let bad = SchedulerChoice::Invalid(Arc::new(AnnotationError {
-        annotation: "ipvs.kube-proxy-rs.io/scheduler",
-        value: "fancy".into(),
-        reason: "unknown".into(),
-    }));
+    let bad = Arc::new(ServiceOptions {
+        problems: vec![AnnotationError {
+            annotation: "ipvs.kube-proxy-rs.io/scheduler",
+            value: "fancy".into(),
+            reason: "unknown".into(),
+            kind: ProblemKind::Invalid,
+        }],
+        ..Default::default()
+    });
     let sm = services(vec![
         port("bad", 30001, "10.1.0.", "fd01::", Some(bad)),
         port(
@@ -158,7 +167,10 @@ fn invalid_or_unavailable_schedulers_fall_back_to_the_node_scheduler() {
     ]);
     let cfg = PlanConfig {
         scheduler: Scheduler::Mh,
-        unavailable_schedulers: BTreeSet::from([Scheduler::Twos]),
+        unavailable_schedulers: BTreeMap::from([(
+            Scheduler::Twos,
+            decision::Unavailable::ModuleNotLoaded("no module".into()),
+        )]),
         ..PlanConfig::new(IpFamily::V4)
     };
     let got = schedulers(&sm, &cfg);
@@ -188,7 +200,7 @@ mod reconcile {
         p.apply(&[input], full, &ConntrackHints::default())
     }
 
-    fn one(choice: Option<SchedulerChoice>) -> ServiceMap {
+    fn one(choice: Option<Arc<ServiceOptions>>) -> ServiceMap {
         services(vec![port("web", 30001, "10.1.0.", "fd01::", choice)])
     }
 

@@ -1,10 +1,8 @@
-//! Service annotations of this project: the per-Service IPVS scheduler and its flags, with
-//! kube-router's annotations as aliases (ours win when both are set).
+//! The per-Service IPVS scheduler and its flags, with kube-router's annotations as aliases (ours win when
+//! both are set).
 
-use super::model::{AnnotationError, SchedulerChoice};
+use super::{AnnotationError, Annotations, OptionParser, ProblemKind, ServiceOptions};
 use crate::scheduler::Scheduler;
-use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// The IPVS scheduler of every virtual server of the Service (`rr`, `sh`, `mh`, ...).
 pub const SCHEDULER: &str = "ipvs.kube-proxy-rs.io/scheduler";
@@ -15,105 +13,128 @@ pub const KUBE_ROUTER_SCHEDULER: &str = "kube-router.io/service.scheduler";
 /// kube-router's scheduler flags annotation (alias of [`SCHEDULER_FLAGS`]; `flag-1,flag-2,flag-3`).
 pub const KUBE_ROUTER_SCHEDULER_FLAGS: &str = "kube-router.io/service.schedflags";
 
-/// Every Service annotation kube-proxy-rs reads (the decoder keeps these and drops the rest).
-pub const SERVICE_ANNOTATIONS: &[&str] = &[
-    SCHEDULER,
-    SCHEDULER_FLAGS,
-    KUBE_ROUTER_SCHEDULER,
-    KUBE_ROUTER_SCHEDULER_FLAGS,
-];
-
 /// The (scheduler, flags) annotation pairs, in precedence order.
 const PAIRS: [(&str, &str); 2] = [
     (SCHEDULER, SCHEDULER_FLAGS),
     (KUBE_ROUTER_SCHEDULER, KUBE_ROUTER_SCHEDULER_FLAGS),
 ];
 
-/// The value of `key`, unless absent or blank.
-fn value<'a>(annotations: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
-    annotations
-        .get(key)
-        .map(|v| v.trim())
-        .filter(|v| !v.is_empty())
+/// The scheduler option.
+pub(super) const OPTION: OptionParser = OptionParser {
+    keys: &[
+        SCHEDULER,
+        SCHEDULER_FLAGS,
+        KUBE_ROUTER_SCHEDULER,
+        KUBE_ROUTER_SCHEDULER_FLAGS,
+    ],
+    parse,
+};
+
+/// A valid per-Service scheduler: this scheduler, with these scheduler flags on top of its default ones
+/// (`mh-port` for `mh`), from scheduler annotation `source` (ours or its alias).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SchedulerRequest {
+    pub scheduler: Scheduler,
+    pub flags: u32,
+    pub source: &'static str,
 }
 
-fn invalid(annotation: &'static str, value: &str, reason: String) -> SchedulerChoice {
-    SchedulerChoice::Invalid(Arc::new(AnnotationError {
-        annotation,
-        value: value.to_string(),
-        reason,
-    }))
+fn parse(a: Annotations<'_>, options: &mut ServiceOptions) {
+    match scheduler_request(a) {
+        Ok(request) => options.scheduler = request,
+        Err(e) => options.problems.push(e),
+    }
+}
+
+fn invalid(annotation: &'static str, value: &str, reason: String) -> AnnotationError {
+    AnnotationError::new(annotation, value, reason, ProblemKind::Invalid)
 }
 
 /// The scheduler the annotations ask for: our pair if our scheduler annotation is set, else
 /// kube-router's. A flags annotation only counts with the scheduler annotation of its own pair; set
-/// alone it is refused. `None` when no scheduler annotation is set (blank values count as unset).
-pub fn scheduler_choice(annotations: Option<&BTreeMap<String, String>>) -> Option<SchedulerChoice> {
-    let annotations = annotations?;
+/// alone it is refused. `Ok(None)` when no scheduler annotation is set (blank values count as unset).
+pub fn scheduler_request(a: Annotations<'_>) -> Result<Option<SchedulerRequest>, AnnotationError> {
     for (sched_key, flags_key) in PAIRS {
-        let Some(name) = value(annotations, sched_key) else {
+        let Some(name) = a.value(sched_key) else {
             continue;
         };
-        let scheduler = match name.parse::<Scheduler>() {
-            Ok(s) => s,
-            Err(e) => return Some(invalid(sched_key, name, e.to_string())),
-        };
-        let flags = match value(annotations, flags_key).map(|f| (f, scheduler.parse_flags(f))) {
+        let scheduler = name
+            .parse::<Scheduler>()
+            .map_err(|e| invalid(sched_key, name, e.to_string()))?;
+        let flags = match a.value(flags_key) {
             None => 0,
-            Some((_, Ok(bits))) => bits,
-            Some((raw, Err(e))) => return Some(invalid(flags_key, raw, e.to_string())),
+            Some(raw) => scheduler
+                .parse_flags(raw)
+                .map_err(|e| invalid(flags_key, raw, e.to_string()))?,
         };
-        return Some(SchedulerChoice::Set {
+        return Ok(Some(SchedulerRequest {
             scheduler,
             flags,
             source: sched_key,
-        });
+        }));
     }
     for (sched_key, flags_key) in PAIRS {
-        if let Some(raw) = value(annotations, flags_key) {
+        if let Some(raw) = a.value(flags_key) {
             let reason = format!("scheduler flags need the {sched_key} annotation");
-            return Some(invalid(flags_key, raw, reason));
+            return Err(invalid(flags_key, raw, reason));
         }
     }
-    None
+    Ok(None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
-    fn choice(pairs: &[(&str, &str)]) -> Option<SchedulerChoice> {
+    type Choice = Result<Option<SchedulerRequest>, AnnotationError>;
+
+    fn choice(pairs: &[(&str, &str)]) -> Choice {
         let map: BTreeMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        scheduler_choice(Some(&map))
+        scheduler_request(Annotations(&map))
     }
 
-    fn set(scheduler: Scheduler, flags: u32) -> Option<SchedulerChoice> {
+    fn set(scheduler: Scheduler, flags: u32) -> Choice {
         from(SCHEDULER, scheduler, flags)
     }
 
-    fn from(source: &'static str, scheduler: Scheduler, flags: u32) -> Option<SchedulerChoice> {
-        Some(SchedulerChoice::Set {
+    fn from(source: &'static str, scheduler: Scheduler, flags: u32) -> Choice {
+        Ok(Some(SchedulerRequest {
             scheduler,
             flags,
             source,
-        })
+        }))
     }
 
-    fn error(c: Option<SchedulerChoice>) -> AnnotationError {
+    fn error(c: Choice) -> AnnotationError {
         match c {
-            Some(SchedulerChoice::Invalid(e)) => (*e).clone(),
+            Err(e) => e,
             other => panic!("expected an invalid value, got {other:?}"),
+        }
+    }
+
+    /// The scheduler every port of a converted Service gets, or the error it carries.
+    fn port_choice(p: &crate::cluster::model::ServicePort) -> Choice {
+        let Some(o) = p.options.as_deref() else {
+            return Ok(None);
+        };
+        match o.problems.first() {
+            Some(e) => Err(e.clone()),
+            None => Ok(o.scheduler),
         }
     }
 
     #[test]
     fn names_and_flags() {
-        assert_eq!(scheduler_choice(None), None);
-        assert_eq!(choice(&[]), None);
-        assert_eq!(choice(&[("other", "sh")]), None);
+        assert_eq!(
+            crate::cluster::service_options::ServiceOptions::from_annotations(None),
+            None
+        );
+        assert_eq!(choice(&[]), Ok(None));
+        assert_eq!(choice(&[("other", "sh")]), Ok(None));
         assert_eq!(choice(&[(SCHEDULER, "sh")]), set(Scheduler::Sh, 0));
         assert_eq!(choice(&[(SCHEDULER, " lc ")]), set(Scheduler::Lc, 0));
         assert_eq!(
@@ -129,7 +150,7 @@ mod tests {
             set(Scheduler::Wrr, 0x20)
         );
         // Blank values are unset.
-        assert_eq!(choice(&[(SCHEDULER, " "), (SCHEDULER_FLAGS, "")]), None);
+        assert_eq!(choice(&[(SCHEDULER, " "), (SCHEDULER_FLAGS, "")]), Ok(None));
         assert_eq!(
             choice(&[(SCHEDULER, "rr"), (SCHEDULER_FLAGS, "")]),
             set(Scheduler::Rr, 0)
@@ -194,16 +215,16 @@ mod tests {
         }));
         assert_eq!(c.ports.len(), 2);
         for p in &c.ports {
-            assert_eq!(p.scheduler, set(Scheduler::Sh, 0x10), "{}", p.name);
+            assert_eq!(port_choice(p), set(Scheduler::Sh, 0x10), "{}", p.name);
         }
         let c = converted(serde_json::json!({KUBE_ROUTER_SCHEDULER: "mh"}));
         let want = from(KUBE_ROUTER_SCHEDULER, Scheduler::Mh, 0);
-        assert!(c.ports.iter().all(|p| p.scheduler == want));
+        assert!(c.ports.iter().all(|p| port_choice(p) == want));
         // A bad value keeps the Service and its ports; the error travels with them.
         let c = converted(serde_json::json!({SCHEDULER: "nope"}));
         assert_eq!(c.ports.len(), 2);
         for p in &c.ports {
-            let e = error(p.scheduler.clone());
+            let e = error(port_choice(p));
             assert_eq!((e.annotation, e.value.as_str()), (SCHEDULER, "nope"));
         }
         assert!(
@@ -212,7 +233,7 @@ mod tests {
                 .all(|p| p.node_port.is_some() == (p.port == 80))
         );
         let c = converted(serde_json::json!({"unrelated": "sh"}));
-        assert!(c.ports.iter().all(|p| p.scheduler.is_none()));
+        assert!(c.ports.iter().all(|p| p.options.is_none()));
         // The annotation is part of the port's value: a change is a change of the service.
         assert_ne!(
             converted(serde_json::json!({SCHEDULER: "sh"})),

@@ -1,0 +1,98 @@
+//! The validated configuration in the types the daemon runs with, built once at start-up: no sync reads
+//! a raw string of the configuration again.
+
+use super::options::{LocalMode, NodePortAddresses};
+use super::types::ProxyConfig;
+use crate::cluster::model::IpFamily;
+use crate::proxier::plan::LocalDetector;
+use crate::scheduler::Scheduler;
+use ipnet::IpNet;
+use std::time::Duration;
+
+/// How traffic from inside the cluster is recognised (`detectLocalMode` with its parameters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalDetection {
+    /// Source in one of these `clusterCIDR` ranges.
+    ClusterCidr(Vec<IpNet>),
+    /// Source in the Node's `podCIDRs` (known once the Node is read).
+    NodeCidr,
+    /// Arriving on this bridge interface.
+    BridgeInterface(String),
+    /// Arriving on an interface whose name starts with this prefix.
+    InterfaceNamePrefix(String),
+}
+
+impl LocalDetection {
+    /// `detectLocalMode` and its parameters from a validated configuration (ClusterCIDR by default).
+    pub fn from_config(c: &ProxyConfig) -> Self {
+        match c.local_mode() {
+            Some(LocalMode::NodeCidr) => LocalDetection::NodeCidr,
+            Some(LocalMode::BridgeInterface) => {
+                LocalDetection::BridgeInterface(c.detect_local.bridge_interface.clone())
+            }
+            Some(LocalMode::InterfaceNamePrefix) => {
+                LocalDetection::InterfaceNamePrefix(c.detect_local.interface_name_prefix.clone())
+            }
+            Some(LocalMode::ClusterCidr) | None => LocalDetection::ClusterCidr(c.cluster_cidrs()),
+        }
+    }
+
+    /// The planner's detector for `family`; `node_pod_cidrs` are the Node's podCIDRs (NodeCIDR mode).
+    /// No CIDR of the family gives [`LocalDetector::None`].
+    pub fn detector(&self, family: IpFamily, node_pod_cidrs: &[IpNet]) -> LocalDetector {
+        let of_family = |nets: &[IpNet]| {
+            let nets: Vec<IpNet> = nets
+                .iter()
+                .copied()
+                .filter(|n| IpFamily::of_net(n) == family)
+                .collect();
+            if nets.is_empty() {
+                LocalDetector::None
+            } else {
+                LocalDetector::Cidrs(nets)
+            }
+        };
+        match self {
+            LocalDetection::ClusterCidr(nets) => of_family(nets),
+            LocalDetection::NodeCidr => of_family(node_pod_cidrs),
+            LocalDetection::BridgeInterface(i) => LocalDetector::BridgeInterface(i.clone()),
+            LocalDetection::InterfaceNamePrefix(p) => LocalDetector::InterfaceNamePrefix(p.clone()),
+        }
+    }
+}
+
+/// What the daemon's syncs need of the configuration, typed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxySettings {
+    /// The node's IPVS scheduler (`ipvs.scheduler`, `rr` when empty).
+    pub scheduler: Scheduler,
+    pub masquerade_all: bool,
+    /// `iptables.masqueradeBit` (default 14).
+    pub masquerade_bit: u32,
+    /// `ipvs.excludeCIDRs`.
+    pub exclude_cidrs: Vec<IpNet>,
+    pub local_detection: LocalDetection,
+    /// `nodePortAddresses`, parsed.
+    pub node_port_addresses: NodePortAddresses,
+    /// `ipvs.syncPeriod`: the longest interval between full syncs.
+    pub sync_period: Duration,
+    /// `ipvs.minSyncPeriod`.
+    pub min_sync_period: Duration,
+}
+
+impl ProxySettings {
+    /// The settings of a validated configuration.
+    pub fn new(c: &ProxyConfig) -> Self {
+        let local_detection = LocalDetection::from_config(c);
+        ProxySettings {
+            scheduler: c.scheduler(),
+            masquerade_all: c.iptables.masquerade_all,
+            masquerade_bit: c.masquerade_bit(),
+            exclude_cidrs: c.exclude_cidrs(),
+            local_detection,
+            node_port_addresses: c.node_port_addresses(),
+            sync_period: c.sync_period(),
+            min_sync_period: c.min_sync_period(),
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! What every sync is planned with, fixed for the life of the process: built once from the typed
+//! configuration, the node's IPs, the families served and iptables' capabilities.
+
+use crate::cluster::model::IpFamily;
+use crate::config::{LocalDetection, ProxySettings};
+use crate::proxier::plan::{PlanConfig, node_port_cidrs};
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// Configuration-derived settings of every sync.
+#[derive(Debug, Clone)]
+pub struct SyncSettings {
+    pub node_name: String,
+    /// Node IPs, primary first.
+    pub node_ips: Vec<IpAddr>,
+    pub families: Vec<IpFamily>,
+    /// `nodePortAddresses` resolved for this node (`primary` replaced by its IPs); empty: every address.
+    pub node_port_cidrs: Vec<IpNet>,
+    /// `PlanConfig` per family; its local detector is filled in at each sync when it depends on the
+    /// Node's podCIDRs.
+    pub plan: BTreeMap<IpFamily, PlanConfig>,
+    local_detection: LocalDetection,
+    /// Full sync (kernel dump, drift repair) at least this often.
+    pub sync_period: Duration,
+}
+
+impl SyncSettings {
+    /// Settings from the typed configuration, the node IPs, the families and iptables' `--random-fully`
+    /// support.
+    pub fn new(
+        settings: &ProxySettings,
+        node_name: &str,
+        node_ips: Vec<IpAddr>,
+        families: Vec<IpFamily>,
+        random_fully: bool,
+    ) -> SyncSettings {
+        let npa = &settings.node_port_addresses;
+        let node_port_cidrs = node_port_cidrs(&npa.cidrs, npa.primary, &node_ips);
+        let detection = &settings.local_detection;
+        let plan = families
+            .iter()
+            .map(|&family| {
+                let config = PlanConfig {
+                    family,
+                    scheduler: settings.scheduler,
+                    masquerade_all: settings.masquerade_all,
+                    masquerade_bit: settings.masquerade_bit,
+                    local_detector: detection.detector(family, &[]),
+                    exclude_cidrs: settings
+                        .exclude_cidrs
+                        .iter()
+                        .copied()
+                        .filter(|n| IpFamily::of_net(n) == family)
+                        .collect(),
+                    random_fully,
+                    unavailable_schedulers: BTreeMap::new(),
+                };
+                (family, config)
+            })
+            .collect();
+        SyncSettings {
+            node_name: node_name.to_string(),
+            node_ips,
+            families,
+            node_port_cidrs,
+            plan,
+            local_detection: detection.clone(),
+            sync_period: settings.sync_period,
+        }
+    }
+
+    /// The plan configuration of `family` for a Node with `pod_cidrs` (used in NodeCIDR mode).
+    pub fn plan_config(&self, family: IpFamily, pod_cidrs: &[IpNet]) -> Option<PlanConfig> {
+        let mut config = self.plan.get(&family)?.clone();
+        if self.local_detection == LocalDetection::NodeCidr {
+            config.local_detector = self.local_detection.detector(family, pod_cidrs);
+        }
+        Some(config)
+    }
+
+    /// Whether `nodePortAddresses` selects every address (a zero-length CIDR such as `all`'s).
+    pub fn node_ports_everywhere(&self) -> bool {
+        self.node_port_cidrs.iter().any(|n| n.prefix_len() == 0)
+    }
+}

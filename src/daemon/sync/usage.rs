@@ -1,0 +1,39 @@
+//! The process's CPU time and page faults so far (`getrusage`), for the cold-start breakdown in the log.
+
+/// A snapshot of this process's resource usage.
+pub struct ProcessUsage(libc::rusage);
+
+impl ProcessUsage {
+    /// The usage now.
+    pub fn now() -> Self {
+        ProcessUsage(rusage(libc::RUSAGE_SELF))
+    }
+}
+
+impl std::fmt::Display for ProcessUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // CPU seconds of waited-for children: the iptables processes.
+        let children = rusage(libc::RUSAGE_CHILDREN);
+        write!(
+            f,
+            "user {:.3} s, sys {:.3} s, minor faults {}, children {:.3} s",
+            secs(self.0.ru_utime),
+            secs(self.0.ru_stime),
+            self.0.ru_minflt,
+            secs(children.ru_utime) + secs(children.ru_stime),
+        )
+    }
+}
+
+/// `getrusage(who)`: the process's (`RUSAGE_SELF`) or its waited-for children's usage.
+fn rusage(who: libc::c_int) -> libc::rusage {
+    // SAFETY: an all-zero rusage is valid; getrusage only writes into it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid `who` and a valid out pointer.
+    unsafe { libc::getrusage(who, &mut u) };
+    u
+}
+
+fn secs(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
+}

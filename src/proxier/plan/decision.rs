@@ -1,0 +1,265 @@
+//! The planner's decisions as data: for each Service, per port and IP family, the virtual servers it
+//! programs (which address, which scheduler and why) and, for every endpoint it considered, whether it
+//! was selected or why not. The planner writes these records while it plans (the same code paths that
+//! choose the real servers), they travel in the desired state, and everything downstream reads them:
+//! annotation reports, the traffic metrics' index, the explanation served on `/debug/services`.
+
+use crate::cluster::model::ServiceName;
+use crate::cluster::model::{Endpoint, IpFamily, ServicePort, SharedEndpoints};
+pub use crate::cluster::select::{Pick, Verdict};
+use crate::cluster::service_options::{AnnotationError, ProblemKind, ServiceOptions};
+use crate::kernel::ipvs::IpvsServiceKey;
+use crate::scheduler::Scheduler;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Which address of a Service port a virtual server listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AddressKind {
+    ClusterIp,
+    NodePort,
+    ExternalIp,
+    LoadBalancer,
+}
+
+impl AddressKind {
+    /// Value of the traffic metrics' `address_kind` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            AddressKind::ClusterIp => "cluster_ip",
+            AddressKind::NodePort => "node_port",
+            AddressKind::ExternalIp => "external_ip",
+            AddressKind::LoadBalancer => "load_balancer",
+        }
+    }
+
+    /// The name the explanation uses (`clusterIP`, `nodePort`, `externalIP`, `loadBalancer`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AddressKind::ClusterIp => "clusterIP",
+            AddressKind::NodePort => "nodePort",
+            AddressKind::ExternalIp => "externalIP",
+            AddressKind::LoadBalancer => "loadBalancer",
+        }
+    }
+}
+
+/// Why a scheduler is not available on this node (the daemon finds out; the planner falls back).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Unavailable {
+    /// Its kernel module could not be loaded.
+    ModuleNotLoaded(Arc<str>),
+    /// The kernel refused it in a virtual-server write although the module was loaded.
+    RefusedByKernel(Arc<str>),
+}
+
+/// Where the scheduler of a Service port's virtual servers came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchedulerSource {
+    /// The node's scheduler (`ipvs.scheduler`): no annotation asks for another.
+    Node,
+    /// The Service's annotation (its key).
+    Annotation(&'static str),
+    /// The annotation's value was refused (the problem is among the options' problems).
+    AnnotationRejected(&'static str),
+    /// The annotation asks for a scheduler this node cannot use; the node's scheduler is used.
+    Unavailable {
+        annotation: &'static str,
+        scheduler: Scheduler,
+        why: Unavailable,
+    },
+}
+
+impl SchedulerSource {
+    /// Short name for the explanation (`node`, `annotation`, `annotationRejected`, `moduleUnavailable`,
+    /// `refusedByKernel`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            SchedulerSource::Node => "node",
+            SchedulerSource::Annotation(_) => "annotation",
+            SchedulerSource::AnnotationRejected(_) => "annotationRejected",
+            SchedulerSource::Unavailable {
+                why: Unavailable::ModuleNotLoaded(_),
+                ..
+            } => "moduleUnavailable",
+            SchedulerSource::Unavailable {
+                why: Unavailable::RefusedByKernel(_),
+                ..
+            } => "refusedByKernel",
+        }
+    }
+
+    /// The problem to report when the annotated scheduler cannot be used on this node.
+    pub fn problem(&self, node: Scheduler) -> Option<AnnotationError> {
+        let SchedulerSource::Unavailable {
+            annotation,
+            scheduler,
+            why,
+        } = self
+        else {
+            return None;
+        };
+        let why = match why {
+            Unavailable::ModuleNotLoaded(e) | Unavailable::RefusedByKernel(e) => e,
+        };
+        let reason = format!(
+            "the kernel cannot use scheduler {:?} ({why}); the Service uses the node's scheduler {:?}",
+            scheduler.name(),
+            node.name()
+        );
+        Some(AnnotationError::new(
+            annotation,
+            scheduler.name(),
+            reason,
+            ProblemKind::Invalid,
+        ))
+    }
+}
+
+/// The scheduler a Service port's virtual servers get, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerDecision {
+    pub scheduler: Scheduler,
+    /// Scheduler flags set on the virtual servers (the scheduler's defaults included).
+    pub flags: u32,
+    pub source: SchedulerSource,
+}
+
+/// Which endpoints a virtual server's real servers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EndpointSet {
+    /// Cluster-wide endpoints (Cluster traffic policy).
+    Cluster,
+    /// Endpoints on this node (Local traffic policy).
+    Local,
+    /// Local traffic policy, but no endpoint on this node: the cluster endpoints, as upstream does
+    /// (kubernetes#97081: traffic from this node and its pods still works; external clients' replies are
+    /// dropped, since their traffic is not masqueraded).
+    ClusterNoLocal,
+}
+
+impl EndpointSet {
+    /// `v`'s pick in this set.
+    pub fn pick(self, v: Verdict) -> Pick {
+        match self {
+            EndpointSet::Cluster | EndpointSet::ClusterNoLocal => v.cluster,
+            EndpointSet::Local => v.local,
+        }
+    }
+}
+
+/// One virtual server the planner programs for a Service port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VsDecision {
+    pub kind: AddressKind,
+    pub key: IpvsServiceKey,
+    pub endpoints: EndpointSet,
+}
+
+/// Health check of an externalTrafficPolicy=Local port: its node port and ready local endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthCheckDecision {
+    pub node_port: u16,
+    pub local_endpoints: u32,
+}
+
+/// What the planner decided for one Service port in one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortDecision {
+    pub family: IpFamily,
+    /// The port as planned (shared with the service map).
+    pub port: Arc<ServicePort>,
+    /// Its endpoints as planned (shared with the endpoints map); `None`: it had none.
+    pub endpoints: Option<SharedEndpoints>,
+    /// One per endpoint, in the same order.
+    pub verdicts: Box<[Verdict]>,
+    pub virtual_servers: Box<[VsDecision]>,
+    pub scheduler: SchedulerDecision,
+    pub health_check: Option<HealthCheckDecision>,
+}
+
+impl PortDecision {
+    /// Each endpoint with its verdict.
+    pub fn endpoints(&self) -> impl Iterator<Item = (&Endpoint, Verdict)> {
+        let eps = self.endpoints.as_deref().map_or(&[][..], Vec::as_slice);
+        eps.iter().zip(self.verdicts.iter().copied())
+    }
+
+    /// Whether any virtual server of the port uses `v`'s endpoint; if none does, the reason of the set
+    /// that matters most (the node-local set's when every virtual server uses it).
+    pub fn selection(&self, v: Verdict) -> Result<(), Pick> {
+        let mut reason = None;
+        for vs in self.virtual_servers.iter() {
+            match vs.endpoints.pick(v) {
+                Pick::Selected => return Ok(()),
+                p => {
+                    reason.get_or_insert(p);
+                }
+            }
+        }
+        Err(reason.unwrap_or(if v.cluster == Pick::Unused {
+            v.local
+        } else {
+            v.cluster
+        }))
+    }
+}
+
+/// What the planner decided for one Service in one family: a record per port, in port order, and the
+/// Service's options (their problems are reported from here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceDecision {
+    pub ports: Box<[PortDecision]>,
+}
+
+impl ServiceDecision {
+    /// The Service's options (the same on every port).
+    pub fn options(&self) -> Option<&ServiceOptions> {
+        self.ports.first().and_then(|p| p.port.options.as_deref())
+    }
+
+    /// Every annotation problem to report: refused or unsupported values, and an annotated scheduler
+    /// this node cannot use (`node` is the node's scheduler, which the Service gets instead).
+    pub fn problems(&self, node: Scheduler) -> Vec<AnnotationError> {
+        let rejected = self.ports.iter().find_map(|p| match p.scheduler.source {
+            SchedulerSource::AnnotationRejected(key) => Some(key),
+            _ => None,
+        });
+        let mut out: Vec<AnnotationError> = Vec::new();
+        for e in self.options().map_or(&[][..], |o| o.problems.as_slice()) {
+            let mut e = e.clone();
+            if rejected == Some(e.annotation) {
+                let used = format!("; the Service uses the node's scheduler {:?}", node.name());
+                e.reason.push_str(&used);
+            }
+            out.push(e);
+        }
+        for p in self.ports.iter() {
+            if let Some(e) = p.scheduler.source.problem(node)
+                && !out.contains(&e)
+            {
+                out.push(e);
+            }
+        }
+        out
+    }
+}
+
+/// What one family's sync changed in the records.
+#[derive(Debug, Clone)]
+pub enum DecisionChanges {
+    /// Every record of the family (the first plan of the family).
+    All(BTreeMap<ServiceName, Arc<ServiceDecision>>),
+    /// The records that changed: the new one, or `None` when the Service has none any more.
+    Changed(BTreeMap<ServiceName, Option<Arc<ServiceDecision>>>),
+}
+
+impl DecisionChanges {
+    /// The Services these changes name.
+    pub fn names(&self) -> Vec<ServiceName> {
+        match self {
+            DecisionChanges::All(m) => m.keys().cloned().collect(),
+            DecisionChanges::Changed(m) => m.keys().cloned().collect(),
+        }
+    }
+}
