@@ -32,11 +32,28 @@ fn init_logging(options: &Options) {
     }
 }
 
+/// `kube-proxy explain [NAMESPACE/NAME]`: the local kube-proxy's explanation, printed.
+fn explain() -> ExitCode {
+    match kube_proxy_rs::explain::cli::run(std::env::args().skip(2)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Before any thread starts: the allocator's arena limit and mmap threshold (see `malloc::configure`).
     kube_proxy_rs::malloc::configure();
     // Code pages mapped as they run, not 64 KiB around each (see `codepages`).
     kube_proxy_rs::codepages::map_on_touch();
+    if std::env::args().nth(1).as_deref() == Some("explain") {
+        return explain();
+    }
     let options = match config::parse_args(std::env::args_os()) {
         Ok(Invocation::Run(options)) => options,
         Ok(Invocation::Help(text)) => {

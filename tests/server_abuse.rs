@@ -178,6 +178,7 @@ async fn serve_all() -> Vec<(&'static str, SocketAddr, &'static str)> {
         metrics,
         proxy_mode: "ipvs".into(),
         configz: serde_json::json!({}),
+        explain: None,
     };
     let metrics_srv = start_metrics_server(loopback, state, true, never())
         .await

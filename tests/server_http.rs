@@ -283,6 +283,7 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
         metrics: metrics.clone(),
         proxy_mode: "ipvs".into(),
         configz: config.clone(),
+        explain: None,
     };
     let server = start_metrics_server(loopback0(), state, true, std::future::pending())
         .await
@@ -441,6 +442,7 @@ async fn bind_failure_errors_with_hard_fail_and_retries_without() {
         metrics: Arc::new(Metrics::new().unwrap()),
         proxy_mode: "ipvs".into(),
         configz: Value::Null,
+        explain: None,
     };
 
     let err = start_metrics_server(addr, state(), true, std::future::pending())

@@ -164,6 +164,11 @@ pub struct Flags {
     /// the kernel at each scrape (default false). Also applies with --config; the file has no such field.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ipvs_traffic_metrics: Option<bool>,
+    /// Not in upstream (kube-proxy-rs only): remove a draining TCP real server (weight 0 after its endpoint
+    /// left) once it has drained this long, even if connections remain (e.g. 10m; default 0: never, as
+    /// upstream). Also applies with --config; the file has no such field.
+    #[arg(long, value_name = "duration", value_parser = parse_duration)]
+    pub ipvs_max_drain_time: Option<GoDuration>,
     /// Print version information and exit (`--version=raw` prints it bare).
     #[arg(long, value_name = "true|false|raw", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub version: Option<String>,

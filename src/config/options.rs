@@ -60,6 +60,9 @@ pub struct Options {
     pub init_only: bool,
     /// `--ipvs-traffic-metrics` (not in upstream): per-Service IPVS traffic counters on /metrics.
     pub ipvs_traffic_metrics: bool,
+    /// `--ipvs-max-drain-time` (not in upstream): a draining TCP real server is removed after this long,
+    /// connections or not; `None` (the default, or 0): never.
+    pub ipvs_max_drain_time: Option<std::time::Duration>,
     /// `--write-config-to`: write the effective configuration there and exit.
     pub write_config_to: Option<PathBuf>,
     /// `--master`: API server URL overriding the kubeconfig's.
@@ -404,11 +407,22 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         cleanup: flags.cleanup.unwrap_or(false),
         init_only: flags.init_only.unwrap_or(false),
         ipvs_traffic_metrics: flags.ipvs_traffic_metrics.unwrap_or(false),
+        ipvs_max_drain_time: max_drain_time(&flags)?,
         write_config_to: flags.write_config_to.clone(),
         master: flags.master.clone(),
         node_name,
         warnings,
     })
+}
+
+/// `--ipvs-max-drain-time`: `None` when unset or 0; a negative value is refused.
+fn max_drain_time(flags: &Flags) -> Result<Option<std::time::Duration>, ConfigError> {
+    match flags.ipvs_max_drain_time {
+        Some(d) if d.is_negative() => Err(ConfigError::Flags(format!(
+            "invalid argument \"{d}\" for \"--ipvs-max-drain-time\" flag: must not be negative"
+        ))),
+        d => Ok(d.map(|d| d.to_std()).filter(|d| !d.is_zero())),
+    }
 }
 
 /// Bare IP from a bind-address flag completed with the deprecated `--*-port` value.

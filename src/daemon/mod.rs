@@ -14,6 +14,8 @@ use crate::cluster::client::{ClientOptions, build_client};
 use crate::cluster::model::IpFamily;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{GoDuration, LocalDetection, Options};
+use crate::explain::metrics::StateMetrics;
+use crate::explain::{Explainer, Published};
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::IptablesCli;
 use crate::malloc::TrimSchedule;
@@ -201,8 +203,8 @@ async fn stopped(mut rx: tokio_watch::Receiver<bool>) {
 /// Starts the `/healthz` and metrics servers that have a bind address; they stop when `stop` turns true.
 async fn start_servers(
     options: &Options,
-    metrics: &Arc<Metrics>,
-    health: &Arc<ProxyHealth>,
+    obs: &Observers,
+    explain: Arc<Explainer>,
     stop: &tokio_watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<ServerHandle>> {
     let c = &options.config;
@@ -210,13 +212,14 @@ async fn start_servers(
     if let Some(addr) = bind_address("healthzBindAddress", &c.healthz_bind_address)? {
         let hard_fail = c.bind_address_hard_fail;
         let stop = stopped(stop.clone());
-        servers.push(start_healthz_server(addr, health.clone(), hard_fail, stop).await?);
+        servers.push(start_healthz_server(addr, obs.health.clone(), hard_fail, stop).await?);
     }
     if let Some(addr) = bind_address("metricsBindAddress", &c.metrics_bind_address)? {
         let state = MetricsServerState {
-            metrics: metrics.clone(),
+            metrics: obs.metrics.clone(),
             proxy_mode: "ipvs".to_string(),
             configz: serde_json::to_value(c).unwrap_or_default(),
+            explain: Some(explain),
         };
         let hard_fail = c.bind_address_hard_fail;
         servers.push(start_metrics_server(addr, state, hard_fail, stopped(stop.clone())).await?);
@@ -272,11 +275,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
     let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
 
-    let index = crate::explain::shared_index();
-    let (metrics, health) =
-        metrics_and_health(&options, &families, cluster.initial.as_ref(), &index)?;
+    proxier_lock(&proxier).set_max_drain(options.ipvs_max_drain_time);
+    let published = Published::default();
+    let obs = observers(&options, &families, cluster.initial.as_ref(), &published)?;
+    let (metrics, health) = (obs.metrics.clone(), obs.health.clone());
     let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
-    let servers = start_servers(&options, &metrics, &health, &server_stop_rx).await?;
+    let explainer = explainer(&options, &published);
+    let servers = start_servers(&options, &obs, explainer, &server_stop_rx).await?;
     let settings = sync::SyncSettings::new(
         &options.settings,
         &options.node_name,
@@ -311,7 +316,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         stop_tx.clone(),
     );
     spawn_stop_sources(&options, config_snapshot, &stop_tx);
-    spawn_graceful_check(proxier.clone(), graceful_interval());
+    spawn_graceful_check(proxier.clone(), graceful_interval(), &published, &obs.state);
 
     for &f in &families {
         health.updated(f);
@@ -328,7 +333,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         service_health: service_health.clone(),
         runner: runner_handle,
         events: cluster.events,
-        index,
+        published,
+        state_metrics: obs.state,
     });
     let (loop_stop_tx, loop_task) = spawn_sync_loop(runner, sync_loop, synced_for_trim);
 
@@ -414,14 +420,44 @@ async fn trim_heap() {
     }
 }
 
-/// The metrics registry (families initialised) and the proxy health, the Node's eligibility set.
-fn metrics_and_health(
+/// The explanation of this node's Services, with an IPVS socket of its own (without one, the kernel's
+/// side is reported missing).
+fn explainer(options: &Options, published: &Published) -> Arc<Explainer> {
+    let ipvs = match crate::kernel::ipvs::netlink::NetlinkIpvs::new() {
+        Ok(i) => Some(Box::new(i) as Box<dyn crate::kernel::ipvs::Ipvs>),
+        Err(e) => {
+            tracing::warn!(error = %e, "opening IPVS for /debug/services; it will show the plan only");
+            None
+        }
+    };
+    let scheduler = options.settings.scheduler;
+    let e = Explainer::new(published.clone(), &options.node_name, scheduler, ipvs);
+    Arc::new(e)
+}
+
+/// What reports on the daemon: the metrics registry, the proxy health and the explanation's metrics.
+struct Observers {
+    metrics: Arc<Metrics>,
+    health: Arc<ProxyHealth>,
+    state: Arc<StateMetrics>,
+}
+
+fn proxier_lock(p: &Mutex<Proxier>) -> std::sync::MutexGuard<'_, Proxier> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The metrics registry (families initialised, the explanation's metrics registered) and the proxy
+/// health, the Node's eligibility set.
+fn observers(
     options: &Options,
     families: &[IpFamily],
     initial: Option<&NodeInfo>,
-    index: &crate::explain::SharedIndex,
-) -> anyhow::Result<(Arc<Metrics>, Arc<ProxyHealth>)> {
+    published: &Published,
+) -> anyhow::Result<Observers> {
     let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
+    let state = StateMetrics::register(&metrics, published.drains.clone())
+        .map_err(|e| anyhow!("creating metrics: {e}"))?;
+    let index = &published.index;
     for &f in families {
         metrics.init_family(f);
     }
@@ -437,7 +473,11 @@ fn metrics_and_health(
         metrics.clone(),
     ));
     health.set_node_eligible(initial.is_none_or(|n| n.eligible()));
-    Ok((metrics, health))
+    Ok(Observers {
+        metrics,
+        health,
+        state: Arc::new(state),
+    })
 }
 
 /// The daemon's result for why it stopped: `Ok` after a signal, an error naming the cause otherwise.
@@ -483,22 +523,37 @@ fn health_check_ips(settings: &sync::SyncSettings, proxier: &Arc<Mutex<Proxier>>
 }
 
 /// Deletes drained real servers every `interval` (on a blocking thread; the kernel backends are
-/// synchronous).
-fn spawn_graceful_check(proxier: Arc<Mutex<Proxier>>, interval: Duration) {
+/// synchronous), then publishes the queue and counts removals at the maximum drain time.
+fn spawn_graceful_check(
+    proxier: Arc<Mutex<Proxier>>,
+    interval: Duration,
+    published: &Published,
+    state: &Arc<StateMetrics>,
+) {
+    let (published, state) = (published.clone(), state.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
             tick.tick().await;
-            let p = proxier.clone();
+            let (p, published) = (proxier.clone(), published.clone());
             let r = tokio::task::spawn_blocking(move || {
-                p.lock().map(|mut p| p.check_graceful()).unwrap_or_default()
+                let mut p = proxier_lock(&p);
+                let c = p.check_graceful();
+                published.set_drains(p.reconciler().graceful().queue());
+                c
             })
             .await;
+            if let Ok(c) = &r
+                && c.forced > 0
+            {
+                state.forced_drains(c.forced as u64);
+            }
             match r {
                 Ok(c) if c.deleted > 0 || c.failures > 0 => tracing::info!(
                     deleted = c.deleted,
+                    forced = c.forced,
                     pending = c.pending,
                     failures = c.failures,
                     "graceful termination check"

@@ -2,11 +2,22 @@
 //! server exists, which scheduler it got and why, which endpoints were selected and why the others were
 //! not), published after each sync ([`index`]).
 
+pub mod cli;
+pub mod drift;
+pub mod explainer;
+pub mod http;
 pub mod index;
+pub mod kernel;
+pub mod metrics;
+pub mod report;
+pub mod text;
 
+pub use drift::DriftMarks;
+pub use explainer::Explainer;
 pub use index::{DecisionIndex, FamilyDecisions};
 
-use std::sync::{Arc, RwLock};
+use crate::proxier::graceful::DrainQueue;
+use std::sync::{Arc, Mutex, RwLock};
 
 /// The decision index shared by the sync loop (writer) and its readers.
 pub type SharedIndex = Arc<RwLock<DecisionIndex>>;
@@ -14,4 +25,21 @@ pub type SharedIndex = Arc<RwLock<DecisionIndex>>;
 /// A new, empty shared index.
 pub fn shared_index() -> SharedIndex {
     Arc::new(RwLock::new(DecisionIndex::new()))
+}
+
+/// What the sync loop publishes for readers outside it: the decision records, the last full sync's
+/// repairs per Service, and the real servers draining.
+#[derive(Clone, Default)]
+pub struct Published {
+    pub index: SharedIndex,
+    pub drift: Arc<Mutex<DriftMarks>>,
+    pub drains: Arc<Mutex<DrainQueue>>,
+}
+
+impl Published {
+    /// Replaces the published drain queue (after a sync or a graceful-termination check).
+    pub fn set_drains(&self, queue: &DrainQueue) {
+        let mut d = self.drains.lock().unwrap_or_else(|p| p.into_inner());
+        d.clone_from(queue);
+    }
 }

@@ -2,15 +2,17 @@
 //!
 //! A TCP real server that leaves the plan while it still has connections is set to weight 0 (no new
 //! connections) and queued; [`GracefulTermination::check`] deletes it once its active and inactive connection
-//! counters are both zero. UDP and SCTP real servers, and TCP ones without connections, are deleted at once.
-//! An endpoint that comes back while queued is taken out of the queue (the reconciler restores its weight).
+//! counters are both zero, or, with a maximum drain time set (`--ipvs-max-drain-time`; off by default, as
+//! upstream), once it has drained that long. UDP and SCTP real servers, and TCP ones without connections,
+//! are deleted at once. An endpoint that comes back while queued is taken out of the queue (the
+//! reconciler restores its weight).
 
 use crate::cluster::model::Protocol;
 use crate::kernel::ipvs::{Ipvs, IpvsDestination, IpvsServiceKey};
 use crate::kernel::{KernelError, KernelResult};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How often production calls [`GracefulTermination::check`].
 pub const CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
@@ -35,12 +37,19 @@ pub struct GracefulCheck {
     pub pending: usize,
     /// Kernel operations that failed (retried on the next check).
     pub failures: usize,
+    /// Of `deleted`, real servers removed with connections left, having drained the maximum time.
+    pub forced: usize,
 }
+
+/// Draining real servers: virtual server → (address, port) → when draining started.
+pub type DrainQueue = BTreeMap<IpvsServiceKey, BTreeMap<(IpAddr, u16), Instant>>;
 
 /// The queue of draining real servers.
 #[derive(Debug, Default)]
 pub struct GracefulTermination {
-    queue: BTreeMap<IpvsServiceKey, BTreeMap<(IpAddr, u16), Instant>>,
+    queue: DrainQueue,
+    /// Longest a real server drains before it is removed anyway (`None`: until its connections end).
+    max_drain: Option<Duration>,
 }
 
 fn delete_dest(
@@ -59,6 +68,16 @@ impl GracefulTermination {
     /// An empty queue.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Removes real servers that drained `max` even with connections left (`None`: never).
+    pub fn set_max_drain(&mut self, max: Option<Duration>) {
+        self.max_drain = max;
+    }
+
+    /// Every draining real server with the time its drain started.
+    pub fn queue(&self) -> &DrainQueue {
+        &self.queue
     }
 
     /// Number of queued real servers.
@@ -115,7 +134,8 @@ impl GracefulTermination {
         self.queue.remove(vs);
     }
 
-    /// Deletes queued real servers whose connections drained (one destination dump per virtual server).
+    /// Deletes queued real servers whose connections drained, or that drained the maximum time (one
+    /// destination dump per virtual server).
     pub fn check(&mut self, ipvs: &mut dyn Ipvs) -> GracefulCheck {
         let mut out = GracefulCheck::default();
         let services: Vec<IpvsServiceKey> = self.queue.keys().copied().collect();
@@ -135,19 +155,27 @@ impl GracefulTermination {
             let Some(queued) = self.queue.get_mut(&vs) else {
                 continue;
             };
-            queued.retain(|&(addr, port), _| {
+            let max = self.max_drain;
+            queued.retain(|&(addr, port), since| {
                 let Some(d) = dests.iter().find(|d| d.addr == addr && d.port == port) else {
                     return false;
                 };
                 if d.weight != 0 {
                     return false;
                 }
-                if d.active_conns + d.inactive_conns > 0 {
+                let busy = d.active_conns + d.inactive_conns > 0;
+                let expired = max.is_some_and(|m| since.elapsed() >= m);
+                if busy && !expired {
                     return true;
                 }
                 match delete_dest(ipvs, &vs, addr, port) {
                     Ok(()) => {
                         out.deleted += 1;
+                        out.forced += usize::from(busy);
+                        if busy {
+                            tracing::info!(service = %vs, %addr, port, drained = ?since.elapsed(),
+                                "removed a draining real server at the maximum drain time");
+                        }
                         false
                     }
                     Err(e) => {

@@ -115,6 +115,10 @@ pub struct SyncReport {
     /// Schedulers the kernel refused in IPVS service writes (no such scheduler): the daemon plans
     /// them as unavailable from the next sync on.
     pub refused_schedulers: BTreeSet<String>,
+    /// What a full sync found changed behind its back (empty on event-driven syncs and first syncs).
+    pub drift: crate::proxier::reconcile::drift::DriftReport,
+    /// Foreign objects a full sync found and left alone, by kind (`None`: not a full sync).
+    pub foreign: Option<BTreeMap<crate::proxier::reconcile::drift::ForeignKind, u64>>,
 }
 
 impl SyncReport {

@@ -133,6 +133,11 @@ impl Proxier {
         &self.reconciler
     }
 
+    /// Removes draining real servers after `max` even with connections left (`None`: never).
+    pub fn set_max_drain(&mut self, max: Option<std::time::Duration>) {
+        self.reconciler.set_max_drain(max);
+    }
+
     /// The backends, e.g. for startup sysctls or tests.
     pub fn backends_mut(&mut self) -> &mut Backends {
         &mut self.backends

@@ -1652,3 +1652,96 @@ fn dual_stack_reports_each_familys_own_figures() {
     let own: std::time::Duration = r.families.values().map(|f| f.duration).sum();
     assert!(own <= r.duration, "{own:?} > {:?}", r.duration);
 }
+
+/// A full sync counts what changed behind its back by kind (measured against what it applied, not the
+/// plan), names the virtual servers, and counts the foreign objects it leaves alone.
+#[test]
+fn full_sync_counts_drift_by_kind_and_foreign_objects() {
+    use crate::proxier::reconcile::drift::{DriftKind, ForeignKind};
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let first = apply(&mut p, &small(), true);
+    assert!(first.drift.is_empty(), "adopting is not drift: {first:?}");
+    let quiet = apply(&mut p, &small(), true);
+    assert!(quiet.drift.is_empty(), "{quiet:?}");
+    let foreign = |r: &SyncReport, kind| r.foreign.as_ref().and_then(|f| f.get(&kind)).copied();
+    assert_eq!(foreign(&quiet, ForeignKind::VirtualServer), Some(0));
+    assert_eq!(foreign(&quiet, ForeignKind::Ipset), Some(0));
+
+    let api = key("10.96.0.1", 443, Protocol::Tcp);
+    let web = key("10.96.100.10", 80, Protocol::Tcp);
+    let web2 = key("10.96.100.20", 80, Protocol::Tcp);
+    let mut ipvs = k.ipvs.clone();
+    ipvs.delete_service(&api).unwrap();
+    ipvs.delete_destination(&web, ip(EPS[0].0), EPS[0].1)
+        .unwrap();
+    let reweighted = IpvsDestination::masq(ip(EPS[1].0), EPS[1].1, 5);
+    ipvs.update_destination(&web2, &reweighted).unwrap();
+    ipvs.update_service(&svc("10.96.100.20", 80, Protocol::Tcp, "wrr"))
+        .unwrap();
+    seed_vs(&k, "10.1.1.1", 8080, "rr");
+    let mut sets = k.ipsets.clone();
+    let member = k
+        .ipsets
+        .members("KUBE-CLUSTER-IP")
+        .into_iter()
+        .next()
+        .unwrap();
+    let del = IpSetOp::Del {
+        set: "KUBE-CLUSTER-IP".into(),
+        entry: member.clone(),
+    };
+    sets.apply(&[del]).unwrap();
+    let spec = IpSetSpec {
+        name: "FOREIGN".into(),
+        set_type: IpSetType::HashIp,
+        family: IpFamily::V4,
+        comment: String::new(),
+    };
+    sets.create(&spec).unwrap();
+    let mut links = k.links.clone();
+    links.del_address(DUMMY_DEVICE, ip("10.96.100.10")).unwrap();
+    let mut ipt = k.iptables.clone();
+    let jump = jump_args("kubernetes service portals", "KUBE-SERVICES");
+    assert!(
+        ipt.delete_rule(IpFamily::V4, "nat", "PREROUTING", &jump)
+            .unwrap()
+    );
+
+    // An event-driven sync trusts its memory: it neither sees nor counts anything.
+    assert!(apply(&mut p, &small(), false).drift.is_empty());
+    let r = apply(&mut p, &small(), true);
+    let want = BTreeMap::from([
+        (DriftKind::VirtualServer, 1),
+        (DriftKind::RealServer, 1),
+        (DriftKind::Weight, 1),
+        (DriftKind::Scheduler, 1),
+        (DriftKind::IpsetMember, 1),
+        (DriftKind::IptablesRule, 1),
+        (DriftKind::Address, 1),
+    ]);
+    assert_eq!(r.drift.counts, want, "{r:?}");
+    let kinds = |key| {
+        r.drift
+            .virtual_servers
+            .get(&key)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(kinds(api), BTreeSet::from([DriftKind::VirtualServer]));
+    assert_eq!(kinds(web), BTreeSet::from([DriftKind::RealServer]));
+    assert_eq!(
+        kinds(web2),
+        BTreeSet::from([DriftKind::Weight, DriftKind::Scheduler])
+    );
+    assert_eq!(r.drift.addresses, BTreeSet::from([ip("10.96.100.10")]));
+    assert!(
+        r.drift
+            .set_members
+            .contains(&("KUBE-CLUSTER-IP".into(), member))
+    );
+    assert_eq!(foreign(&r, ForeignKind::VirtualServer), Some(1));
+    assert_eq!(foreign(&r, ForeignKind::Ipset), Some(1));
+    // Repaired: the next full sync finds nothing.
+    assert!(apply(&mut p, &small(), true).drift.is_empty());
+}

@@ -1,5 +1,5 @@
 //! The healthz server (`/healthz`, `/livez`; default 0.0.0.0:10256) and the metrics server (`/metrics`,
-//! `/healthz`, `/proxyMode`, `/configz`; default 127.0.0.1:10249), on axum.
+//! `/healthz`, `/proxyMode`, `/configz`, `/debug/services`; default 127.0.0.1:10249), on axum.
 //!
 //! Bind failures follow `bindAddressHardFail`: with it the start function returns the error so the daemon
 //! can exit; without it the failure is logged and binding is retried every 5 s in the background, as
@@ -57,6 +57,8 @@ pub struct MetricsServerState {
     pub proxy_mode: String,
     /// Effective configuration shown by `/configz` under [`CONFIGZ_KEY`].
     pub configz: serde_json::Value,
+    /// Answers `/debug/services` (`None`: not served).
+    pub explain: Option<Arc<crate::explain::Explainer>>,
 }
 
 const NOSNIFF: (header::HeaderName, HeaderValue) = (
@@ -156,13 +158,18 @@ async fn configz(State(s): State<MetricsServerState>) -> Response {
 
 /// Router of the metrics server.
 pub fn metrics_router(state: MetricsServerState) -> Router {
-    Router::new()
+    let explain = state.explain.clone();
+    let router = Router::new()
         .route("/metrics", any(metrics))
         .route("/healthz", any(ok))
         .route("/healthz/ping", any(ok))
         .route("/proxyMode", any(proxy_mode))
         .route("/configz", any(configz))
-        .with_state(state)
+        .with_state(state);
+    match explain {
+        Some(e) => router.merge(crate::explain::http::router(e)),
+        None => router,
+    }
 }
 
 type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -6,6 +6,7 @@ use super::snapshot::{Maps, local_addresses, snapshots};
 use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
 use crate::cluster::watch::NodeInfo;
 use crate::daemon::scheduler_modules::SchedulerModules;
+use crate::explain::Published;
 use crate::metrics::TrafficPolicy;
 use crate::proxier::plan::decision::DecisionChanges;
 use crate::proxier::{ConntrackHints, Proxier, SyncInput, SyncReport};
@@ -45,6 +46,8 @@ pub struct SyncJob {
     pub schedulers: Arc<Mutex<SchedulerModules>>,
     /// Annotated schedulers of the Services changed since the last sync (their modules are loaded).
     pub wanted: BTreeSet<Scheduler>,
+    /// Where the draining real servers are published after the sync.
+    pub published: Published,
 }
 
 impl SyncJob {
@@ -75,6 +78,7 @@ impl SyncJob {
             changed: self.changed,
         });
         let (health_checks, no_local) = health_and_no_local(&p, &self.settings.families);
+        self.published.set_drains(p.reconciler().graceful().queue());
         Ok(Outcome {
             report,
             health_checks,

@@ -3,6 +3,7 @@
 //! problems they state, then publishes the outcome (metrics, health, service health checks) and
 //! schedules a retry on failure ([`publish`]).
 
+mod drift;
 mod job;
 mod publish;
 mod settings;
@@ -20,7 +21,8 @@ use super::scheduler_modules::{self, SchedulerModules};
 use crate::cluster::model::{EndpointsMap, ServiceMap, ServiceName};
 use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult};
 use crate::cluster::watch::{NodeInfo, Synced, Trackers};
-use crate::explain::SharedIndex;
+use crate::explain::Published;
+use crate::explain::metrics::StateMetrics;
 use crate::kernel::modules::Modprobe;
 use crate::metrics::Metrics;
 use crate::proxier::{ConntrackHints, FailureKind, Proxier};
@@ -48,8 +50,9 @@ pub struct SyncParts {
     pub service_health: Arc<ServiceHealthServer>,
     pub runner: RunnerHandle,
     pub events: Events,
-    /// Where the decision records are published.
-    pub index: SharedIndex,
+    /// Where the decision records, drift and drains are published.
+    pub published: Published,
+    pub state_metrics: Arc<StateMetrics>,
 }
 
 /// The sync loop's state; one per process, driven by the bounded-frequency runner.
@@ -64,7 +67,9 @@ pub struct SyncLoop {
     service_health: Arc<ServiceHealthServer>,
     runner: RunnerHandle,
     events: Events,
-    index: SharedIndex,
+    published: Published,
+    state_metrics: Arc<StateMetrics>,
+    drift_streak: drift::DriftStreak,
     services: Arc<ServiceMap>,
     endpoints: Arc<EndpointsMap>,
     /// Services changed since the last sync that reached the proxier (`None`: unknown, replan all).
@@ -122,7 +127,9 @@ impl SyncLoop {
             service_health: p.service_health,
             runner: p.runner,
             events: p.events,
-            index: p.index,
+            published: p.published,
+            state_metrics: p.state_metrics,
+            drift_streak: drift::DriftStreak::default(),
             services: Arc::default(),
             endpoints: Arc::default(),
             pending_changed: None,
@@ -185,6 +192,7 @@ impl SyncLoop {
             changed: changed.clone(),
             schedulers: self.schedulers.clone(),
             wanted: scheduler_modules::wanted(&self.services, &svc.updated_services),
+            published: self.published.clone(),
         };
         // The rest of the trackers' results is dropped before the sync (at the first sync the changed
         // ports of both trackers and the Services with new endpoints name every Service: ~5 MiB at 10k).
@@ -245,7 +253,8 @@ impl SyncLoop {
     ) {
         let node = self.node_scheduler();
         let reports = {
-            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            let index = self.published.index.write();
+            let mut index = index.unwrap_or_else(|p| p.into_inner());
             let mut names = BTreeSet::new();
             for (_, c) in &changes {
                 names.extend(c.names());

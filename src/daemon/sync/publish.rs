@@ -85,6 +85,9 @@ impl SyncLoop {
     ) {
         self.record_metrics(&o);
         let r = &o.report;
+        if r.full {
+            self.observe_drift(r);
+        }
         let families = self.settings.families.clone();
         if r.retry_needed {
             tracing::warn!(

@@ -641,3 +641,7 @@ pub fn plan(
 #[cfg(test)]
 #[path = "scheduler_tests.rs"]
 mod scheduler_tests;
+
+#[cfg(test)]
+#[path = "decision_tests.rs"]
+mod decision_tests;

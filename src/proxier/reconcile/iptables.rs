@@ -1,5 +1,6 @@
 //! The iptables payload and the jumps from built-in chains.
 
+use super::drift::DriftKind;
 use super::iptables_jumps::JumpPlacer;
 use super::{Backends, FamilyInput, Reconciler};
 use crate::cluster::model::IpFamily;
@@ -30,6 +31,7 @@ impl Reconciler {
         let start = Instant::now();
         let family = f.desired.family;
         let restore_failures = report.failures_of(FailureKind::IptablesRestore);
+        let synced_before = self.baseline.contains(&family);
         let applied = self.applied.entry(family).or_default();
         let payload = &f.desired.iptables_payload;
         let changed = applied.iptables_payload.as_deref() != Some(payload.as_str());
@@ -54,12 +56,20 @@ impl Reconciler {
                     });
                     // Jumps we restored before that read as missing again: `-C` decides (then `-I`).
                     let recheck = placer.placing_order(&recheck);
+                    let inserted = report.jumps_inserted;
                     let rechecked_ok = ensure_jumps(k, family, recheck, Some(&mut placer), report);
+                    let reinserted = (report.jumps_inserted - inserted) as u64;
                     let missing: Vec<(&JumpRule, usize)> = placer
                         .placing_order(&missing)
                         .into_iter()
                         .map(|j| (j, placer.place(j)))
                         .collect();
+                    if full && !changed && synced_before {
+                        // Our payload was in place: whatever differs now was changed behind our back.
+                        let rules = u64::from(!kernel.holds(&wanted));
+                        let jumps = missing.len() as u64 + reinserted;
+                        report.drift.add(DriftKind::IptablesRule, rules + jumps);
+                    }
                     if missing.is_empty() && plain_payload(payload) && kernel.holds(&wanted) {
                         applied.iptables_payload = Some(payload.clone());
                         applied.jumps_ok = rechecked_ok;

@@ -27,7 +27,7 @@ pub(crate) struct UdpChanges {
     pub changed: bool,
 }
 
-fn same_service(a: &IpvsService, b: &IpvsService) -> bool {
+pub(super) fn same_service(a: &IpvsService, b: &IpvsService) -> bool {
     a.scheduler == b.scheduler
         && (a.flags & !FLAG_HASHED) == (b.flags & !FLAG_HASHED)
         && a.timeout == b.timeout
@@ -275,7 +275,7 @@ impl Reconciler {
 
     /// Evidence of ownership for a full sync: the kernel as dumped before this sync wrote anything, the
     /// plan, and what we applied before.
-    fn ownership(
+    pub(super) fn ownership(
         &self,
         f: &FamilyInput<'_>,
         snap: &Snapshot,

@@ -16,6 +16,7 @@
 mod addresses;
 mod conntrack;
 pub mod diff;
+pub mod drift;
 mod ipsets;
 mod iptables;
 mod iptables_jumps;
@@ -134,6 +135,8 @@ pub struct Reconciler {
     dummy_ok: bool,
     /// The next sync must be full: the first one, and any after a sync that had a failure.
     needs_full: bool,
+    /// Families a full sync has applied before: a later full sync measures their drift.
+    baseline: BTreeSet<IpFamily>,
 }
 
 impl Default for Reconciler {
@@ -143,6 +146,7 @@ impl Default for Reconciler {
             graceful: GracefulTermination::default(),
             dummy_ok: false,
             needs_full: true,
+            baseline: BTreeSet::new(),
         }
     }
 }
@@ -179,6 +183,11 @@ impl Reconciler {
     /// The graceful-termination queue.
     pub fn graceful(&self) -> &GracefulTermination {
         &self.graceful
+    }
+
+    /// Removes draining real servers after `max` even with connections left (`None`: never).
+    pub fn set_max_drain(&mut self, max: Option<std::time::Duration>) {
+        self.graceful.set_max_drain(max);
     }
 
     /// Deletes drained real servers (production calls this every [`crate::proxier::graceful::CHECK_INTERVAL`]).
@@ -219,6 +228,9 @@ impl Reconciler {
             Snapshot::default()
         };
         crate::malloc::mark("dumps");
+        if full {
+            self.measure_drift(families, &snap, report);
+        }
 
         self.sync_ipsets(k, families, &mut snap, report);
         crate::malloc::mark("ipsets");
@@ -240,6 +252,41 @@ impl Reconciler {
         self.sync_conntrack(k, &serve, full, &removed_udp, hints, report);
         drop(snap);
         crate::malloc::mark("conntrack");
+        if full {
+            self.baseline.extend(serve.iter().map(|f| f.desired.family));
+        }
+    }
+
+    /// What changed behind our back in each family synced before, and the foreign objects left alone,
+    /// from the full sync's dumps (before anything is written).
+    fn measure_drift(
+        &self,
+        families: &[FamilyInput<'_>],
+        snap: &Snapshot,
+        report: &mut SyncReport,
+    ) {
+        use drift::{ForeignKind, Measure};
+        let mut foreign = BTreeMap::from([(ForeignKind::Ipset, drift::foreign_sets(snap))]);
+        for f in families {
+            let family = f.desired.family;
+            let Some(applied) = self.applied.get(&family) else {
+                continue;
+            };
+            let own = self.ownership(f, snap, applied);
+            let m = Measure {
+                family,
+                applied,
+                snap,
+                graceful: &self.graceful,
+                own: &own,
+                exclude: &f.config.exclude_cidrs,
+            };
+            *foreign.entry(ForeignKind::VirtualServer).or_default() += m.foreign_virtual_servers();
+            if self.baseline.contains(&family) {
+                m.drift(&mut report.drift);
+            }
+        }
+        report.foreign = Some(foreign);
     }
 
     fn snapshot(&mut self, k: &mut Backends, report: &mut SyncReport) -> Snapshot {

@@ -1,0 +1,249 @@
+//! Drift: what a full sync finds changed in the kernel behind the reconciler's back, by kind, measured
+//! before it writes anything. The kernel as dumped is compared with what this reconciler last applied
+//! (not with the plan: a plan change is not drift), so it counts only once a family has been synced
+//! before; what differs is what the sync repairs. Objects that are not ours are counted apart, as the
+//! foreign objects left alone.
+
+use super::ownership::{Ownership, SET_BASES, set_name};
+use super::{Applied, Snapshot};
+use crate::cluster::model::IpFamily;
+use crate::kernel::ipvs::{IpvsDestination, IpvsServiceKey};
+use crate::proxier::graceful::GracefulTermination;
+use ipnet::IpNet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// What was repaired, as the `kind` label of `kubeproxy_rs_drift_repairs_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DriftKind {
+    /// A virtual server of ours deleted, or one added on our addresses.
+    VirtualServer,
+    /// A real server deleted or added.
+    RealServer,
+    /// A real server's weight changed.
+    Weight,
+    /// A virtual server's scheduler, flags or timeout changed.
+    Scheduler,
+    /// A member of one of our sets deleted or added.
+    IpsetMember,
+    /// A rule of our chains changed, or a jump into them deleted.
+    IptablesRule,
+    /// An address on kube-ipvs0 deleted or added.
+    Address,
+}
+
+impl DriftKind {
+    /// Every kind.
+    pub const ALL: [DriftKind; 7] = [
+        DriftKind::VirtualServer,
+        DriftKind::RealServer,
+        DriftKind::Weight,
+        DriftKind::Scheduler,
+        DriftKind::IpsetMember,
+        DriftKind::IptablesRule,
+        DriftKind::Address,
+    ];
+
+    /// The metric's label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DriftKind::VirtualServer => "virtual_server",
+            DriftKind::RealServer => "real_server",
+            DriftKind::Weight => "weight",
+            DriftKind::Scheduler => "scheduler",
+            DriftKind::IpsetMember => "ipset_member",
+            DriftKind::IptablesRule => "iptables_rule",
+            DriftKind::Address => "address",
+        }
+    }
+}
+
+/// Objects another tool owns that the full sync found and left alone, as the `kind` label of
+/// `kubeproxy_rs_foreign_objects`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ForeignKind {
+    /// IPVS virtual servers that are not ours (or in `ipvs.excludeCIDRs`).
+    VirtualServer,
+    /// ipsets that are not ours.
+    Ipset,
+}
+
+impl ForeignKind {
+    /// Every kind.
+    pub const ALL: [ForeignKind; 2] = [ForeignKind::VirtualServer, ForeignKind::Ipset];
+
+    /// The metric's label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ForeignKind::VirtualServer => "virtual_server",
+            ForeignKind::Ipset => "ipset",
+        }
+    }
+}
+
+/// What one full sync found changed behind its back, and where.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriftReport {
+    /// Repairs by kind (kinds with none are absent).
+    pub counts: BTreeMap<DriftKind, u64>,
+    /// Virtual servers with drift of an IPVS kind, and what kind.
+    pub virtual_servers: BTreeMap<IpvsServiceKey, BTreeSet<DriftKind>>,
+    /// kube-ipvs0 addresses deleted or added.
+    pub addresses: BTreeSet<IpAddr>,
+    /// (set, member) deleted or added.
+    pub set_members: BTreeSet<(String, String)>,
+}
+
+impl DriftReport {
+    /// Whether nothing drifted.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Counts `n` repairs of `kind`.
+    pub fn add(&mut self, kind: DriftKind, n: u64) {
+        if n > 0 {
+            *self.counts.entry(kind).or_default() += n;
+        }
+    }
+
+    fn vs(&mut self, key: IpvsServiceKey, kind: DriftKind) {
+        self.add(kind, 1);
+        self.virtual_servers.entry(key).or_default().insert(kind);
+    }
+}
+
+/// One family's applied state against the kernel as dumped, with what decides ownership.
+pub(super) struct Measure<'a> {
+    pub family: IpFamily,
+    pub applied: &'a Applied,
+    pub snap: &'a Snapshot,
+    pub graceful: &'a GracefulTermination,
+    pub own: &'a Ownership,
+    pub exclude: &'a [IpNet],
+}
+
+impl Measure<'_> {
+    /// Adds what drifted in this family to `out`.
+    pub fn drift(&self, out: &mut DriftReport) {
+        self.virtual_servers(out);
+        self.set_members(out);
+        self.addresses(out);
+    }
+
+    /// Virtual servers missing or added, attributes changed, real servers missing, added or reweighted.
+    fn virtual_servers(&self, out: &mut DriftReport) {
+        let Some(all) = &self.snap.services else {
+            return;
+        };
+        let kernel: BTreeMap<IpvsServiceKey, _> = all
+            .iter()
+            .filter(|s| IpFamily::of(&s.key.addr) == self.family)
+            .map(|s| (s.key, s))
+            .collect();
+        for (key, dvs) in &self.applied.virtual_servers {
+            match kernel.get(key) {
+                None => out.vs(*key, DriftKind::VirtualServer),
+                Some(k) => {
+                    if !super::ipvs::same_service(k, &dvs.service) {
+                        out.vs(*key, DriftKind::Scheduler);
+                    }
+                    self.real_servers(key, dvs.destinations.values(), out);
+                }
+            }
+        }
+        for key in kernel.keys() {
+            let ours = self.own.owns(key, self.exclude);
+            if ours && !self.applied.virtual_servers.contains_key(key) {
+                out.vs(*key, DriftKind::VirtualServer);
+            }
+        }
+    }
+
+    /// One virtual server's real servers in the quick view against the applied ones (draining ones
+    /// aside: the reconciler set them to weight 0 itself).
+    fn real_servers<'a>(
+        &self,
+        key: &IpvsServiceKey,
+        applied: impl Iterator<Item = &'a IpvsDestination>,
+        out: &mut DriftReport,
+    ) {
+        let Some(view) = self.snap.dest_view.as_ref() else {
+            return;
+        };
+        let shown: BTreeMap<(IpAddr, u16), &IpvsDestination> = view
+            .get(key)
+            .map(|v| v.iter().map(|d| ((d.addr, d.port), d)).collect())
+            .unwrap_or_default();
+        let mut wanted = BTreeSet::new();
+        for d in applied {
+            wanted.insert((d.addr, d.port));
+            match shown.get(&(d.addr, d.port)) {
+                None => out.vs(*key, DriftKind::RealServer),
+                Some(k) if k.weight != d.weight => out.vs(*key, DriftKind::Weight),
+                Some(_) => {}
+            }
+        }
+        for (addr, port) in shown.keys() {
+            if !wanted.contains(&(*addr, *port)) && !self.graceful.contains(key, *addr, *port) {
+                out.vs(*key, DriftKind::RealServer);
+            }
+        }
+    }
+
+    /// Members of our sets deleted or added (a set destroyed counts each member it had).
+    fn set_members(&self, out: &mut DriftReport) {
+        let Some(kernel) = &self.snap.ipsets else {
+            return;
+        };
+        let empty = BTreeSet::new();
+        for (name, members) in &self.applied.ipsets {
+            let have = kernel.get(name).unwrap_or(&empty);
+            for m in members.symmetric_difference(have) {
+                out.add(DriftKind::IpsetMember, 1);
+                out.set_members.insert((name.clone(), m.clone()));
+            }
+        }
+    }
+
+    /// kube-ipvs0 addresses of this family deleted or added.
+    fn addresses(&self, out: &mut DriftReport) {
+        let Some(kernel) = &self.snap.addresses else {
+            return;
+        };
+        let of_family = |a: &&IpAddr| IpFamily::of(a) == self.family;
+        let kernel: BTreeSet<IpAddr> = kernel.iter().filter(of_family).copied().collect();
+        let applied: BTreeSet<IpAddr> = self
+            .applied
+            .addresses
+            .iter()
+            .filter(of_family)
+            .copied()
+            .collect();
+        for a in applied.symmetric_difference(&kernel) {
+            out.add(DriftKind::Address, 1);
+            out.addresses.insert(*a);
+        }
+    }
+
+    /// Foreign objects of this family: virtual servers that are not ours.
+    pub fn foreign_virtual_servers(&self) -> u64 {
+        let Some(all) = &self.snap.services else {
+            return 0;
+        };
+        let foreign = all.iter().filter(|s| {
+            IpFamily::of(&s.key.addr) == self.family && !self.own.owns(&s.key, self.exclude)
+        });
+        foreign.count() as u64
+    }
+}
+
+/// ipsets in the dump that are none of ours (either family).
+pub(super) fn foreign_sets(snap: &Snapshot) -> u64 {
+    let ours: BTreeSet<String> = [IpFamily::V4, IpFamily::V6]
+        .iter()
+        .flat_map(|f| SET_BASES.iter().map(|b| set_name(*f, b)))
+        .collect();
+    let names = snap.ipset_headers.keys();
+    names.filter(|n| !ours.contains(n.as_str())).count() as u64
+}
