@@ -284,6 +284,15 @@ fn check_listing_and_cli(e: &E2e) {
         text.contains("no endpoint on this node (Local policy)"),
         "{text}"
     );
+    for svc in ["default/hints", "default/itp-local", "default/terminating"] {
+        let out = std::process::Command::new(&e.bin)
+            .args(["explain", svc, "--server", METRICS])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("kube-proxy explain {svc}:\n{text}");
+        assert!(text.contains("left out: "), "{text}");
+    }
 }
 
 /// `ipvsadm -D` and `ipset del` behind the daemon's back: counted by kind at the next full sync, the

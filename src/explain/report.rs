@@ -179,9 +179,9 @@ fn endpoint_set(s: EndpointSet) -> &'static str {
 }
 
 /// Why the virtual servers have their scheduler, for people.
-fn scheduler_note(source: &SchedulerSource, node: Scheduler) -> String {
+fn scheduler_note(source: &SchedulerSource) -> String {
     match source {
-        SchedulerSource::Node => format!("the node's scheduler (ipvs.scheduler {:?})", node.name()),
+        SchedulerSource::Node => "the node's scheduler, ipvs.scheduler".to_string(),
         SchedulerSource::Annotation(key) => format!("asked for by annotation {key}"),
         SchedulerSource::AnnotationRejected(key) => {
             format!("annotation {key} rejected (see problems); the node's scheduler is used")
@@ -284,7 +284,7 @@ impl Context<'_> {
             scheduler: s.scheduler.name(),
             scheduler_flags: s.scheduler.flag_names(s.flags),
             scheduler_source: s.source.name(),
-            scheduler_note: scheduler_note(&s.source, self.node_scheduler),
+            scheduler_note: scheduler_note(&s.source),
             endpoint_set: endpoint_set(v.endpoints),
             programmed: kernel.is_some(),
             real_servers,
