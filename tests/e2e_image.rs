@@ -331,10 +331,15 @@ fn configmap_dir(e: &E2e, name: &str, extra: &str) -> PathBuf {
 /// (configMap → `configmap`; hostPath → the guest's path, the node's /lib/modules being the UML module
 /// tree); `argv` replaces the entrypoint as a pod's `command` does.
 fn ctr_run(e: &E2e, pod: &PodSpec, c: &Container, configmap: &Path, argv: &[String]) -> Command {
-    assert_eq!(pod.host_network, Some(true), "the pod must use the host network");
+    assert_eq!(
+        pod.host_network,
+        Some(true),
+        "the pod must use the host network"
+    );
     let id = format!("{}-{}", c.name, RUNS.fetch_add(1, Ordering::SeqCst));
     let mut cmd = ctr();
-    cmd.args(["run", "--rm", "--net-host"]).args(podsec::ctr_flags(c));
+    cmd.args(["run", "--rm", "--net-host"])
+        .args(podsec::ctr_flags(c));
     for m in c.volume_mounts.as_deref().unwrap_or_default() {
         let vol = pod
             .volumes
@@ -447,7 +452,12 @@ fn check_running_security(e: &E2e) {
     let (_, c) = daemonset();
     let got = podsec::ProcSecurity::read(pids[0]);
     let want = podsec::ProcSecurity::expected(&c);
-    assert_eq!(got, want, "the daemon's process vs the DaemonSet\n{}", e.log());
+    assert_eq!(
+        got,
+        want,
+        "the daemon's process vs the DaemonSet\n{}",
+        e.log()
+    );
     println!("daemon process: {got:?}");
 }
 
@@ -544,11 +554,20 @@ fn loaded(module: &str) -> bool {
 
 /// The capability deploy/components/scheduler-modules adds to the daemon's container.
 fn scheduler_modules_cap() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/components/scheduler-modules/kustomization.yaml");
-    let k: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).expect("read")).expect("parse");
-    let ops: Value = serde_saphyr::from_str(k["patches"][0]["patch"].as_str().expect("patch")).expect("ops");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/components/scheduler-modules/kustomization.yaml"
+    );
+    let k: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(path).expect("read")).expect("parse");
+    let ops: Value =
+        serde_saphyr::from_str(k["patches"][0]["patch"].as_str().expect("patch")).expect("ops");
     assert_eq!(ops[0]["op"], "add");
-    assert!(ops[0]["path"].as_str().is_some_and(|p| p.ends_with("/securityContext/capabilities/add/-")));
+    assert!(
+        ops[0]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/securityContext/capabilities/add/-"))
+    );
     ops[0]["value"].as_str().expect("capability").to_string()
 }
 
@@ -561,14 +580,26 @@ fn modules_need_sys_module(e: &E2e) {
     let cm = e.dir.join("configmap");
     let out = run_as_daemon(e, &cm, &argv).output().expect("ctr run");
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success() && !loaded(PROBE_MODULE), "loaded without SYS_MODULE: {text}");
+    assert!(
+        !out.status.success() && !loaded(PROBE_MODULE),
+        "loaded without SYS_MODULE: {text}"
+    );
     assert!(text.contains("Operation not permitted"), "{text}");
     println!("modprobe without SYS_MODULE: {}", text.trim());
     let (pod, mut c) = daemonset();
-    let caps = c.security_context.as_mut().and_then(|s| s.capabilities.as_mut()).expect("caps");
-    caps.add.get_or_insert_with(Vec::new).push(scheduler_modules_cap());
+    let caps = c
+        .security_context
+        .as_mut()
+        .and_then(|s| s.capabilities.as_mut())
+        .expect("caps");
+    caps.add
+        .get_or_insert_with(Vec::new)
+        .push(scheduler_modules_cap());
     run(&mut ctr_run(e, &pod, &c, &cm, &argv));
-    assert!(loaded(PROBE_MODULE), "modprobe with SYS_MODULE did not load {PROBE_MODULE}");
+    assert!(
+        loaded(PROBE_MODULE),
+        "modprobe with SYS_MODULE did not load {PROBE_MODULE}"
+    );
 }
 
 fn image_in_guest() {
@@ -580,7 +611,11 @@ fn image_in_guest() {
     // kubelet's hint chain in legacy, as on a node whose kubelet uses iptables-legacy: the image's daemon
     // must pick legacy by itself (no KUBE_PROXY_IPTABLES_BACKEND, as in the DaemonSet).
     sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
-    for m in INIT_LOADS.iter().copied().chain([format!("ip_vs_{ANNOTATED}").as_str()]) {
+    for m in INIT_LOADS
+        .iter()
+        .copied()
+        .chain([format!("ip_vs_{ANNOTATED}").as_str()])
+    {
         sh(&format!("rmmod {m}"));
         assert!(!loaded(m), "{m} still loaded");
     }
@@ -621,15 +656,27 @@ fn unloadable_scheduler_is_reported(e: &mut E2e) {
             .filter_map(|ev| ev.note)
             .collect()
     };
-    e.wait_for("the InvalidAnnotation Event", Duration::from_secs(60), |e| !warnings(e).is_empty());
+    e.wait_for(
+        "the InvalidAnnotation Event",
+        Duration::from_secs(60),
+        |e| !warnings(e).is_empty(),
+    );
     let notes = warnings(e);
     let module = format!("ip_vs_{ANNOTATED}");
-    assert!(notes[0].contains(&module) && notes[0].contains(SCHEDULER_ANNOTATION), "{notes:?}");
+    assert!(
+        notes[0].contains(&module) && notes[0].contains(SCHEDULER_ANNOTATION),
+        "{notes:?}"
+    );
     println!("Event without SYS_MODULE: {}", notes[0]);
-    let line = format!("kubeproxy_rs_service_annotation_errors_total{{annotation=\"{SCHEDULER_ANNOTATION}\"}} 1");
+    let line = format!(
+        "kubeproxy_rs_service_annotation_errors_total{{annotation=\"{SCHEDULER_ANNOTATION}\"}} 1"
+    );
     let m = e.metrics();
     assert!(m.lines().any(|l| l == line), "{line} missing in:\n{m}");
-    assert!(!loaded(&module), "{module} loaded by a daemon without SYS_MODULE");
+    assert!(
+        !loaded(&module),
+        "{module} loaded by a daemon without SYS_MODULE"
+    );
 }
 
 fn image_serves_restarts_and_cleans_up(e: &mut E2e, outside: &common::netns::Pod) {
@@ -645,7 +692,10 @@ fn image_serves_restarts_and_cleans_up(e: &mut E2e, outside: &common::netns::Pod
     });
     println!("first sync from the image: {:.1?}", started.elapsed());
     for m in INIT_LOADS {
-        assert!(loaded(m), "the ipvs-modules init container did not load {m}");
+        assert!(
+            loaded(m),
+            "the ipvs-modules init container did not load {m}"
+        );
     }
     check_running_security(e);
     assert!(

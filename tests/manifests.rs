@@ -132,7 +132,11 @@ fn load_deploy() -> Deploy {
 }
 
 fn the<'a, T>(items: &'a [T], what: &str) -> &'a T {
-    assert_eq!(items.len(), 1, "expected exactly one {what} in deploy/base/");
+    assert_eq!(
+        items.len(),
+        1,
+        "expected exactly one {what} in deploy/base/"
+    );
     &items[0]
 }
 
@@ -714,7 +718,10 @@ fn rbac_grants_only_what_kube_proxy_uses() {
 
 #[test]
 fn kustomization_lists_every_manifest() {
-    let k = single_doc(&read("deploy/base/kustomization.yaml"), "base/kustomization.yaml");
+    let k = single_doc(
+        &read("deploy/base/kustomization.yaml"),
+        "base/kustomization.yaml",
+    );
     assert_eq!(k["kind"], "Kustomization");
     let listed: BTreeSet<String> = k["resources"]
         .as_array()
@@ -740,7 +747,11 @@ fn kustomization_lists_every_manifest() {
     let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
     let containers = pod.init_containers.iter().flatten().chain(&pod.containers);
     let images: BTreeSet<String> = containers.filter_map(|c| c.image.clone()).collect();
-    assert_eq!(images.len(), 1, "every container runs the one image: {images:?}");
+    assert_eq!(
+        images.len(),
+        1,
+        "every container runs the one image: {images:?}"
+    );
     let image = images.into_iter().next().unwrap();
     let image_name = image.rsplit_once(':').map_or(image.as_str(), |(n, _)| n);
     for entry in plain["images"].as_array().unwrap() {

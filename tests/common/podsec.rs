@@ -66,7 +66,11 @@ pub fn granted(c: &Container) -> BTreeSet<String> {
     );
     let added: BTreeSet<String> = caps.add.unwrap_or_default().into_iter().collect();
     for cap in &added {
-        assert!(CAPS.contains(&cap.as_str()), "{}: unknown capability {cap}", c.name);
+        assert!(
+            CAPS.contains(&cap.as_str()),
+            "{}: unknown capability {cap}",
+            c.name
+        );
     }
     added
 }
@@ -77,7 +81,10 @@ pub fn granted(c: &Container) -> BTreeSet<String> {
 /// false (ctr sets no_new_privs by default, the kubelet only for false). Unmapped fields panic.
 pub fn ctr_flags(c: &Container) -> Vec<String> {
     let Some(sc) = c.security_context.clone() else {
-        panic!("{}: no securityContext (the runtime's defaults are not mapped)", c.name)
+        panic!(
+            "{}: no securityContext (the runtime's defaults are not mapped)",
+            c.name
+        )
     };
     assert!(
         sc.run_as_user.is_none()
@@ -148,12 +155,12 @@ impl ProcSecurity {
                 .to_string()
         };
         let hex = |name: &str| u64::from_str_radix(&field(name), 16).expect("hex");
-        let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
+        let mountinfo =
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
         // Fields: id parent major:minor root mount-point options ...; the last "/" mount is the visible one.
         let root = mountinfo
             .lines()
-            .filter(|l| l.split(' ').nth(4) == Some("/"))
-            .last()
+            .rfind(|l| l.split(' ').nth(4) == Some("/"))
             .expect("a / mount");
         let options = root.split(' ').nth(5).unwrap_or_default();
         ProcSecurity {
@@ -170,7 +177,8 @@ impl ProcSecurity {
     pub fn expected(c: &Container) -> ProcSecurity {
         let sc = c.security_context.clone().expect("securityContext");
         let caps = mask(&granted(c));
-        let seccomp = sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()) == Some("RuntimeDefault");
+        let seccomp =
+            sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()) == Some("RuntimeDefault");
         ProcSecurity {
             cap_eff: caps,
             cap_prm: caps,

@@ -19,7 +19,15 @@ use std::time::{Duration, SystemTime};
 const PROMTOOL_ENV: &str = "KPRS_PROMTOOL";
 const SKIP_ENV: &str = "KPRS_SKIP_KUBECTL";
 /// Labels Prometheus puts on every scraped series (the ServiceMonitor adds `node`).
-const TARGET_LABELS: &[&str] = &["job", "instance", "node", "namespace", "pod", "service", "endpoint"];
+const TARGET_LABELS: &[&str] = &[
+    "job",
+    "instance",
+    "node",
+    "namespace",
+    "pod",
+    "service",
+    "endpoint",
+];
 /// Metrics the rules query that another branch adds to the daemon (the lead's drift counter). Each must
 /// still be missing from src/: once it exists, this list must shrink and [`exposition`] populate it.
 const PENDING: &[(&str, &[&str])] = &[("kubeproxy_rs_drift_repairs_total", &["kind"])];
@@ -62,7 +70,10 @@ fn promtool_ok(args: &[&str], dir: &Path) -> String {
 /// The rendered monitoring overlay; `None` when opted out of kubectl.
 fn monitoring(test: &str) -> Option<Rendered> {
     let k = kubectl(test)?;
-    Some(Rendered(render(&k, Path::new("deploy/overlays/monitoring"))))
+    Some(Rendered(render(
+        &k,
+        Path::new("deploy/overlays/monitoring"),
+    )))
 }
 
 /// Every metric of a fresh registry with each family populated through the daemon's own API, as
@@ -103,7 +114,10 @@ fn exposition() -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     for (name, labels) in PENDING {
-        out.insert(name.to_string(), labels.iter().map(|s| s.to_string()).collect());
+        out.insert(
+            name.to_string(),
+            labels.iter().map(|s| s.to_string()).collect(),
+        );
     }
     out
 }
@@ -150,7 +164,9 @@ fn identifiers(expr: &str) -> Vec<(String, usize)> {
             i += 1 + expr[i + 1..].find('"').expect("closed string");
         } else if c.is_ascii_alphabetic() || c == '_' {
             let start = i;
-            while i < b.len() && ((b[i] as char).is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':') {
+            while i < b.len()
+                && ((b[i] as char).is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':')
+            {
                 i += 1;
             }
             out.push((expr[start..i].to_string(), i));
@@ -163,7 +179,11 @@ fn identifiers(expr: &str) -> Vec<(String, usize)> {
 
 /// Checks that `expr` names only metrics the daemon exports (or `up`) and groups or matches only on their
 /// labels or target labels. Returns the metric names.
-fn check_names(expr: &str, known: &BTreeMap<String, BTreeSet<String>>, what: &str) -> BTreeSet<String> {
+fn check_names(
+    expr: &str,
+    known: &BTreeMap<String, BTreeSet<String>>,
+    what: &str,
+) -> BTreeSet<String> {
     let ids = identifiers(expr);
     let metrics: BTreeSet<String> = ids
         .iter()
@@ -189,10 +209,15 @@ fn check_names(expr: &str, known: &BTreeMap<String, BTreeSet<String>>, what: &st
             grouping = true;
             continue;
         }
-        let is_matcher = ["=~", "!~", "!=", "="].iter().any(|op| next.starts_with(op))
+        let is_matcher = ["=~", "!~", "!=", "="]
+            .iter()
+            .any(|op| next.starts_with(op))
             && !next.starts_with("==");
         if grouping || is_matcher {
-            assert!(allowed.contains(id), "{what}: label {id} is on none of {metrics:?}: {expr}");
+            assert!(
+                allowed.contains(id),
+                "{what}: label {id} is on none of {metrics:?}: {expr}"
+            );
         }
         if grouping && next.starts_with(')') {
             grouping = false;
@@ -209,14 +234,19 @@ fn rule_file(r: &Rendered) -> Value {
 
 #[test]
 fn alerts_fire_as_intended_under_promtool() {
-    let Some(r) = monitoring("alerts") else { return };
+    let Some(r) = monitoring("alerts") else {
+        return;
+    };
     let dir = run_dir("monitoring-alerts");
     let rules = rule_file(&r);
     std::fs::write(dir.join("rules.yaml"), rules.to_string()).expect("write rules");
     let tests = super::read("tests/monitoring_data/alerts_test.yaml");
     std::fs::write(dir.join("alerts_test.yaml"), &tests).expect("write tests");
     println!("{}", promtool_ok(&["check", "rules", "rules.yaml"], &dir));
-    println!("{}", promtool_ok(&["test", "rules", "alerts_test.yaml"], &dir));
+    println!(
+        "{}",
+        promtool_ok(&["test", "rules", "alerts_test.yaml"], &dir)
+    );
 
     // Every alert has a unit test, and the three the operator guide names are there.
     let alerts: BTreeSet<String> = rules["groups"]
@@ -224,7 +254,12 @@ fn alerts_fire_as_intended_under_promtool() {
         .into_iter()
         .flatten()
         .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-        .map(|rule| rule["alert"].as_str().expect("alerting rules only").to_string())
+        .map(|rule| {
+            rule["alert"]
+                .as_str()
+                .expect("alerting rules only")
+                .to_string()
+        })
         .collect();
     let tested: BTreeSet<String> = tests
         .lines()
@@ -237,8 +272,15 @@ fn alerts_fire_as_intended_under_promtool() {
     for g in rules["groups"].as_array().into_iter().flatten() {
         for rule in g["rules"].as_array().into_iter().flatten() {
             let expr = rule["expr"].as_str().expect("expr");
-            assert!(expr.contains("job=\"kube-proxy\""), "scraped as job=\"kube-proxy\": {expr}");
-            queried.extend(check_names(expr, &known, rule["alert"].as_str().unwrap_or("?")));
+            assert!(
+                expr.contains("job=\"kube-proxy\""),
+                "scraped as job=\"kube-proxy\": {expr}"
+            );
+            queried.extend(check_names(
+                expr,
+                &known,
+                rule["alert"].as_str().unwrap_or("?"),
+            ));
         }
     }
     for m in [
@@ -252,17 +294,27 @@ fn alerts_fire_as_intended_under_promtool() {
 
 /// Grafana's variables replaced by values PromQL accepts, for parsing.
 fn without_grafana_variables(expr: &str) -> String {
-    expr.replace("$__rate_interval", "5m").replace("$node", ".*")
+    expr.replace("$__rate_interval", "5m")
+        .replace("$node", ".*")
 }
 
 #[test]
 fn dashboard_queries_parse_and_use_the_daemons_metrics() {
-    let Some(r) = monitoring("dashboard") else { return };
+    let Some(r) = monitoring("dashboard") else {
+        return;
+    };
     let text = super::read("deploy/overlays/monitoring/dashboard.json");
     let dash: Value = serde_json::from_str(&text).expect("dashboard.json is JSON");
     let cm = r.get("ConfigMap", "kube-proxy-rs-dashboard");
-    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1", "picked up by Grafana's sidecar");
-    assert_eq!(cm["data"]["kube-proxy-rs.json"], text.as_str(), "the ConfigMap carries the file");
+    assert_eq!(
+        cm["metadata"]["labels"]["grafana_dashboard"], "1",
+        "picked up by Grafana's sidecar"
+    );
+    assert_eq!(
+        cm["data"]["kube-proxy-rs.json"],
+        text.as_str(),
+        "the ConfigMap carries the file"
+    );
     let vars: Vec<&str> = dash["templating"]["list"]
         .as_array()
         .into_iter()
@@ -276,11 +328,17 @@ fn dashboard_queries_parse_and_use_the_daemons_metrics() {
     let mut ids = BTreeSet::new();
     for p in dash["panels"].as_array().expect("panels") {
         let title = p["title"].as_str().expect("title");
-        assert!(ids.insert(p["id"].as_i64().expect("id")), "{title}: duplicate panel id");
+        assert!(
+            ids.insert(p["id"].as_i64().expect("id")),
+            "{title}: duplicate panel id"
+        );
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
         for t in p["targets"].as_array().expect("targets") {
             let expr = t["expr"].as_str().expect("expr");
-            assert!(expr.contains("node=~\"$node\""), "{title}: the node variable: {expr}");
+            assert!(
+                expr.contains("node=~\"$node\""),
+                "{title}: the node variable: {expr}"
+            );
             check_names(expr, &known, title);
             let n = records.len();
             records.push(json!({"record": format!("dashboard:query{n}"), "expr": without_grafana_variables(expr)}));
@@ -296,14 +354,28 @@ fn dashboard_queries_parse_and_use_the_daemons_metrics() {
 /// scrapes that Service as job="kube-proxy".
 #[test]
 fn service_monitor_scrapes_the_daemonset_as_job_kube_proxy() {
-    let Some(r) = monitoring("servicemonitor") else { return };
+    let Some(r) = monitoring("servicemonitor") else {
+        return;
+    };
     let svc = r.get("Service", "kube-proxy-rs-metrics");
     let deploy = super::load_deploy();
     let ds = super::the(&deploy.daemon_sets, "DaemonSet");
-    let pod_labels = ds.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone();
+    let pod_labels = ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone();
     let pod_labels = serde_json::to_value(pod_labels.unwrap_or_default()).unwrap();
     for (k, v) in svc["spec"]["selector"].as_object().expect("selector") {
-        assert_eq!(&pod_labels[k], v, "Service selector {k} must match the pods");
+        assert_eq!(
+            &pod_labels[k], v,
+            "Service selector {k} must match the pods"
+        );
     }
     let cm = super::the(&deploy.config_maps, "ConfigMap");
     let cfg = super::single_doc(&cm.data.as_ref().unwrap()["config.conf"], "config.conf");
@@ -318,11 +390,20 @@ fn service_monitor_scrapes_the_daemonset_as_job_kube_proxy() {
     assert_eq!(svc["spec"]["clusterIP"], "None");
 
     let sm = r.get("ServiceMonitor", "kube-proxy-rs");
-    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels") {
-        assert_eq!(&svc["metadata"]["labels"][k], v, "ServiceMonitor selects the Service");
+    for (k, v) in sm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        assert_eq!(
+            &svc["metadata"]["labels"][k], v,
+            "ServiceMonitor selects the Service"
+        );
     }
     let job_label = sm["spec"]["jobLabel"].as_str().expect("jobLabel");
-    assert_eq!(svc["metadata"]["labels"][job_label], "kube-proxy", "job=\"kube-proxy\"");
+    assert_eq!(
+        svc["metadata"]["labels"][job_label], "kube-proxy",
+        "job=\"kube-proxy\""
+    );
     assert_eq!(sm["spec"]["endpoints"][0]["port"], port["name"]);
     let ns = svc["metadata"]["namespace"].clone();
     assert_eq!(sm["spec"]["namespaceSelector"]["matchNames"], json!([ns]));

@@ -55,7 +55,11 @@ pub fn render(kubectl: &Path, dir: &Path) -> Vec<Value> {
         .output()
         .unwrap_or_else(|e| panic!("{}: {e}", kubectl.display()));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kubectl kustomize {}: {stderr}", dir.display());
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {stderr}",
+        dir.display()
+    );
     let text = String::from_utf8(out.stdout).expect("UTF-8 output");
     docs(&text, &format!("kubectl kustomize {}", dir.display()))
 }
@@ -129,7 +133,10 @@ fn check_common(r: &Rendered, init_names: &[&str], scheduler: &str) -> PodSpec {
     assert_eq!(ds.metadata.namespace.as_deref(), Some("kube-system"));
     let selector = ds.spec.as_ref().unwrap().selector.match_labels.clone();
     assert_eq!(
-        selector.unwrap_or_default().get("k8s-app").map(String::as_str),
+        selector
+            .unwrap_or_default()
+            .get("k8s-app")
+            .map(String::as_str),
         Some("kube-proxy"),
         "kubeadm's and EKS's selector (immutable in a DaemonSet)"
     );
@@ -158,7 +165,11 @@ fn rendered_config(r: &Rendered, pod: &PodSpec) -> (String, String, Map<String, 
     let cm = r
         .config_map(&name)
         .unwrap_or_else(|| panic!("ConfigMap {name} not rendered"));
-    let text = cm.data.unwrap_or_default().remove(&key).expect("config key");
+    let text = cm
+        .data
+        .unwrap_or_default()
+        .remove(&key)
+        .expect("config key");
     let what = format!("ConfigMap {name} key {key}");
     let cfg = single_doc(&text, &what);
     check_kube_proxy_config(&cfg, &what);
@@ -169,7 +180,11 @@ fn rendered_config(r: &Rendered, pod: &PodSpec) -> (String, String, Map<String, 
 /// The API server the kubeconfig of ConfigMap `name` (key `key`) points at.
 fn kubeconfig_server(r: &Rendered, name: &str, key: &str) -> String {
     let cm = r.config_map(name).expect("kubeconfig ConfigMap");
-    let text = cm.data.unwrap_or_default().remove(key).expect("kubeconfig key");
+    let text = cm
+        .data
+        .unwrap_or_default()
+        .remove(key)
+        .expect("kubeconfig key");
     let kc = single_doc(&text, "kubeconfig");
     let cluster = &kc["clusters"][0]["cluster"];
     assert_eq!(
@@ -185,12 +200,17 @@ fn kubeconfig_server(r: &Rendered, name: &str, key: &str) -> String {
 
 /// The kubeconfig file the configuration names, as (ConfigMap, key) mounted into the daemon.
 fn kubeconfig_file(pod: &PodSpec, cfg: &Map<String, Value>) -> (String, String) {
-    let path = cfg["clientConnection"]["kubeconfig"].as_str().expect("kubeconfig path");
+    let path = cfg["clientConnection"]["kubeconfig"]
+        .as_str()
+        .expect("kubeconfig path");
     configmap_file(pod, container(&pod.containers, "kube-proxy"), path)
 }
 
 fn kinds(r: &Rendered) -> BTreeSet<String> {
-    r.kinds().into_iter().map(|(k, n)| format!("{k}/{n}")).collect()
+    r.kinds()
+        .into_iter()
+        .map(|(k, n)| format!("{k}/{n}"))
+        .collect()
 }
 
 fn set(items: &[&str]) -> BTreeSet<String> {
@@ -208,14 +228,24 @@ fn subdirs(dir: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_overlay_and_component_has_its_checks() {
-    assert_eq!(subdirs("deploy/overlays"), set(OVERLAYS), "deploy/overlays/");
-    assert_eq!(subdirs("deploy/components"), set(COMPONENTS), "deploy/components/");
+    assert_eq!(
+        subdirs("deploy/overlays"),
+        set(OVERLAYS),
+        "deploy/overlays/"
+    );
+    assert_eq!(
+        subdirs("deploy/components"),
+        set(COMPONENTS),
+        "deploy/components/"
+    );
 }
 
 /// `kubectl apply -k deploy/`: the base as it is (every object of deploy/base, unchanged).
 #[test]
 fn plain_install_renders_the_base() {
-    let Some(k) = kubectl("plain_install_renders_the_base") else { return };
+    let Some(k) = kubectl("plain_install_renders_the_base") else {
+        return;
+    };
     let r = Rendered(render(&k, Path::new("deploy")));
     let mut from_files = Vec::new();
     for f in super::yaml_files("deploy/base") {
@@ -239,7 +269,9 @@ fn plain_install_renders_the_base() {
 /// keeps kubeadm's paths.
 #[test]
 fn kubeadm_overlay_swaps_the_daemonset_and_keeps_kubeadms_configmap() {
-    let Some(k) = kubectl("kubeadm overlay") else { return };
+    let Some(k) = kubectl("kubeadm overlay") else {
+        return;
+    };
     let r = Rendered(render(&k, Path::new("deploy/overlays/kubeadm")));
     let want = set(&[
         "ServiceAccount/kube-proxy",
@@ -252,23 +284,39 @@ fn kubeadm_overlay_swaps_the_daemonset_and_keeps_kubeadms_configmap() {
     let main = container(&pod.containers, "kube-proxy");
     assert_eq!(
         main.command.clone().unwrap_or_default(),
-        [BINARY_PATH, "--config=/var/lib/kube-proxy/config.conf", "--hostname-override=$(NODE_NAME)"],
+        [
+            BINARY_PATH,
+            "--config=/var/lib/kube-proxy/config.conf",
+            "--hostname-override=$(NODE_NAME)"
+        ],
         "kubeadm's command"
     );
     let file = configmap_file(&pod, main, "/var/lib/kube-proxy/config.conf");
-    assert_eq!(file, ("kube-proxy".into(), "config.conf".into()), "kubeadm's ConfigMap and key");
+    assert_eq!(
+        file,
+        ("kube-proxy".into(), "config.conf".into()),
+        "kubeadm's ConfigMap and key"
+    );
 }
 
 /// k3s with --disable-kube-proxy: its client-side API load balancer, its default cluster CIDR.
 #[test]
 fn k3s_overlay_uses_k3s_api_load_balancer_and_cluster_cidr() {
-    let Some(k) = kubectl("k3s overlay") else { return };
+    let Some(k) = kubectl("k3s overlay") else {
+        return;
+    };
     let r = Rendered(render(&k, Path::new("deploy/overlays/k3s")));
     let pod = check_common(&r, &["ipvs-modules", "kube-proxy-init"], "rr");
     let (name, _, cfg) = rendered_config(&r, &pod);
     assert_eq!(name, "kube-proxy");
-    assert_eq!(cfg["clusterCIDR"], "10.42.0.0/16", "k3s's default --cluster-cidr");
-    assert_eq!(cfg["conntrack"]["maxPerCore"], 0, "conntrack left to the node, as k3s runs its own");
+    assert_eq!(
+        cfg["clusterCIDR"], "10.42.0.0/16",
+        "k3s's default --cluster-cidr"
+    );
+    assert_eq!(
+        cfg["conntrack"]["maxPerCore"], 0,
+        "conntrack left to the node, as k3s runs its own"
+    );
     let (cm, key) = kubeconfig_file(&pod, &cfg);
     assert_eq!(kubeconfig_server(&r, &cm, &key), "https://127.0.0.1:6444");
 }
@@ -277,42 +325,74 @@ fn k3s_overlay_uses_k3s_api_load_balancer_and_cluster_cidr() {
 /// ConfigMap left alone, EKS's volume names, off Fargate.
 #[test]
 fn eks_overlay_keeps_eks_configmaps_paths_and_volume_names() {
-    let Some(k) = kubectl("eks overlay") else { return };
+    let Some(k) = kubectl("eks overlay") else {
+        return;
+    };
     let r = Rendered(render(&k, Path::new("deploy/overlays/eks")));
-    assert!(r.config_map("kube-proxy").is_none(), "EKS's kube-proxy ConfigMap (endpoint) stays");
+    assert!(
+        r.config_map("kube-proxy").is_none(),
+        "EKS's kube-proxy ConfigMap (endpoint) stays"
+    );
     let pod = check_common(&r, &["ipvs-modules", "kube-proxy-init"], "rr");
     let main = container(&pod.containers, "kube-proxy");
     assert_eq!(
         main.command.clone().unwrap_or_default(),
-        ["kube-proxy", "--v=2", "--config=/var/lib/kube-proxy-config/config", "--hostname-override=$(NODE_NAME)"]
+        [
+            "kube-proxy",
+            "--v=2",
+            "--config=/var/lib/kube-proxy-config/config",
+            "--hostname-override=$(NODE_NAME)"
+        ]
     );
     let (name, key, cfg) = rendered_config(&r, &pod);
-    assert_eq!((name.as_str(), key.as_str()), ("kube-proxy-config", "config"));
+    assert_eq!(
+        (name.as_str(), key.as_str()),
+        ("kube-proxy-config", "config")
+    );
     assert_eq!(cfg["mode"], "ipvs");
     assert_eq!(
         kubeconfig_file(&pod, &cfg),
         ("kube-proxy".to_string(), "kubeconfig".to_string()),
         "EKS's kubeconfig: ConfigMap kube-proxy, key kubeconfig"
     );
-    let volumes: BTreeSet<String> = pod.volumes.iter().flatten().map(|v| v.name.clone()).collect();
-    assert_eq!(volumes, set(&["config", "kubeconfig", "lib-modules", "xtables-lock"]));
+    let volumes: BTreeSet<String> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.clone())
+        .collect();
+    assert_eq!(
+        volumes,
+        set(&["config", "kubeconfig", "lib-modules", "xtables-lock"])
+    );
     let mounts: Vec<(String, String)> = main
         .volume_mounts
         .iter()
         .flatten()
         .map(|m| (m.name.clone(), m.mount_path.clone()))
         .collect();
-    for want in [("kubeconfig", "/var/lib/kube-proxy/"), ("config", "/var/lib/kube-proxy-config/")] {
-        assert!(mounts.contains(&(want.0.into(), want.1.into())), "{want:?} in {mounts:?}");
+    for want in [
+        ("kubeconfig", "/var/lib/kube-proxy/"),
+        ("config", "/var/lib/kube-proxy-config/"),
+    ] {
+        assert!(
+            mounts.contains(&(want.0.into(), want.1.into())),
+            "{want:?} in {mounts:?}"
+        );
     }
     let ds = r.get("DaemonSet", "kube-proxy");
-    assert_eq!(ds["metadata"]["labels"]["eks.amazonaws.com/component"], "kube-proxy");
-    let terms = &ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    assert_eq!(
+        ds["metadata"]["labels"]["eks.amazonaws.com/component"],
+        "kube-proxy"
+    );
+    let terms = &ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
     let fargate = json!({"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["fargate"]});
     assert!(
         terms.as_array().is_some_and(|t| !t.is_empty()
-            && t.iter().all(|t| t["matchExpressions"].as_array().is_some_and(|e| e.contains(&fargate)))),
+            && t.iter().all(|t| t["matchExpressions"]
+                .as_array()
+                .is_some_and(|e| e.contains(&fargate)))),
         "off Fargate in every term: {terms}"
     );
 }
@@ -321,24 +401,47 @@ fn eks_overlay_keeps_eks_configmaps_paths_and_volume_names() {
 /// them, and disables Talos's own kube-proxy); Talos's module path.
 #[test]
 fn talos_overlay_loads_no_modules_and_uses_kubeprism() {
-    let Some(k) = kubectl("talos overlay") else { return };
+    let Some(k) = kubectl("talos overlay") else {
+        return;
+    };
     let r = Rendered(render(&k, Path::new("deploy/overlays/talos")));
     let pod = check_common(&r, &["kube-proxy-init"], "rr");
     let (_, _, cfg) = rendered_config(&r, &pod);
-    assert_eq!(cfg["clusterCIDR"], "10.244.0.0/16", "Talos's default podSubnets");
+    assert_eq!(
+        cfg["clusterCIDR"], "10.244.0.0/16",
+        "Talos's default podSubnets"
+    );
     let (cm, key) = kubeconfig_file(&pod, &cfg);
-    assert_eq!(kubeconfig_server(&r, &cm, &key), "https://127.0.0.1:7445", "KubePrism");
-    let modules = pod.volumes.iter().flatten().find(|v| v.name == "lib-modules");
-    let host = modules.and_then(|v| v.host_path.as_ref()).map(|h| h.path.as_str());
+    assert_eq!(
+        kubeconfig_server(&r, &cm, &key),
+        "https://127.0.0.1:7445",
+        "KubePrism"
+    );
+    let modules = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "lib-modules");
+    let host = modules
+        .and_then(|v| v.host_path.as_ref())
+        .map(|h| h.path.as_str());
     assert_eq!(host, Some("/usr/lib/modules"));
 
     let scheduler = node_scheduler(&cfg);
     let own = talos_patch("machine-config.yaml", &scheduler);
-    assert_eq!(own["cluster"]["proxy"]["disabled"], true, "Talos's kube-proxy off");
+    assert_eq!(
+        own["cluster"]["proxy"]["disabled"], true,
+        "Talos's kube-proxy off"
+    );
     let managed = talos_patch("machine-config-managed.yaml", &scheduler);
     assert_eq!(managed["cluster"]["proxy"]["mode"], "ipvs");
-    let image = managed["cluster"]["proxy"]["image"].as_str().unwrap_or_default();
-    assert!(image.ends_with(&format!("/kube-proxy-rs:{}", env!("CARGO_PKG_VERSION"))), "{image}");
+    let image = managed["cluster"]["proxy"]["image"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        image.ends_with(&format!("/kube-proxy-rs:{}", env!("CARGO_PKG_VERSION"))),
+        "{image}"
+    );
 }
 
 /// A Talos machine-config patch: it loads `ip_vs`, the node scheduler's module and `nf_conntrack` at boot.
@@ -350,8 +453,15 @@ fn talos_patch(file: &str, scheduler: &str) -> Map<String, Value> {
         .iter()
         .map(|m| m["name"].as_str().unwrap_or_default().to_string())
         .collect();
-    for m in ["ip_vs".to_string(), format!("ip_vs_{scheduler}"), "nf_conntrack".into()] {
-        assert!(modules.contains(&m), "{file}: {m} not loaded at boot: {modules:?}");
+    for m in [
+        "ip_vs".to_string(),
+        format!("ip_vs_{scheduler}"),
+        "nf_conntrack".into(),
+    ] {
+        assert!(
+            modules.contains(&m),
+            "{file}: {m} not loaded at boot: {modules:?}"
+        );
     }
     doc
 }
@@ -377,39 +487,57 @@ fn talos_managed_daemonset_flags_are_accepted() {
         .expect("run kube-proxy");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "Talos's flags rejected: {stderr}");
-    let cfg = single_doc(&std::fs::read_to_string(&out_file).expect("written config"), "written");
+    let cfg = single_doc(
+        &std::fs::read_to_string(&out_file).expect("written config"),
+        "written",
+    );
     assert_eq!(cfg["mode"], "ipvs");
     assert_eq!(cfg["clusterCIDR"], "10.244.0.0/16");
-    assert_eq!(cfg["clientConnection"]["kubeconfig"], "/etc/kubernetes/kubeconfig");
+    assert_eq!(
+        cfg["clientConnection"]["kubeconfig"],
+        "/etc/kubernetes/kubeconfig"
+    );
     assert_eq!(cfg["conntrack"]["maxPerCore"], 0);
 }
 
 /// The documented fallback: the daemon privileged as upstream runs it, no init containers.
 #[test]
 fn privileged_overlay_is_upstreams_privileged_container() {
-    let Some(k) = kubectl("privileged overlay") else { return };
+    let Some(k) = kubectl("privileged overlay") else {
+        return;
+    };
     let r = Rendered(render(&k, Path::new("deploy/overlays/privileged")));
     let ds = r.daemon_set();
     let pod = pod(&ds);
-    assert!(pod.init_containers.unwrap_or_default().is_empty(), "no init containers");
+    assert!(
+        pod.init_containers.unwrap_or_default().is_empty(),
+        "no init containers"
+    );
     let main = container(&pod.containers, "kube-proxy");
     let sc = main.security_context.clone().expect("securityContext");
     assert_eq!(sc.privileged, Some(true));
-    assert_eq!(sc.allow_privilege_escalation, None, "invalid with privileged: false");
+    assert_eq!(
+        sc.allow_privilege_escalation, None,
+        "invalid with privileged: false"
+    );
     assert_eq!(sc.capabilities, None);
-    assert!(r.config_map("kube-proxy").is_some(), "the plain install otherwise");
+    assert!(
+        r.config_map("kube-proxy").is_some(),
+        "the plain install otherwise"
+    );
 }
 
 /// components/scheduler-modules on the base: SYS_MODULE added to the daemon, nothing else changed.
 #[test]
 fn scheduler_modules_component_adds_only_sys_module() {
-    let Some(k) = kubectl("scheduler-modules component") else { return };
+    let Some(k) = kubectl("scheduler-modules component") else {
+        return;
+    };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scheduler-modules-overlay");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let rel = relative_to(&super::root().join("deploy"), &dir);
-    let k_text = format!(
-        "resources:\n- {rel}/base\ncomponents:\n- {rel}/components/scheduler-modules\n"
-    );
+    let k_text =
+        format!("resources:\n- {rel}/base\ncomponents:\n- {rel}/components/scheduler-modules\n");
     std::fs::write(dir.join("kustomization.yaml"), k_text).expect("write kustomization");
     let with = Rendered(render(&k, &dir));
     let without = Rendered(render(&k, Path::new("deploy/base")));
@@ -423,7 +551,8 @@ fn scheduler_modules_component_adds_only_sys_module() {
     let mut a = with.get("DaemonSet", "kube-proxy").clone();
     let b = without.get("DaemonSet", "kube-proxy");
     a["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] =
-        b["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"].clone();
+        b["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
+            .clone();
     assert_eq!(&a, b, "only the capability changes");
 }
 
@@ -433,6 +562,8 @@ fn relative_to(target: &Path, from: &Path) -> String {
     let f: Vec<_> = from.components().collect();
     let common = t.iter().zip(&f).take_while(|(a, b)| a == b).count();
     let ups = std::iter::repeat_n("..".to_string(), f.len() - common);
-    let downs = t[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned());
+    let downs = t[common..]
+        .iter()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
     ups.chain(downs).collect::<Vec<_>>().join("/")
 }

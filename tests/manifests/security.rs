@@ -39,9 +39,21 @@ pub fn check_restricted(c: &Container, add: &[&str]) {
         .security_context
         .as_ref()
         .unwrap_or_else(|| panic!("{what}: no securityContext"));
-    assert_eq!(sc.privileged, Some(false), "{what}: privileged: false, spelled out");
-    assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}: escalation");
-    assert_eq!(sc.read_only_root_filesystem, Some(true), "{what}: read-only root");
+    assert_eq!(
+        sc.privileged,
+        Some(false),
+        "{what}: privileged: false, spelled out"
+    );
+    assert_eq!(
+        sc.allow_privilege_escalation,
+        Some(false),
+        "{what}: escalation"
+    );
+    assert_eq!(
+        sc.read_only_root_filesystem,
+        Some(true),
+        "{what}: read-only root"
+    );
     assert_eq!(
         sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
         Some("RuntimeDefault"),
@@ -81,21 +93,41 @@ pub fn check_least_privilege(pod: &PodSpec, init_names: &[&str], node_scheduler:
         assert_eq!(cmd[..2], ["/sbin/modprobe", "-a"], "ipvs-modules: {cmd:?}");
         let node_module = format!("ip_vs_{node_scheduler}");
         for module in ["ip_vs", "nf_conntrack", node_module.as_str()] {
-            assert!(cmd.iter().any(|a| a == module), "ipvs-modules lacks {module}: {cmd:?}");
+            assert!(
+                cmd.iter().any(|a| a == module),
+                "ipvs-modules lacks {module}: {cmd:?}"
+            );
         }
         let mounts = m.volume_mounts.clone().unwrap_or_default();
         assert!(
-            mounts.iter().any(|v| v.mount_path == "/lib/modules" && v.read_only == Some(true)),
+            mounts
+                .iter()
+                .any(|v| v.mount_path == "/lib/modules" && v.read_only == Some(true)),
             "ipvs-modules reads the node's /lib/modules: {mounts:?}"
         );
     }
 
     let init = container(&inits, "kube-proxy-init");
-    let sc = init.security_context.as_ref().expect("kube-proxy-init securityContext");
-    assert_eq!(sc.privileged, Some(true), "kube-proxy-init writes /proc/sys");
+    let sc = init
+        .security_context
+        .as_ref()
+        .expect("kube-proxy-init securityContext");
+    assert_eq!(
+        sc.privileged,
+        Some(true),
+        "kube-proxy-init writes /proc/sys"
+    );
     let main_cmd = main.command.clone().unwrap_or_default();
-    let expected = vec![main_cmd[0].clone(), config_arg(main), "--init-only".to_string()];
-    assert_eq!(init.command.clone().unwrap_or_default(), expected, "kube-proxy-init command");
+    let expected = vec![
+        main_cmd[0].clone(),
+        config_arg(main),
+        "--init-only".to_string(),
+    ];
+    assert_eq!(
+        init.command.clone().unwrap_or_default(),
+        expected,
+        "kube-proxy-init command"
+    );
     // It reads the configuration where the daemon does: same volume at the same path.
     let (dir, _) = config_arg(main)["--config=".len()..]
         .rsplit_once('/')
@@ -109,7 +141,11 @@ pub fn check_least_privilege(pod: &PodSpec, init_names: &[&str], node_scheduler:
             .map(|m| (m.name.clone(), m.mount_path.clone()))
     };
     assert!(mount_of(main).is_some(), "the daemon mounts {dir}");
-    assert_eq!(mount_of(init), mount_of(main), "kube-proxy-init mounts {dir} as the daemon does");
+    assert_eq!(
+        mount_of(init),
+        mount_of(main),
+        "kube-proxy-init mounts {dir} as the daemon does"
+    );
 }
 
 /// `deploy/jobs/cleanup.yaml`: `kube-proxy --cleanup` on one node, in the host network namespace, with the
@@ -125,7 +161,10 @@ fn cleanup_job_runs_kube_proxy_cleanup_on_one_node() {
     assert_eq!(pod.host_network, Some(true));
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
     assert!(pod.node_name.is_some(), "the Job names its node");
-    assert_eq!(pod.service_account_name, None, "--cleanup needs no API access");
+    assert_eq!(
+        pod.service_account_name, None,
+        "--cleanup needs no API access"
+    );
     assert_eq!(pod.automount_service_account_token, Some(false));
     let c = container(&pod.containers, "cleanup");
     assert_eq!(
