@@ -5,11 +5,16 @@
 //!   command, entrypoint and probe port against the image's config and files; the image's own kube-proxy,
 //!   iptables (both variants), ipset and modprobe run with the image's libraries (`chroot`).
 //! - `image_runs_like_the_daemonset` (UML guest): containerd imports the archive (`ctr images import`) and runs
-//!   the image's `/usr/local/bin/kube-proxy` with the DaemonSet's command, env and volume mounts (host
-//!   network, privileged, ConfigMap directory, `/run/xtables.lock`, the node's `/lib/modules` read-only):
-//!   ClusterIP and NodePort traffic, the DaemonSet's probe paths, a restart adopting the rules, `--cleanup`
-//!   leaving nothing, a rejected config exiting non-zero with the field named, and the image's modprobe
-//!   loading a module from the mounted `/lib/modules`.
+//!   the image as the DaemonSet's pod: its init containers in order (`ipvs-modules` with SYS_MODULE only,
+//!   then the privileged `kube-proxy-init --init-only`), then the daemon with the DaemonSet's command, env,
+//!   volume mounts (host network, ConfigMap directory, `/run/xtables.lock`, the node's `/lib/modules`
+//!   read-only) and exactly its securityContext (capabilities, no_new_privs, read-only root, the default
+//!   seccomp profile; `tests/common/podsec.rs` maps them to ctr's flags and reads them back from the running
+//!   process): ClusterIP and NodePort traffic, the DaemonSet's probe paths, a restart adopting the rules,
+//!   `--cleanup` as `deploy/jobs/cleanup.yaml` runs it leaving nothing, a rejected config exiting non-zero
+//!   with the field named; without SYS_MODULE the daemon's modprobe fails and a Service asking for an
+//!   unloaded scheduler stays on the node's with a Warning Event; with the capability of
+//!   `deploy/components/scheduler-modules` the image's modprobe loads from the mounted `/lib/modules`.
 //!
 //! A missing image fails these tests (scripts/test.sh builds it first); `KPRS_SKIP_IMAGE_TESTS=1` opts out.
 mod common;
@@ -18,8 +23,10 @@ use common::e2e::{
     ABC, E2e, KernelState, Options, abc_pods, answers, client, distinct, has_vs, http_get, ip,
     ipvs, real_servers, service, slice,
 };
+use common::podsec;
 use common::uml::{self, BootOptions, sh};
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -92,11 +99,11 @@ fn blob(dir: &Path, descriptor: &Value) -> PathBuf {
         .join(digest.trim_start_matches("sha256:"))
 }
 
-/// The DaemonSet of deploy/daemonset.yaml and its kube-proxy container.
+/// The DaemonSet of deploy/base/daemonset.yaml and its kube-proxy container.
 fn daemonset() -> (PodSpec, Container) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/daemonset.yaml");
-    let text = std::fs::read_to_string(path).expect("read deploy/daemonset.yaml");
-    let ds: DaemonSet = serde_saphyr::from_str(&text).expect("parse deploy/daemonset.yaml");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/daemonset.yaml");
+    let text = std::fs::read_to_string(path).expect("read deploy/base/daemonset.yaml");
+    let ds: DaemonSet = serde_saphyr::from_str(&text).expect("parse deploy/base/daemonset.yaml");
     let pod = ds.spec.expect("spec").template.spec.expect("pod spec");
     let c = pod
         .containers
@@ -304,7 +311,7 @@ fn ctr() -> Command {
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// The ConfigMap-like directory the DaemonSet mounts at /var/lib/kube-proxy: the fixture's config with the
-/// kubeconfig at its in-pod path (as deploy/configmap.yaml has it), and the kubeconfig.
+/// kubeconfig at its in-pod path (as deploy/base/configmap.yaml has it), and the kubeconfig.
 fn configmap_dir(e: &E2e, name: &str, extra: &str) -> PathBuf {
     let dir = e.dir.join(name);
     std::fs::create_dir_all(&dir).expect("mkdir configmap dir");
@@ -319,24 +326,20 @@ fn configmap_dir(e: &E2e, name: &str, extra: &str) -> PathBuf {
     dir
 }
 
-/// `ctr run` of the image as the DaemonSet's pod: host network, privileged, its env, and its volumes
-/// mounted where it mounts them (configMap → `configmap`; hostPath → the guest's path, the node's
-/// /lib/modules being the UML module tree); `argv` replaces the entrypoint as a pod's `command` does.
-fn ctr_run(e: &E2e, configmap: &Path, argv: &[String]) -> Command {
-    let (pod, c) = daemonset();
+/// `ctr run` of the image as container `c` of `pod` runs: host network, `c`'s securityContext exactly
+/// (tests/common/podsec.rs maps it to ctr's flags), its env, and its volumes mounted where it mounts them
+/// (configMap → `configmap`; hostPath → the guest's path, the node's /lib/modules being the UML module
+/// tree); `argv` replaces the entrypoint as a pod's `command` does.
+fn ctr_run(e: &E2e, pod: &PodSpec, c: &Container, configmap: &Path, argv: &[String]) -> Command {
     assert_eq!(
         pod.host_network,
         Some(true),
-        "DaemonSet must use the host network"
+        "the pod must use the host network"
     );
-    let privileged = c.security_context.as_ref().and_then(|s| s.privileged);
-    assert_eq!(
-        privileged,
-        Some(true),
-        "DaemonSet container must be privileged"
-    );
+    let id = format!("{}-{}", c.name, RUNS.fetch_add(1, Ordering::SeqCst));
     let mut cmd = ctr();
-    cmd.args(["run", "--rm", "--net-host", "--privileged"]);
+    cmd.args(["run", "--rm", "--net-host"])
+        .args(podsec::ctr_flags(c));
     for m in c.volume_mounts.as_deref().unwrap_or_default() {
         let vol = pod
             .volumes
@@ -376,7 +379,6 @@ fn ctr_run(e: &E2e, configmap: &Path, argv: &[String]) -> Command {
         };
         cmd.args(["--env", &format!("{}={value}", env.name)]);
     }
-    let id = format!("kube-proxy-{}", RUNS.fetch_add(1, Ordering::SeqCst));
     cmd.args(["--env", "NO_COLOR=1", &image_ref(), &id])
         .args(argv);
     cmd
@@ -393,9 +395,70 @@ fn daemonset_argv(e: &E2e, args: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// The fixture's launcher: the image's kube-proxy in a container, like the DaemonSet.
+/// `ctr run` of the daemon's container with `argv`, as the DaemonSet runs it.
+fn run_as_daemon(e: &E2e, configmap: &Path, argv: &[String]) -> Command {
+    let (pod, c) = daemonset();
+    ctr_run(e, &pod, &c, configmap, argv)
+}
+
+/// The DaemonSet's init containers, in order, each to completion (as the kubelet starts a pod).
+fn run_init_containers(e: &E2e) {
+    let (pod, _) = daemonset();
+    for c in pod.init_containers.as_deref().unwrap_or_default() {
+        let argv = c.command.clone().expect("init container command");
+        let started = Instant::now();
+        let out = run(&mut ctr_run(e, &pod, c, &e.dir.join("configmap"), &argv));
+        println!(
+            "init container {} ({:.1?}): {}",
+            c.name,
+            started.elapsed(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+}
+
+/// The cleanup Job of deploy/jobs/cleanup.yaml: its pod and container.
+fn cleanup_job() -> (PodSpec, Container) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/jobs/cleanup.yaml");
+    let text = std::fs::read_to_string(path).expect("read deploy/jobs/cleanup.yaml");
+    let job: Job = serde_saphyr::from_str(&text).expect("parse deploy/jobs/cleanup.yaml");
+    let pod = job.spec.expect("spec").template.spec.expect("pod spec");
+    let c = pod.containers[0].clone();
+    (pod, c)
+}
+
+/// The fixture's launcher, as a node runs the manifests: the daemon as the DaemonSet's pod (its init
+/// containers first, then the kube-proxy container); `--cleanup` as the cleanup Job.
 fn image_launch(e: &E2e, args: &[&str]) -> Command {
-    ctr_run(e, &e.dir.join("configmap"), &daemonset_argv(e, args))
+    if args.contains(&"--cleanup") {
+        let (pod, c) = cleanup_job();
+        let argv = c.command.clone().expect("Job command");
+        return ctr_run(e, &pod, &c, &e.dir.join("configmap"), &argv);
+    }
+    run_init_containers(e);
+    run_as_daemon(e, &e.dir.join("configmap"), &daemonset_argv(e, args))
+}
+
+/// The running daemon's process (one RUNNING kube-proxy task) has exactly the DaemonSet's settings:
+/// capability sets, no_new_privs, seccomp filter mode, a read-only `/`.
+fn check_running_security(e: &E2e) {
+    let tasks = String::from_utf8_lossy(&run(ctr().args(["tasks", "ls"])).stdout).into_owned();
+    let pids: Vec<u32> = tasks
+        .lines()
+        .filter(|l| l.starts_with("kube-proxy-") && l.contains("RUNNING"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 1, "one running daemon task:\n{tasks}");
+    let (_, c) = daemonset();
+    let got = podsec::ProcSecurity::read(pids[0]);
+    let want = podsec::ProcSecurity::expected(&c);
+    assert_eq!(
+        got,
+        want,
+        "the daemon's process vs the DaemonSet\n{}",
+        e.log()
+    );
+    println!("daemon process: {got:?}");
 }
 
 fn load_services(e: &E2e) {
@@ -479,6 +542,66 @@ fn assert_clean() {
     );
 }
 
+/// Boot-loaded modules that the ipvs-modules init container must load again (unloaded before the pod).
+const INIT_LOADS: &[&str] = &["ip_vs_wrr", "ip_vs_sh"];
+/// A scheduler a Service asks for whose module is not loaded: the daemon cannot load it (no SYS_MODULE).
+const ANNOTATED: &str = "lblcr";
+const SCHEDULER_ANNOTATION: &str = "ipvs.kube-proxy-rs.io/scheduler";
+
+fn loaded(module: &str) -> bool {
+    Path::new("/sys/module").join(module).exists()
+}
+
+/// The capability deploy/components/scheduler-modules adds to the daemon's container.
+fn scheduler_modules_cap() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/components/scheduler-modules/kustomization.yaml"
+    );
+    let k: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(path).expect("read")).expect("parse");
+    let ops: Value =
+        serde_saphyr::from_str(k["patches"][0]["patch"].as_str().expect("patch")).expect("ops");
+    assert_eq!(ops[0]["op"], "add");
+    assert!(
+        ops[0]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/securityContext/capabilities/add/-"))
+    );
+    ops[0]["value"].as_str().expect("capability").to_string()
+}
+
+/// The daemon's container cannot load a module (no SYS_MODULE: modprobe fails, nothing loaded); with the
+/// capability the scheduler-modules component adds, the image's modprobe loads it from the node's
+/// /lib/modules as the DaemonSet mounts it.
+fn modules_need_sys_module(e: &E2e) {
+    assert!(!loaded(PROBE_MODULE));
+    let argv = vec!["/sbin/modprobe".to_string(), PROBE_MODULE.to_string()];
+    let cm = e.dir.join("configmap");
+    let out = run_as_daemon(e, &cm, &argv).output().expect("ctr run");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success() && !loaded(PROBE_MODULE),
+        "loaded without SYS_MODULE: {text}"
+    );
+    assert!(text.contains("Operation not permitted"), "{text}");
+    println!("modprobe without SYS_MODULE: {}", text.trim());
+    let (pod, mut c) = daemonset();
+    let caps = c
+        .security_context
+        .as_mut()
+        .and_then(|s| s.capabilities.as_mut())
+        .expect("caps");
+    caps.add
+        .get_or_insert_with(Vec::new)
+        .push(scheduler_modules_cap());
+    run(&mut ctr_run(e, &pod, &c, &cm, &argv));
+    assert!(
+        loaded(PROBE_MODULE),
+        "modprobe with SYS_MODULE did not load {PROBE_MODULE}"
+    );
+}
+
 fn image_in_guest() {
     let run_dir = uml::guest_run_dir().expect("guest");
     let _ctrd = Containerd::start(&run_dir);
@@ -488,6 +611,14 @@ fn image_in_guest() {
     // kubelet's hint chain in legacy, as on a node whose kubelet uses iptables-legacy: the image's daemon
     // must pick legacy by itself (no KUBE_PROXY_IPTABLES_BACKEND, as in the DaemonSet).
     sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
+    for m in INIT_LOADS
+        .iter()
+        .copied()
+        .chain([format!("ip_vs_{ANNOTATED}").as_str()])
+    {
+        sh(&format!("rmmod {m}"));
+        assert!(!loaded(m), "{m} still loaded");
+    }
     let _pods = abc_pods();
     let outside = client("client-a", "192.168.10.2", "192.168.10.1");
     let mut e = E2e::start(Options {
@@ -495,19 +626,11 @@ fn image_in_guest() {
         ..Options::default()
     });
     configmap_dir(&e, "configmap", "");
-
-    // The image's modprobe loads a module from the node's /lib/modules as the DaemonSet mounts it.
-    assert!(!sh("cat /proc/modules").contains(PROBE_MODULE));
-    let argv = vec!["/sbin/modprobe".to_string(), PROBE_MODULE.to_string()];
-    run(&mut ctr_run(&e, &e.dir.join("configmap"), &argv));
-    assert!(
-        sh("cat /proc/modules").contains(PROBE_MODULE),
-        "image's modprobe did not load {PROBE_MODULE}"
-    );
+    modules_need_sys_module(&e);
 
     // A config the daemon rejects: non-zero exit, the field named.
     let bad = configmap_dir(&e, "configmap-bad", "detectLocalMode: Magic\n");
-    let out = ctr_run(&e, &bad, &daemonset_argv(&e, &[]))
+    let out = run_as_daemon(&e, &bad, &daemonset_argv(&e, &[]))
         .output()
         .expect("ctr run");
     let text = format!(
@@ -521,12 +644,60 @@ fn image_in_guest() {
     image_serves_restarts_and_cleans_up(&mut e, &outside);
 }
 
+/// The Service asking for an unloaded scheduler stays on the node's (rr), with a Warning Event naming the
+/// module and the annotation metric; the module stays unloaded.
+fn unloadable_scheduler_is_reported(e: &mut E2e) {
+    assert!(ipvs().contains("-A -t 10.96.0.30:80 -s rr"), "{}", ipvs());
+    let warnings = |e: &E2e| -> Vec<String> {
+        let events = e.api.events().into_iter();
+        events
+            .filter(|ev| ev.reason.as_deref() == Some("InvalidAnnotation"))
+            .filter(|ev| ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("sched"))
+            .filter_map(|ev| ev.note)
+            .collect()
+    };
+    e.wait_for(
+        "the InvalidAnnotation Event",
+        Duration::from_secs(60),
+        |e| !warnings(e).is_empty(),
+    );
+    let notes = warnings(e);
+    let module = format!("ip_vs_{ANNOTATED}");
+    assert!(
+        notes[0].contains(&module) && notes[0].contains(SCHEDULER_ANNOTATION),
+        "{notes:?}"
+    );
+    println!("Event without SYS_MODULE: {}", notes[0]);
+    let line = format!(
+        "kubeproxy_rs_service_annotation_errors_total{{annotation=\"{SCHEDULER_ANNOTATION}\"}} 1"
+    );
+    let m = e.metrics();
+    assert!(m.lines().any(|l| l == line), "{line} missing in:\n{m}");
+    assert!(
+        !loaded(&module),
+        "{module} loaded by a daemon without SYS_MODULE"
+    );
+}
+
 fn image_serves_restarts_and_cleans_up(e: &mut E2e, outside: &common::netns::Pod) {
     load_services(e);
+    let mut sched = service("sched", "10.96.0.30", "TCP", 80, json!({}));
+    sched["metadata"]["annotations"] = json!({SCHEDULER_ANNOTATION: ANNOTATED});
+    e.apply(sched);
+    e.apply(slice("sched", "TCP", 8080, ABC));
     let started = Instant::now();
     e.start_daemon();
-    e.wait_ipvs("services programmed by the image's daemon", converged);
+    e.wait_ipvs("services programmed by the image's daemon", |t| {
+        converged(t) && real_servers(t, "-t", "10.96.0.30:80").len() == 3
+    });
     println!("first sync from the image: {:.1?}", started.elapsed());
+    for m in INIT_LOADS {
+        assert!(
+            loaded(m),
+            "the ipvs-modules init container did not load {m}"
+        );
+    }
+    check_running_security(e);
     assert!(
         e.log().contains("kubelet hint chain in legacy"),
         "backend choice:\n{}",
@@ -535,6 +706,7 @@ fn image_serves_restarts_and_cleans_up(e: &mut E2e, outside: &common::netns::Pod
     check_traffic(outside, "from the image");
     check_probes(e);
     assert!(has_vs(&ipvs(), "-t", "10.0.0.10:30080"));
+    unloadable_scheduler_is_reported(e);
 
     // Restart from the image: the new daemon adopts what the first one programmed (same state, traffic).
     let status = e.stop_daemon();
@@ -556,7 +728,7 @@ fn image_serves_restarts_and_cleans_up(e: &mut E2e, outside: &common::netns::Pod
     let status = e.stop_daemon();
     assert!(status.success(), "{status}");
 
-    // --cleanup from the image leaves nothing of ours; kubelet's hint chain stays.
+    // --cleanup as the cleanup Job runs it leaves nothing of ours; kubelet's hint chain stays.
     let (status, out) = e.cleanup();
     assert!(
         status.success(),

@@ -1,7 +1,13 @@
 //! Every shipped manifest and example configuration parses, and says what the drop-in promise needs it to say.
 //!
-//! - `deploy/*.yaml` parse (serde-saphyr, multi-document) into the real k8s-openapi API types, strictly: an
-//!   object must serialize back to exactly what the file holds, so a misspelt or misplaced field fails.
+//! - `deploy/base/*.yaml` parse (serde-saphyr, multi-document) into the real k8s-openapi API types, strictly:
+//!   an object must serialize back to exactly what the file holds, so a misspelt or misplaced field fails.
+//! - the DaemonSet is least-privilege (`security`): init containers for modules and `--init-only`, the
+//!   daemon with NET_ADMIN and NET_RAW only; the cleanup Job (`deploy/jobs/cleanup.yaml`).
+//! - every kustomization (the plain install `deploy/`, `deploy/overlays/*`, `deploy/components/*`) is rendered
+//!   by a real `kubectl kustomize` and checked for what its distribution expects (`overlays`); the monitoring
+//!   overlay's alerts are unit-tested with a real `promtool` and its queries checked against the daemon's
+//!   metrics (`monitoring`).
 //! - the ConfigMap's embedded `config.conf` and `kubeconfig.conf`, and `config/*.yaml`, are checked against
 //!   kube-proxy's v1alpha1 KubeProxyConfiguration field names and value rules.
 //! - `config/demo-cluster.yaml` parses into Node / Service / EndpointSlice and is self-consistent.
@@ -20,6 +26,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+
+#[path = "manifests/monitoring.rs"]
+mod monitoring;
+#[path = "manifests/overlays.rs"]
+mod overlays;
+#[path = "manifests/security.rs"]
+mod security;
 
 const BINARY_PATH: &str = "/usr/local/bin/kube-proxy";
 const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
@@ -93,7 +106,7 @@ struct Deploy {
 
 fn load_deploy() -> Deploy {
     let mut out = Deploy::default();
-    let files: Vec<PathBuf> = yaml_files("deploy")
+    let files: Vec<PathBuf> = yaml_files("deploy/base")
         .into_iter()
         .filter(|p| file_name(p) != "kustomization.yaml")
         .collect();
@@ -111,7 +124,7 @@ fn load_deploy() -> Deploy {
                 "ClusterRole" => out.cluster_roles.push(strict(doc, &what)),
                 "ClusterRoleBinding" => out.bindings.push(strict(doc, &what)),
                 "ConfigMap" => out.config_maps.push(strict(doc, &what)),
-                other => panic!("{what}: unexpected kind {other:?} in deploy/"),
+                other => panic!("{what}: unexpected kind {other:?} in deploy/base/"),
             }
         }
     }
@@ -119,7 +132,11 @@ fn load_deploy() -> Deploy {
 }
 
 fn the<'a, T>(items: &'a [T], what: &str) -> &'a T {
-    assert_eq!(items.len(), 1, "expected exactly one {what} in deploy/");
+    assert_eq!(
+        items.len(),
+        1,
+        "expected exactly one {what} in deploy/base/"
+    );
     &items[0]
 }
 
@@ -433,6 +450,14 @@ fn cluster_cidrs(cidrs: &str, what: &str) -> Vec<IpNet> {
         .collect()
 }
 
+/// The node's IPVS scheduler a KubeProxyConfiguration asks for (`rr` when unset, as upstream defaults it).
+fn node_scheduler(cfg: &Map<String, Value>) -> String {
+    match get_path(cfg, "ipvs", "scheduler").and_then(Value::as_str) {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => "rr".to_string(),
+    }
+}
+
 fn healthz_port(cfg: &Map<String, Value>) -> u16 {
     match cfg.get("healthzBindAddress").and_then(Value::as_str) {
         Some(addr) if !addr.is_empty() => addr.parse::<SocketAddr>().unwrap().port(),
@@ -507,11 +532,9 @@ fn daemonset_is_a_kubeadm_style_drop_in() {
     assert_eq!(pod.containers.len(), 1);
     let c = &pod.containers[0];
     assert!(c.image.as_deref().is_some_and(|i| !i.is_empty()));
-    assert_eq!(
-        c.security_context.as_ref().and_then(|s| s.privileged),
-        Some(true),
-        "kube-proxy needs a privileged container"
-    );
+    let config_text = &cm.data.as_ref().unwrap()["config.conf"];
+    let scheduler = node_scheduler(&single_doc(config_text, "config.conf"));
+    security::check_least_privilege(pod, &["ipvs-modules", "kube-proxy-init"], &scheduler);
     let command = c.command.clone().unwrap();
     assert_eq!(command[0], BINARY_PATH);
     assert!(
@@ -695,7 +718,10 @@ fn rbac_grants_only_what_kube_proxy_uses() {
 
 #[test]
 fn kustomization_lists_every_manifest() {
-    let k = single_doc(&read("deploy/kustomization.yaml"), "kustomization.yaml");
+    let k = single_doc(
+        &read("deploy/base/kustomization.yaml"),
+        "base/kustomization.yaml",
+    );
     assert_eq!(k["kind"], "Kustomization");
     let listed: BTreeSet<String> = k["resources"]
         .as_array()
@@ -703,33 +729,32 @@ fn kustomization_lists_every_manifest() {
         .iter()
         .map(|r| r.as_str().unwrap().to_string())
         .collect();
-    let present: BTreeSet<String> = yaml_files("deploy")
+    let present: BTreeSet<String> = yaml_files("deploy/base")
         .iter()
         .map(|p| file_name(p))
         .filter(|n| n != "kustomization.yaml")
         .collect();
     assert_eq!(
         listed, present,
-        "kustomization resources vs files in deploy/"
+        "base kustomization resources vs files in deploy/base/"
     );
 
-    // Its image override targets the image the DaemonSet uses.
+    // The plain install is the base with the image set; its image override targets the DaemonSet's image.
+    let plain = single_doc(&read("deploy/kustomization.yaml"), "kustomization.yaml");
+    assert_eq!(plain["resources"], serde_json::json!(["base"]));
     let deploy = load_deploy();
     let ds = the(&deploy.daemon_sets, "DaemonSet");
-    let image = ds
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .image
-        .clone()
-        .unwrap();
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let containers = pod.init_containers.iter().flatten().chain(&pod.containers);
+    let images: BTreeSet<String> = containers.filter_map(|c| c.image.clone()).collect();
+    assert_eq!(
+        images.len(),
+        1,
+        "every container runs the one image: {images:?}"
+    );
+    let image = images.into_iter().next().unwrap();
     let image_name = image.rsplit_once(':').map_or(image.as_str(), |(n, _)| n);
-    for entry in k["images"].as_array().unwrap() {
+    for entry in plain["images"].as_array().unwrap() {
         assert_eq!(
             entry["name"], image_name,
             "kustomize image override must match the DaemonSet image"

@@ -3,6 +3,7 @@ pub mod apiserver;
 pub mod e2e;
 pub mod netns;
 pub mod planner;
+pub mod podsec;
 pub mod scale;
 pub mod soak;
 pub mod uml;
