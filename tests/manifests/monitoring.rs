@@ -9,7 +9,9 @@
 
 use super::overlays::{Rendered, kubectl, render, target_dir};
 use kube_proxy_rs::cluster::model::IpFamily;
+use kube_proxy_rs::explain::metrics::StateMetrics;
 use kube_proxy_rs::metrics::{Metrics, TrafficPolicy};
+use kube_proxy_rs::proxier::reconcile::drift::{DriftKind, DriftReport, ForeignKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -30,7 +32,7 @@ const TARGET_LABELS: &[&str] = &[
 ];
 /// Metrics the rules query that another branch adds to the daemon (the lead's drift counter). Each must
 /// still be missing from src/: once it exists, this list must shrink and [`exposition`] populate it.
-const PENDING: &[(&str, &[&str])] = &[("kubeproxy_rs_drift_repairs_total", &["kind"])];
+const PENDING: &[(&str, &[&str])] = &[];
 
 fn promtool() -> PathBuf {
     let path = std::env::var_os(PROMTOOL_ENV)
@@ -98,6 +100,13 @@ fn exposition() -> BTreeMap<String, BTreeSet<String>> {
     m.inc_kernel_write_failures("ipvs", 1);
     m.inc_invalid_object("Service");
     m.inc_annotation_error("ipvs.kube-proxy-rs.io/scheduler");
+    let drains = std::sync::Arc::default();
+    let state = StateMetrics::register(&m, drains).expect("explanation metrics");
+    let mut drift = DriftReport::default();
+    drift.add(DriftKind::VirtualServer, 1);
+    let foreign = BTreeMap::from([(ForeignKind::Ipset, 1)]);
+    state.observe_full_sync(&drift, Some(&foreign), 1);
+    state.forced_drains(1);
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for line in m.encode().expect("encode").lines() {
         if line.starts_with('#') || line.is_empty() {
