@@ -14,3 +14,4 @@ pub mod runner;
 pub mod scheduler;
 pub mod server;
 pub mod traffic;
+pub mod truncate;

@@ -3,6 +3,7 @@
 
 use super::model::{AnnotationError, SchedulerChoice};
 use crate::scheduler::Scheduler;
+use crate::truncate::quoted_value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -37,10 +38,11 @@ fn value<'a>(annotations: &'a BTreeMap<String, String>, key: &str) -> Option<&'a
         .filter(|v| !v.is_empty())
 }
 
+/// The refusal of `value`, of which only the start is kept (a value may have 256 KiB).
 fn invalid(annotation: &'static str, value: &str, reason: String) -> SchedulerChoice {
     SchedulerChoice::Invalid(Arc::new(AnnotationError {
         annotation,
-        value: value.to_string(),
+        value: quoted_value(value),
         reason,
     }))
 }

@@ -215,7 +215,7 @@ impl SchedulerChoice {
 pub struct AnnotationError {
     /// The annotation's key.
     pub annotation: &'static str,
-    /// Its value, as given.
+    /// Its value as given, cut to [`MAX_QUOTED_VALUE`](crate::truncate::MAX_QUOTED_VALUE) bytes.
     pub value: String,
     /// Why it was refused.
     pub reason: String,

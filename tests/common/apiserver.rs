@@ -12,6 +12,7 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod event_log;
 pub mod http;
 pub mod selector;
 pub mod store;
@@ -75,6 +76,7 @@ impl TestApiServer {
             requests: Mutex::new(Vec::new()),
             bookmark_interval: Mutex::new(opts.bookmark_interval),
             unavailable: std::sync::atomic::AtomicBool::new(false),
+            event_log: Mutex::new(event_log::EventLog::default()),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
@@ -258,6 +260,11 @@ impl TestApiServer {
             .filter(|((av, _, _), _)| av == "events.k8s.io/v1")
             .filter_map(|(_, v)| serde_json::from_value(v.clone()).ok())
             .collect()
+    }
+
+    /// Every Event write received so far (creates, patches, updates), in order, with the answer.
+    pub fn event_writes(&self) -> Vec<event_log::EventWrite> {
+        lock(&self.shared.event_log).writes.clone()
     }
 
     /// A snapshot of the request counters.
