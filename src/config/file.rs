@@ -102,16 +102,34 @@ fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) ->
     });
     result.map_err(|err| {
         let text = err.to_string();
-        let message = text
+        let mut message = text
             .strip_prefix("error: ")
             .unwrap_or(&text)
             .trim()
             .to_string();
+        if over_budget(&err) {
+            message = format!(
+                "the YAML is too big for a KubeProxyConfiguration (at most {MAX_YAML_EVENTS} parser \
+                 events, {MAX_ALIAS_REPLAYED_EVENTS} through aliases): {message}"
+            );
+        }
         match failed_path.into_inner() {
             Some(path) if path != "." && !path.is_empty() => format!("{path}: {message}"),
             _ => message,
         }
     })
+}
+
+/// Whether the parser stopped at one of [`yaml_options`]' limits (an alias bomb, a huge document).
+fn over_budget(err: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::Error as E;
+    matches!(
+        err,
+        E::Budget { .. }
+            | E::AliasReplayLimitExceeded { .. }
+            | E::AliasReplayStackDepthExceeded { .. }
+            | E::AliasReplayCounterOverflow { .. }
+    ) || err.to_string().contains("budget breached")
 }
 
 /// Decode configuration text: strictly, falling back to lenient decoding with a warning.

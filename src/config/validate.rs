@@ -396,11 +396,6 @@ pub fn interface_name_error(name: &str, max: usize) -> Option<String> {
     if name.is_empty() {
         return Some("must not be empty".to_string());
     }
-    if name.len() > max {
-        return Some(format!(
-            "must be at most {max} bytes (Linux interface names are shorter than IFNAMSIZ, {IFNAMSIZ})"
-        ));
-    }
     if name == "." || name == ".." {
         return Some("must not be \".\" or \"..\"".to_string());
     }
@@ -413,6 +408,11 @@ pub fn interface_name_error(name: &str, max: usize) -> Option<String> {
         };
         return Some(format!(
             "must not contain {what}: not valid in a Linux interface name"
+        ));
+    }
+    if name.len() > max {
+        return Some(format!(
+            "must be at most {max} bytes (Linux interface names are shorter than IFNAMSIZ, {IFNAMSIZ})"
         ));
     }
     None
