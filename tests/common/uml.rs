@@ -5,6 +5,10 @@
 //! the guest with `KPRS_UML_GUEST` set; the body then runs in the guest. The guest's exit status and output
 //! come back through the test's own run directory under `target/uml-runs/`.
 //!
+//! The guest sees the host's root file system read-write, with private tmpfs mounts on `/run` and
+//! `/tmp`; the host directories under `/tmp` that hold the test binary, its run directory or the
+//! sources (a checkout under `/tmp`) are bound back into the guest's `/tmp` ([`tmp_roots`]).
+//!
 //! A missing kernel fails the test. Whoever cannot run kernel tests opts out explicitly with
 //! `KPRS_SKIP_UML=1`: a test whose kernel is missing then passes without testing anything and says so
 //! loudly on stderr. `KPRS_UML_KERNEL` overrides the kernel path (the harness's own test uses it).
@@ -220,8 +224,13 @@ pub fn runs_base() -> PathBuf {
 
 /// The run directory [`run_dir`] made for the boot named `name` (bench names are unique per boot).
 pub fn find_run_dir(name: &str) -> Option<PathBuf> {
+    find_run_dir_in(&runs_base(), name)
+}
+
+/// [`find_run_dir`] under `base` instead of [`runs_base`].
+pub fn find_run_dir_in(base: &Path, name: &str) -> Option<PathBuf> {
     let prefix = format!("{}-", name.replace("::", "-"));
-    std::fs::read_dir(runs_base())
+    std::fs::read_dir(base)
         .ok()?
         .flatten()
         .map(|e| e.path())
@@ -337,7 +346,7 @@ for t in iptables ip6tables; do
 done
 cd {dir}
 echo "guest up: $(uname -r)"
-{GUEST_ENV}={dir} RUST_BACKTRACE=1 {exe} --exact '{name}' --nocapture --test-threads=1 > {dir}/guest-output.log 2>&1
+{GUEST_ENV}={dir} RUST_BACKTRACE=1 {exe} --exact '{name}' --include-ignored --nocapture --test-threads=1 > {dir}/guest-output.log 2>&1
 echo $? > {dir}/result.tmp
 mv {dir}/result.tmp {dir}/result
 sync
