@@ -22,24 +22,30 @@ use std::time::SystemTime;
 const SEEN: &str = "seen-from-guest";
 
 /// A fresh directory under the host's `/tmp`, and its sibling `<dir>-outside` with a marker file the
-/// guest must not see.
-fn tmp_checkout(what: &str) -> PathBuf {
-    let root = PathBuf::from(format!("/tmp/kprs-anywhere-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).expect("create the /tmp checkout");
-    let outside = outside_of(&root);
-    std::fs::create_dir_all(&outside).expect("create the outside dir");
-    std::fs::write(outside.join("marker"), "host only").expect("write the marker");
-    root
+/// guest must not see; both removed on drop.
+struct TmpCheckout(PathBuf);
+
+impl TmpCheckout {
+    fn new(what: &str) -> TmpCheckout {
+        let root = PathBuf::from(format!("/tmp/kprs-anywhere-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("create the /tmp checkout");
+        let outside = outside_of(&root);
+        std::fs::create_dir_all(&outside).expect("create the outside dir");
+        std::fs::write(outside.join("marker"), "host only").expect("write the marker");
+        TmpCheckout(root)
+    }
+}
+
+impl Drop for TmpCheckout {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(outside_of(&self.0));
+    }
 }
 
 fn outside_of(root: &Path) -> PathBuf {
     PathBuf::from(format!("{}-outside", root.display()))
-}
-
-fn remove(root: &Path) {
-    let _ = std::fs::remove_dir_all(root);
-    let _ = std::fs::remove_dir_all(outside_of(root));
 }
 
 /// Copies `from` to `to` (creating its directory), executable.
@@ -78,7 +84,8 @@ fn probe_under_tmp() {
 
 #[test]
 fn a_checkout_under_tmp_runs_kernel_tests() {
-    let root = tmp_checkout("tests");
+    let checkout = TmpCheckout::new("tests");
+    let root = &checkout.0;
     let exe = root.join("target/debug/deps/uml_anywhere");
     copy_exe(&std::env::current_exe().expect("current_exe"), &exe);
     let runs = root.join("target/uml-runs");
@@ -102,7 +109,6 @@ fn a_checkout_under_tmp_runs_kernel_tests() {
         root.display()
     );
     if uml::skip_opted_out() && !uml::kernel().exists() {
-        remove(&root);
         return;
     }
     let dir = uml::find_run_dir_in(&runs, "probe_under_tmp").expect("the probe's run dir");
@@ -111,7 +117,6 @@ fn a_checkout_under_tmp_runs_kernel_tests() {
         "yes",
         "the guest did not write into its run dir:\n{all}"
     );
-    remove(&root);
 }
 
 /// `target/<profile>/examples/demo`, built by `cargo test` with the test binaries.
@@ -153,7 +158,8 @@ fn the_demo_runs_from_a_checkout_under_tmp() {
          examples) or `cargo build --example demo` first",
         demo.display()
     );
-    let root = tmp_checkout("demo");
+    let checkout = TmpCheckout::new("demo");
+    let root = &checkout.0;
     let copy = root.join("target/debug/examples/demo");
     copy_exe(&demo, &copy);
     copy_exe(
@@ -172,5 +178,4 @@ fn the_demo_runs_from_a_checkout_under_tmp() {
         root.display()
     );
     assert!(!all.contains("No such file or directory"), "{all}");
-    remove(&root);
 }
