@@ -70,8 +70,11 @@ fn time_to_program(e: &mut E2e, name: &str, vip: &str) -> f64 {
     let start = Instant::now();
     e.apply(service(name, vip, "TCP", 80, json!({})));
     e.apply(slice(name, "TCP", 80, ABC));
-    let wanted = format!("-A -t {vip}:80");
-    e.wait_ipvs(&format!("{name} programmed"), |t| t.contains(&wanted));
+    // One virtual server asked for: a dump of 5,000 would take longer than the programming.
+    let probe = format!("ipvsadm -Ln -t {vip}:80 >/dev/null 2>&1 && echo yes || true");
+    e.wait_for(&format!("{name} programmed"), e2e::CONVERGE_TIMEOUT, |_| {
+        sh(&probe).trim() == "yes"
+    });
     start.elapsed().as_secs_f64()
 }
 
@@ -196,7 +199,7 @@ uml_test!(event_flood_is_bounded, boot(), {
          rate_limited, {} counted\n\
          event-flood: daemon peak RSS {:.1} MiB, now {:.1} MiB; ordinary Service programmed in \
          {before:.2} s before the flood, {during:.2} s during the Event backlog (medians of 3; \
-         its syncs took {sync_s:.2} s on average)",
+         its syncs took {:.1} ms on average)",
         HUGE_BYTES / 1024,
         f.applied_s,
         f.programmed_s,
@@ -214,6 +217,7 @@ uml_test!(event_flood_is_bounded, boot(), {
         result(&m, "counted"),
         stats.peak_rss as f64 / 1048576.0,
         stats.rss as f64 / 1048576.0,
+        sync_s * 1000.0,
     );
     check(&e, &m, &writes, excess, f.peak_queue);
 });
