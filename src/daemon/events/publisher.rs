@@ -61,7 +61,7 @@ impl Publisher {
     }
 
     fn series(w: &Write) -> Option<EventSeries> {
-        (w.count >= 2).then(|| EventSeries {
+        (w.count >= 2).then_some(EventSeries {
             count: w.count,
             last_observed_time: MicroTime(w.last),
         })
