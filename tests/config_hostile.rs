@@ -128,6 +128,7 @@ fn a_file_over_the_size_limit_is_refused_before_parsing() {
     );
     let e = err(&[&format!("--config={}", path.display())]);
     assert!(e.contains("larger than"), "{e}");
+    std::fs::remove_file(path).unwrap();
     // At the limit it is read (and decoded).
     big.truncate(usize::try_from(MAX_FILE_BYTES).unwrap() - line.len());
     let path = tmp_file("at-limit.yaml", &big);
