@@ -145,14 +145,16 @@ async fn the_publisher_keeps_its_own_rate_and_a_bounded_queue() {
         events.service_warning(&svc, "InvalidAnnotation", "Sync", format!("bad {i}"));
     }
     assert!(events.queued() <= 30, "{}", events.queued());
-    // The 30 that fit take about (30 - 5) / 10 s.
+    // The 30 that fit (a few more if the publisher took some while they were recorded) take about
+    // (30 - 5) / 10 s; the rest are dropped, not queued.
     eventually("30 Events", Duration::from_secs(20), || {
-        api.events().len() == 30
+        api.events().len() >= 30
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let writes = api.event_writes();
-    assert_eq!(writes.len(), 30, "the other 170 were dropped, not queued");
+    assert!((30..=35).contains(&writes.len()), "{} writes", writes.len());
+    assert_eq!(events.queued(), 0);
     let span = (writes[29].at - writes[0].at).as_secs_f64();
     assert!(
         span >= 2.0,
