@@ -13,18 +13,6 @@ use kube_proxy_rs::cluster::model::ServiceName;
 use kube_proxy_rs::daemon::events::{Events, Limits, Settings};
 use std::time::{Duration, Instant};
 
-async fn client_for(api: &TestApiServer, tag: &str) -> kube::Client {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("apiserver-events");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("kubeconfig-{tag}-{}", std::process::id()));
-    api.write_kubeconfig(&path).unwrap();
-    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
-
 async fn eventually(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + timeout;
     while !cond() {
@@ -48,7 +36,7 @@ async fn repeats_are_one_series_and_notes_are_cut() {
         burst: 100,
         ..Settings::default()
     };
-    let events = Events::start_with(client_for(&api, "series").await, "n1", settings);
+    let events = Events::start_with(api.client().await.unwrap(), "n1", settings);
     events.warning("Overloaded", "Sync", Some("x".repeat(5000)));
     eventually("the Event", Duration::from_secs(10), || {
         api.events().len() == 1
@@ -139,7 +127,7 @@ async fn the_publisher_keeps_its_own_rate_and_a_bounded_queue() {
             ..Limits::default()
         },
     };
-    let events = Events::start_with(client_for(&api, "rate").await, "n1", settings);
+    let events = Events::start_with(api.client().await.unwrap(), "n1", settings);
     for i in 0..200 {
         let svc = service("default", &format!("s{i}"));
         events.service_warning(&svc, "InvalidAnnotation", "Sync", format!("bad {i}"));

@@ -15,7 +15,7 @@ mod common;
 
 use common::uml::{self, BootOptions};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::SystemTime;
 
 /// File the guest writes into its run directory.
@@ -52,14 +52,6 @@ fn outside_of(root: &Path) -> PathBuf {
 fn copy_exe(from: &Path, to: &Path) {
     std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
     std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// In the guest: its run directory (under `/tmp`) and binary are there, the rest of `/tmp` is not.
@@ -101,7 +93,7 @@ fn a_checkout_under_tmp_runs_kernel_tests() {
         .env_remove(uml::GUEST_ENV)
         .output()
         .expect("run the probe from /tmp");
-    let all = text(&out);
+    let all = uml::output_text(&out);
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
@@ -171,7 +163,7 @@ fn the_demo_runs_from_a_checkout_under_tmp() {
         .env_remove(uml::RUNS_ENV)
         .output()
         .expect("run the demo from /tmp");
-    let all = text(&out);
+    let all = uml::output_text(&out);
     assert!(
         out.status.success() && all.contains("PASS"),
         "the demo failed from {}:\n{all}",

@@ -157,6 +157,13 @@ impl TestApiServer {
         )
     }
 
+    /// A client of this server built from [`Self::kubeconfig`], as the daemon builds its own.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig())?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
     /// Writes [`Self::kubeconfig`] to `path`.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();

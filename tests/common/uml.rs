@@ -378,6 +378,15 @@ macro_rules! uml_test {
     };
 }
 
+/// A child's stdout and stderr, one after the other.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs a shell command in the guest and returns stdout; panics with stderr on failure.
 pub fn sh(cmd: &str) -> String {
     let out = Command::new("bash")

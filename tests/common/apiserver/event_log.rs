@@ -39,21 +39,26 @@ pub struct EventLog {
     pub writes: Vec<EventWrite>,
 }
 
-/// Logs one Event request (reads are not logged).
-pub fn observe(
-    shared: &Shared,
-    method: &Method,
-    api_version: &str,
-    ns: &str,
-    name: Option<&str>,
-    body: &[u8],
-    status: StatusCode,
-) {
-    if method == Method::GET {
+/// One request to an Event resource.
+#[derive(Clone, Copy)]
+pub struct EventRequest<'a> {
+    pub method: &'a Method,
+    /// `events.k8s.io/v1` or `v1`.
+    pub api_version: &'a str,
+    pub ns: &'a str,
+    /// The Event named in the path, if any.
+    pub name: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+/// Logs one Event request with its answer (reads are not logged).
+pub fn observe(shared: &Shared, r: &EventRequest<'_>, status: StatusCode) {
+    if *r.method == Method::GET {
         return;
     }
-    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let name = name
+    let parsed: Value = serde_json::from_slice(r.body).unwrap_or(Value::Null);
+    let name = r
+        .name
         .map(str::to_string)
         .or_else(|| {
             parsed
@@ -64,12 +69,12 @@ pub fn observe(
         .unwrap_or_default();
     lock(&shared.event_log).writes.push(EventWrite {
         at: Instant::now(),
-        method: method.to_string(),
-        api_version: api_version.to_string(),
-        namespace: ns.to_string(),
+        method: r.method.to_string(),
+        api_version: r.api_version.to_string(),
+        namespace: r.ns.to_string(),
         name,
         status: status.as_u16(),
-        body_bytes: body.len(),
+        body_bytes: r.body.len(),
         series_count: parsed.pointer("/series/count").and_then(Value::as_i64),
     });
 }

@@ -252,17 +252,15 @@ pub async fn handle(
             }),
             m,
         ) => {
-            let response = events(&shared, m, &api_version, &ns, name.as_deref(), &body);
-            let status = response.status();
-            super::event_log::observe(
-                &shared,
-                m,
-                &api_version,
-                &ns,
-                name.as_deref(),
-                &body,
-                status,
-            );
+            let request = super::event_log::EventRequest {
+                method: m,
+                api_version: &api_version,
+                ns: &ns,
+                name: name.as_deref(),
+                body: &body,
+            };
+            let response = events(&shared, &request);
+            super::event_log::observe(&shared, &request, response.status());
             response
         }
         _ => {
@@ -623,14 +621,14 @@ fn invalid_event(api_version: &str, ev: &Value, ns: &str) -> Option<String> {
         .flatten()
 }
 
-fn events(
-    shared: &Shared,
-    method: &Method,
-    api_version: &str,
-    ns: &str,
-    name: Option<&str>,
-    body: &[u8],
-) -> Response {
+fn events(shared: &Shared, request: &super::event_log::EventRequest<'_>) -> Response {
+    let super::event_log::EventRequest {
+        method,
+        api_version,
+        ns,
+        name,
+        body,
+    } = *request;
     let mut store = lock(&shared.store);
     let key_of = |n: &str| (api_version.to_string(), ns.to_string(), n.to_string());
     match (method, name) {
