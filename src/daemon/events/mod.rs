@@ -2,7 +2,7 @@
 //! background so callers never wait on the API server, and bounded so that nothing a user can write
 //! into a Service makes the node flood the API server:
 //! - the same Event again (same object, type, reason and action) counts into a series
-//!   (`series.count`, patched) instead of creating an object ([`correlator`]);
+//!   (`series.count`, patched) instead of creating an object (`correlator.rs`);
 //! - at most [`Limits::queue`] writes wait; more are dropped and counted;
 //! - each object may cause [`Limits::object_burst`] Events, then one per [`Limits::object_refill`];
 //! - the publisher has its own rate limit ([`EVENT_QPS`], [`EVENT_BURST`]) and its own API client,
