@@ -15,3 +15,4 @@ pub mod runner;
 pub mod scheduler;
 pub mod server;
 pub mod traffic;
+pub mod truncate;

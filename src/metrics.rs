@@ -66,6 +66,9 @@ pub struct Metrics {
     kernel_write_failures: IntCounterVec,
     invalid_objects: IntCounterVec,
     annotation_errors: IntCounterVec,
+    events: IntCounterVec,
+    event_writes: IntCounterVec,
+    events_queued: IntGauge,
     /// Per-service IPVS traffic counters, rendered at scrape time (`--ipvs-traffic-metrics`).
     traffic: std::sync::OnceLock<std::sync::Arc<crate::traffic::TrafficMetrics>>,
 }
@@ -226,6 +229,21 @@ const ANNOTATION_ERRORS: Desc = Desc {
     help: "Service annotation values ignored since start (the Service keeps the node's setting), by annotation",
 };
 
+const EVENTS: Desc = Desc {
+    name: "events_total",
+    help: "Kubernetes Events recorded since start, by what became of them (queued, counted into a series, rate_limited, queue_full)",
+};
+
+const EVENT_WRITES: Desc = Desc {
+    name: "event_writes_total",
+    help: "Event writes to the API server since start, by result (created, patched, retry, failed)",
+};
+
+const EVENTS_QUEUED: Desc = Desc {
+    name: "events_queued",
+    help: "Event writes waiting for the API server",
+};
+
 /// Creates metrics and registers them in one registry.
 struct Builder<'a>(&'a Registry);
 
@@ -261,6 +279,12 @@ impl Builder<'_> {
 
     fn counter_vec(&self, d: Desc, labels: &[&str]) -> Result<IntCounterVec, prometheus::Error> {
         self.register(IntCounterVec::new(opts(d), labels)?)
+    }
+
+    /// A gauge of ours (`kubeproxy_rs_*`, no upstream equivalent).
+    fn extra_int_gauge(&self, d: Desc) -> Result<IntGauge, prometheus::Error> {
+        let o = Opts::new(d.name, d.help).namespace(EXTRA_NAMESPACE);
+        self.register(IntGauge::with_opts(o)?)
     }
 
     /// A counter of ours (`kubeproxy_rs_*`, no upstream equivalent).
@@ -315,6 +339,9 @@ impl Metrics {
             kernel_write_failures: b.extra_counter_vec(KERNEL_WRITE_FAILURES, &["backend"])?,
             invalid_objects: b.extra_counter_vec(INVALID_OBJECTS, &["kind"])?,
             annotation_errors: b.extra_counter_vec(ANNOTATION_ERRORS, &["annotation"])?,
+            events: b.extra_counter_vec(EVENTS, &["result"])?,
+            event_writes: b.extra_counter_vec(EVENT_WRITES, &["result"])?,
+            events_queued: b.extra_int_gauge(EVENTS_QUEUED)?,
             registry,
             traffic: std::sync::OnceLock::new(),
         };
@@ -453,6 +480,21 @@ impl Metrics {
         self.annotation_errors
             .with_label_values(&[annotation])
             .inc();
+    }
+
+    /// Counts one recorded Event by what became of it (`queued`, `counted`, `rate_limited`, `queue_full`).
+    pub fn inc_event(&self, result: &str) {
+        self.events.with_label_values(&[result]).inc();
+    }
+
+    /// Counts one Event write by its result (`created`, `patched`, `retry`, `failed`).
+    pub fn inc_event_write(&self, result: &str) {
+        self.event_writes.with_label_values(&[result]).inc();
+    }
+
+    /// Event writes waiting now.
+    pub fn set_events_queued(&self, n: usize) {
+        self.events_queued.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Renders every metric in the Prometheus text format (version 0.0.4).

@@ -2,6 +2,7 @@
 //! the scheduler flags (`ipvsadm -b` names and kernel bits) and the flags upstream kube-proxy sets
 //! for `mh`. Depends on nothing else in the crate.
 
+use crate::truncate::quoted_value;
 use std::fmt;
 use std::str::FromStr;
 
@@ -48,7 +49,8 @@ pub enum Scheduler {
     Twos,
 }
 
-/// Why a scheduler name or flag list was refused; the message names the bad value.
+/// Why a scheduler name or flag list was refused; the message names the bad value (its first
+/// [`MAX_QUOTED_VALUE`](crate::truncate::MAX_QUOTED_VALUE) bytes).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchedulerError {
     /// Not a scheduler name.
@@ -149,7 +151,7 @@ impl Scheduler {
                 "sh-port" => (SCHED_FLAG_2, Some(Scheduler::Sh)),
                 "mh-fallback" => (SCHED_FLAG_1, Some(Scheduler::Mh)),
                 "mh-port" => (SCHED_FLAG_2, Some(Scheduler::Mh)),
-                other => return Err(SchedulerError::UnknownFlag(other.to_string())),
+                other => return Err(SchedulerError::UnknownFlag(quoted_value(other))),
             };
             if only_for.is_some_and(|s| s != self) {
                 return Err(SchedulerError::IncompatibleFlag {
@@ -185,7 +187,7 @@ impl FromStr for Scheduler {
         Scheduler::ALL
             .into_iter()
             .find(|sched| sched.name() == s)
-            .ok_or_else(|| SchedulerError::UnknownScheduler(s.to_string()))
+            .ok_or_else(|| SchedulerError::UnknownScheduler(quoted_value(s)))
     }
 }
 

@@ -34,19 +34,11 @@ fn run_probe(skip: Option<&str>) -> Output {
     cmd.output().expect("run the probe")
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 #[test]
 fn missing_kernel_fails() {
     for skip in [None, Some(""), Some("0"), Some("yes")] {
         let out = run_probe(skip);
-        let all = text(&out);
+        let all = uml::output_text(&out);
         assert!(!out.status.success(), "{skip:?}: the probe passed:\n{all}");
         assert!(
             all.contains("cannot run") && all.contains("no-such-linux"),
@@ -63,7 +55,7 @@ fn missing_kernel_fails() {
 #[test]
 fn missing_kernel_with_opt_out_passes_loudly() {
     let out = run_probe(Some("1"));
-    let all = text(&out);
+    let all = uml::output_text(&out);
     assert!(out.status.success(), "the opted-out probe failed:\n{all}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -19,6 +19,10 @@ use std::borrow::Cow;
 
 use super::convert::ANNOTATION_TRIGGER_TIME;
 use super::service_options::SERVICE_ANNOTATIONS;
+use crate::truncate::truncate;
+
+/// The most bytes of a decode error kept (serde quotes the value it could not read).
+pub const MAX_ERROR_BYTES: usize = 512;
 
 /// Which part of a JSON value to keep before the typed decode.
 #[derive(Debug)]
@@ -226,9 +230,10 @@ impl<K: Lenient> Decoded<K> {
         let kept = K::KEEP.prune(value);
         match serde_path_to_error::deserialize::<_, K>(kept) {
             Ok(k) => Decoded::Object(k),
+            // serde quotes the offending value: cut (it is logged and put into an Event).
             Err(e) => Decoded::Unreadable(Box::new(Unreadable {
                 meta,
-                error: e.to_string(),
+                error: truncate(&e.to_string(), MAX_ERROR_BYTES).into_owned(),
             })),
         }
     }
@@ -335,6 +340,20 @@ mod tests {
         };
         assert_eq!(u.meta.name.as_deref(), Some("b"));
         assert_eq!(u.meta.resource_version.as_deref(), Some("9"));
+        assert!(u.error.contains("spec.ports[0].port"), "{}", u.error);
+    }
+
+    #[test]
+    fn the_error_of_an_unreadable_object_is_cut() {
+        let huge = "8".repeat(300_000);
+        let v = json!({
+            "metadata": {"name": "b", "namespace": "ns"},
+            "spec": {"clusterIP": "10.0.0.2", "ports": [{"port": huge}]}
+        });
+        let Decoded::Unreadable(u) = Decoded::<Service>::from_value(v) else {
+            panic!("read");
+        };
+        assert!(u.error.len() <= MAX_ERROR_BYTES, "{} bytes", u.error.len());
         assert!(u.error.contains("spec.ports[0].port"), "{}", u.error);
     }
 

@@ -354,6 +354,7 @@ fn flag_warnings(flags: &Flags) -> Vec<String> {
 /// Apply upstream's precedence: a config file wins over flags except `--hostname-override`,
 /// `--master`, logging flags and action flags. Then default, resolve the mode and validate.
 pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
+    check_deprecated_ports(&flags)?;
     let mut warnings = flag_warnings(&flags);
     let mut config = match &flags.config {
         Some(path) => {
@@ -423,6 +424,27 @@ fn max_drain_time(flags: &Flags) -> Result<Option<std::time::Duration>, ConfigEr
         ))),
         d => Ok(d.map(|d| d.to_std()).filter(|d| !d.is_zero())),
     }
+}
+
+/// `--healthz-port` / `--metrics-port`, where they apply (neither `--config` nor `--write-config-to`),
+/// must be a port or 0 (server off). Upstream turns a bad one into a bind address that validation
+/// refuses; it would otherwise be dropped without a word.
+fn check_deprecated_ports(f: &Flags) -> Result<(), ConfigError> {
+    if f.config.is_some() || f.write_config_to.is_some() {
+        return Ok(());
+    }
+    for (flag, port, server) in [
+        ("healthz-port", f.healthz_port, "health check"),
+        ("metrics-port", f.metrics_port, "metrics"),
+    ] {
+        if let Some(p) = port.filter(|p| u16::try_from(*p).is_err()) {
+            return Err(ConfigError::Flags(format!(
+                "invalid argument \"{p}\" for \"--{flag}\" flag: must be a port number \
+                 (1-65535), or 0 to disable the {server} server"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Bare IP from a bind-address flag completed with the deprecated `--*-port` value.

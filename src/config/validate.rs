@@ -116,6 +116,14 @@ impl Errs {
         }
     }
 
+    /// An interface name (or prefix of at most `max` bytes) that `mode` puts into iptables rules.
+    fn interface(&mut self, field: &str, name: &str, mode: &str, max: usize) {
+        if let Some(why) = interface_name_error(name, max) {
+            let detail = format!("{why} (detectLocalMode is {mode})");
+            self.invalid(field, q(name), detail);
+        }
+    }
+
     fn host_port(&mut self, field: &str, input: &str) {
         let (host, port) = match split_host_port(input) {
             Ok(hp) => hp,
@@ -357,21 +365,57 @@ fn validate_detect_local(c: &ProxyConfig, e: &mut Errs) {
         return;
     }
     match mode {
-        "BridgeInterface" if c.detect_local.bridge_interface.is_empty() => e.invalid(
+        "BridgeInterface" => e.interface(
             "detectLocal.bridgeInterface",
-            q(""),
-            "must not be empty when detectLocalMode is BridgeInterface",
+            &c.detect_local.bridge_interface,
+            mode,
+            IFNAMSIZ - 1,
         ),
-        "InterfaceNamePrefix" if c.detect_local.interface_name_prefix.is_empty() => e.invalid(
+        // The rule matches `<prefix>+`, which must be a valid name itself.
+        "InterfaceNamePrefix" => e.interface(
             "detectLocal.interfaceNamePrefix",
-            q(""),
-            "must not be empty when detectLocalMode is InterfaceNamePrefix",
+            &c.detect_local.interface_name_prefix,
+            mode,
+            IFNAMSIZ - 2,
         ),
         "" | "ClusterCIDR" if !c.cluster_cidr.trim().is_empty() => {
             validate_cluster_cidr(&c.cluster_cidr, e)
         }
         _ => {}
     }
+}
+
+/// Linux's `IFNAMSIZ`: an interface name has at most 15 bytes (plus the terminating NUL).
+pub const IFNAMSIZ: usize = 16;
+
+/// Why `name` cannot be (the start of) a Linux interface name of at most `max` bytes, as the
+/// kernel's `dev_valid_name` decides: not empty, not `.` or `..`, no `/`, `:`, NUL or white space
+/// (the kernel's `isspace`, which includes byte 0xA0). A `"` is refused too: `iptables-restore`
+/// reads it as a quote.
+pub fn interface_name_error(name: &str, max: usize) -> Option<String> {
+    if name.is_empty() {
+        return Some("must not be empty".to_string());
+    }
+    if name == "." || name == ".." {
+        return Some("must not be \".\" or \"..\"".to_string());
+    }
+    let bad = |b: u8| matches!(b, b'/' | b':' | b'"' | 0 | b' ' | b'\t'..=b'\r' | 0xa0);
+    if let Some(b) = name.bytes().find(|b| bad(*b)) {
+        let what = if b.is_ascii() {
+            format!("{:?}", char::from(b))
+        } else {
+            format!("byte 0x{b:02x}")
+        };
+        return Some(format!(
+            "must not contain {what}: not valid in a Linux interface name"
+        ));
+    }
+    if name.len() > max {
+        return Some(format!(
+            "must be at most {max} bytes (Linux interface names are shorter than IFNAMSIZ, {IFNAMSIZ})"
+        ));
+    }
+    None
 }
 
 fn validate_cluster_cidr(value: &str, e: &mut Errs) {

@@ -144,16 +144,22 @@ struct Cluster {
 /// mode, for its podCIDRs).
 async fn connect(options: &Options) -> anyhow::Result<Cluster> {
     let c = &options.config;
-    let client = build_client(&ClientOptions {
+    let client_options = ClientOptions {
         kubeconfig: Some(c.client_connection.kubeconfig.clone().into()),
         master: options.master.clone(),
         content_type: Some(c.client_connection.content_type.clone()),
         qps: c.client_connection.qps,
         burst: c.client_connection.burst,
+    };
+    let client = build_client(&client_options).await?;
+    // Events get a client of their own: the publisher's rate limit, not the watches'.
+    let events_client = build_client(&ClientOptions {
+        qps: -1.0,
+        ..client_options
     })
     .await?;
     let node_name = &options.node_name;
-    let events = events::Events::start(client.clone(), node_name);
+    let events = events::Events::start(events_client, node_name);
     events.normal("Starting", "StartKubeProxy", None);
 
     let mut initial = node::wait_for_node(&client, node_name, node::NODE_WAIT).await;
@@ -279,6 +285,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let published = Published::default();
     let obs = observers(&options, &families, cluster.initial.as_ref(), &published)?;
     let (metrics, health) = (obs.metrics.clone(), obs.health.clone());
+    cluster.events.attach_metrics(metrics.clone());
     let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
     let explainer = explainer(&options, &published);
     let servers = start_servers(&options, &obs, explainer, &server_stop_rx).await?;

@@ -2,6 +2,7 @@
 //! kube-proxy with the new configuration). A cheap poll of the file's content.
 
 use super::Stop;
+use crate::config::file::{FileError, read_limited};
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -9,9 +10,10 @@ use tokio::sync::mpsc;
 /// How often the file is read.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
-/// The file's content now (read as early as possible, so later edits are seen as changes).
+/// The file's content now (read as early as possible, so later edits are seen as changes), at most
+/// [`MAX_FILE_BYTES`](crate::config::file::MAX_FILE_BYTES).
 pub fn snapshot(path: &std::path::Path) -> Option<Vec<u8>> {
-    std::fs::read(path).ok()
+    read_limited(path).ok()
 }
 
 /// Starts polling `path`; sends [`Stop::ConfigChanged`] once its content differs from `initial` (a
@@ -21,10 +23,14 @@ pub fn spawn(path: PathBuf, initial: Option<Vec<u8>>, stop: mpsc::UnboundedSende
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(POLL_INTERVAL).await;
-            let Ok(now) = tokio::fs::read(&path).await else {
-                continue;
+            let p = path.clone();
+            let now = match tokio::task::spawn_blocking(move || read_limited(&p)).await {
+                Ok(Ok(bytes)) => Some(bytes),
+                // Grown past the limit: changed (and no longer loadable).
+                Ok(Err(FileError::TooLarge { .. })) => None,
+                _ => continue,
             };
-            if initial.as_ref() != Some(&now) {
+            if initial != now {
                 let why = format!(
                     "content of the proxy server's configuration file was updated ({})",
                     path.display()

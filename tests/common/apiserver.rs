@@ -12,6 +12,7 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod event_log;
 pub mod http;
 pub mod selector;
 pub mod store;
@@ -75,6 +76,7 @@ impl TestApiServer {
             requests: Mutex::new(Vec::new()),
             bookmark_interval: Mutex::new(opts.bookmark_interval),
             unavailable: std::sync::atomic::AtomicBool::new(false),
+            event_log: Mutex::new(event_log::EventLog::default()),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
@@ -153,6 +155,13 @@ impl TestApiServer {
              current-context: test\nusers:\n- name: test\n  user: {{}}\n",
             self.url()
         )
+    }
+
+    /// A client of this server built from [`Self::kubeconfig`], as the daemon builds its own.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig())?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
     }
 
     /// Writes [`Self::kubeconfig`] to `path`.
@@ -258,6 +267,11 @@ impl TestApiServer {
             .filter(|((av, _, _), _)| av == "events.k8s.io/v1")
             .filter_map(|(_, v)| serde_json::from_value(v.clone()).ok())
             .collect()
+    }
+
+    /// Every Event write received so far (creates, patches, updates), in order, with the answer.
+    pub fn event_writes(&self) -> Vec<event_log::EventWrite> {
+        lock(&self.shared.event_log).writes.clone()
     }
 
     /// A snapshot of the request counters.

@@ -38,10 +38,6 @@ pub const SERVICE_ANNOTATIONS: &[&str] = &[
     KUBE_ROUTER_HAIRPIN_EXTERNAL_IPS,
 ];
 
-/// Longest annotation value kept in a problem (bytes); the rest is summarised with its length, so a
-/// 256 KiB value costs no more than a short one in memory, notes and logs.
-pub const MAX_VALUE_LEN: usize = 128;
-
 /// What the Service's annotations ask for. `Default` is a Service without any of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServiceOptions {
@@ -78,7 +74,8 @@ impl ProblemKind {
 pub struct AnnotationError {
     /// The annotation's key.
     pub annotation: &'static str,
-    /// Its value as given (at most [`MAX_VALUE_LEN`] bytes of it).
+    /// Its value as given, cut to [`MAX_QUOTED_VALUE`](crate::truncate::MAX_QUOTED_VALUE) bytes: a
+    /// 256 KiB value costs no more than a short one in memory, notes and logs.
     pub value: String,
     /// Why it is not applied, and what happens instead.
     pub reason: String,
@@ -86,11 +83,11 @@ pub struct AnnotationError {
 }
 
 impl AnnotationError {
-    /// A problem with `annotation`'s `value` (shortened to [`MAX_VALUE_LEN`] bytes).
+    /// A problem with `annotation`'s `value` (only its start is kept).
     pub fn new(annotation: &'static str, value: &str, reason: String, kind: ProblemKind) -> Self {
         AnnotationError {
             annotation,
-            value: shorten(value),
+            value: crate::truncate::quoted_value(value),
             reason,
             kind,
         }
@@ -109,18 +106,6 @@ impl fmt::Display for AnnotationError {
             self.annotation, self.value, self.reason
         )
     }
-}
-
-/// `value` cut to [`MAX_VALUE_LEN`] bytes at a character boundary, with the full length noted.
-fn shorten(value: &str) -> String {
-    if value.len() <= MAX_VALUE_LEN {
-        return value.to_string();
-    }
-    let mut end = MAX_VALUE_LEN;
-    while !value.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes)", &value[..end], value.len())
 }
 
 /// A Service's annotations, as the option parsers read them.
@@ -215,8 +200,12 @@ mod tests {
     fn long_values_are_shortened_at_a_character_boundary() {
         let long = "é".repeat(200);
         let e = AnnotationError::new(SCHEDULER, &long, "bad".into(), ProblemKind::Invalid);
-        assert!(e.value.len() < MAX_VALUE_LEN + 32, "{}", e.value.len());
-        assert!(e.value.ends_with("... (400 bytes)"), "{}", e.value);
+        assert!(
+            e.value.len() <= crate::truncate::MAX_QUOTED_VALUE,
+            "{}",
+            e.value.len()
+        );
+        assert!(e.value.ends_with("…(400 bytes)"), "{}", e.value);
         let short = AnnotationError::new(SCHEDULER, "rr", "bad".into(), ProblemKind::Invalid);
         assert_eq!(short.value, "rr");
     }

@@ -242,6 +242,25 @@ mod tests {
     }
 
     #[test]
+    fn huge_values_are_kept_and_quoted_cut() {
+        let huge = format!("bogus{}", "x".repeat(256 * 1024));
+        for pairs in [
+            vec![(SCHEDULER, huge.as_str())],
+            vec![(SCHEDULER, "rr"), (SCHEDULER_FLAGS, huge.as_str())],
+        ] {
+            let e = error(choice(&pairs));
+            assert!(
+                e.value.len() <= 128 && e.value.starts_with("bogus"),
+                "{}",
+                e.value
+            );
+            let text = e.to_string();
+            assert!(text.len() < 1024, "{} bytes", text.len());
+            assert!(text.contains("262149 bytes"), "{text}");
+        }
+    }
+
+    #[test]
     fn bad_values_name_the_annotation_and_the_value() {
         let e = error(choice(&[(SCHEDULER, "RR")]));
         assert_eq!((e.annotation, e.value.as_str()), (SCHEDULER, "RR"));

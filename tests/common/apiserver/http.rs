@@ -53,6 +53,8 @@ pub struct Shared {
     pub bookmark_interval: Mutex<Duration>,
     /// While true, every request is answered 503 ServiceUnavailable.
     pub unavailable: AtomicBool,
+    /// Every Event write received.
+    pub event_log: Mutex<super::event_log::EventLog>,
 }
 
 /// Locks a mutex, ignoring poisoning (a panicking test thread must not wedge the server).
@@ -249,7 +251,18 @@ pub async fn handle(
                 name,
             }),
             m,
-        ) => events(&shared, m, &api_version, &ns, name.as_deref(), &body),
+        ) => {
+            let request = super::event_log::EventRequest {
+                method: m,
+                api_version: &api_version,
+                ns: &ns,
+                name: name.as_deref(),
+                body: &body,
+            };
+            let response = events(&shared, &request);
+            super::event_log::observe(&shared, &request, response.status());
+            response
+        }
         _ => {
             lock(&shared.counters).unknown += 1;
             status_response(
@@ -601,14 +614,21 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn events(
-    shared: &Shared,
-    method: &Method,
-    api_version: &str,
-    ns: &str,
-    name: Option<&str>,
-    body: &[u8],
-) -> Response {
+/// The API server's refusal of an events.k8s.io/v1 Event (core/v1 Events are not checked).
+fn invalid_event(api_version: &str, ev: &Value, ns: &str) -> Option<String> {
+    (api_version == "events.k8s.io/v1")
+        .then(|| super::event_log::invalid(ev, ns))
+        .flatten()
+}
+
+fn events(shared: &Shared, request: &super::event_log::EventRequest<'_>) -> Response {
+    let super::event_log::EventRequest {
+        method,
+        api_version,
+        ns,
+        name,
+        body,
+    } = *request;
     let mut store = lock(&shared.store);
     let key_of = |n: &str| (api_version.to_string(), ns.to_string(), n.to_string());
     match (method, name) {
@@ -670,6 +690,13 @@ fn events(
                     &format!("events \"{name}\" already exists"),
                 );
             }
+            if let Some(why) = invalid_event(api_version, &ev, ns) {
+                return status_response(
+                    422,
+                    "Invalid",
+                    &format!("Event \"{name}\" is invalid: {why}"),
+                );
+            }
             if let Err(e) = store.stamp(&mut ev, None) {
                 return status_response(400, "BadRequest", &e);
             }
@@ -693,6 +720,13 @@ fn events(
                 ev = patch;
             } else {
                 merge_patch(&mut ev, &patch);
+            }
+            if let Some(why) = invalid_event(api_version, &ev, ns) {
+                return status_response(
+                    422,
+                    "Invalid",
+                    &format!("Event \"{n}\" is invalid: {why}"),
+                );
             }
             if let Err(e) = store.stamp(&mut ev, Some(&prev)) {
                 return status_response(400, "BadRequest", &e);
