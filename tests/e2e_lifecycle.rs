@@ -240,8 +240,12 @@ uml_test!(relist_after_watch_loss_and_expired_history, boot(), {
 fn load_iptables_mode_leftovers() {
     let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cleanup_data");
     sh("modprobe -d /run/m -a xt_recent xt_statistic");
-    sh(&format!("iptables-restore --noflush < {data}/iptables-mode-v4.rules"));
-    sh(&format!("ip6tables-restore --noflush < {data}/iptables-mode-v6.rules"));
+    sh(&format!(
+        "iptables-restore --noflush < {data}/iptables-mode-v4.rules"
+    ));
+    sh(&format!(
+        "ip6tables-restore --noflush < {data}/iptables-mode-v6.rules"
+    ));
 }
 
 /// What upstream's cleanup leaves of the iptables mode too: kubelet's KUBE-FIREWALL (and its jumps) and

@@ -133,16 +133,25 @@ netns_test!(backend_finds_and_deletes_tables_by_handle, {
     let foreign_before = sh("nft list table inet kube-proxy; nft list table ip foreign-filter");
 
     let mut nft = NetlinkNfTables::new();
-    let ours = nft.table(IpFamily::V4, "kube-proxy").unwrap().expect("ip kube-proxy");
+    let ours = nft
+        .table(IpFamily::V4, "kube-proxy")
+        .unwrap()
+        .expect("ip kube-proxy");
     assert_eq!(ours.comment.as_deref(), Some("rules for kube-proxy"));
     assert_eq!(ours.handle, nft_handle("ip", "kube-proxy"));
-    let theirs = nft.table(IpFamily::V6, "kube-proxy").unwrap().expect("ip6 kube-proxy");
+    let theirs = nft
+        .table(IpFamily::V6, "kube-proxy")
+        .unwrap()
+        .expect("ip6 kube-proxy");
     assert_eq!(theirs.comment.as_deref(), Some("my own rules"));
     assert_eq!(nft.table(IpFamily::V4, "no-such-table").unwrap(), None);
 
     let mut report = CleanupReport::default();
     nftables_mode::cleanup(&mut nft, &mut report);
-    assert_eq!(report.removed, vec!["nftables table ip kube-proxy".to_string()]);
+    assert_eq!(
+        report.removed,
+        vec!["nftables table ip kube-proxy".to_string()]
+    );
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!(report.kept.len(), 1, "{report:?}");
     assert_eq!(
@@ -159,7 +168,10 @@ netns_test!(backend_finds_and_deletes_tables_by_handle, {
     nft_file("nftables-mode-v4.nft");
     assert!(!nft.delete_table(IpFamily::V4, ours.handle).unwrap());
     assert!(tables().contains(&"ip kube-proxy".to_string()));
-    let again = nft.table(IpFamily::V4, "kube-proxy").unwrap().expect("recreated");
+    let again = nft
+        .table(IpFamily::V4, "kube-proxy")
+        .unwrap()
+        .expect("recreated");
     assert_ne!(again.handle, ours.handle);
     assert!(nft.delete_table(IpFamily::V4, again.handle).unwrap());
     assert!(!tables().contains(&"ip kube-proxy".to_string()));
@@ -181,8 +193,14 @@ netns_test!(start_removes_nftables_mode_tables_only, {
         out.status.success() || text.contains("IPVS"),
         "init-only failed for another reason than this kernel's missing IPVS:\n{text}"
     );
-    assert!(text.contains("removed nftables table ip kube-proxy"), "{text}");
-    assert!(text.contains("removed nftables table ip6 kube-proxy"), "{text}");
+    assert!(
+        text.contains("removed nftables table ip kube-proxy"),
+        "{text}"
+    );
+    assert!(
+        text.contains("removed nftables table ip6 kube-proxy"),
+        "{text}"
+    );
     assert_eq!(tables(), without_kube_proxy_tables(&tables_before));
     assert_eq!(kube_lines(&sh("iptables-nft-save")), iptables_mode_v4);
     assert_eq!(kube_lines(&sh("ip6tables-nft-save")), iptables_mode_v6);

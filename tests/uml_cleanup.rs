@@ -69,7 +69,9 @@ uml_test!(iptables_mode_leftovers_go_foreign_rules_stay, {
     restore("iptables-restore", "foreign-v4.rules");
     // The IPVS mode's state of the same node: its own chains, an ipset, a virtual server.
     sh("ipset create KUBE-CLUSTER-IP hash:ip,port");
-    sh("iptables -t nat -N KUBE-LOAD-BALANCER && iptables -t nat -A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ");
+    sh(
+        "iptables -t nat -N KUBE-LOAD-BALANCER && iptables -t nat -A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ",
+    );
     sh("ipvsadm -A -t 10.96.0.1:443 -s rr");
     let foreign_before: Vec<String> = sh("iptables-save")
         .lines()
@@ -78,9 +80,16 @@ uml_test!(iptables_mode_leftovers_go_foreign_rules_stay, {
         .collect();
 
     let report = cleanup().unwrap_or_else(|e| panic!("{e}\n{:#?}", e.0));
-    for chain in ["KUBE-SVC-XPGD46QRK7WJZT7O", "KUBE-EXTERNAL-SERVICES", "KUBE-MARK-MASQ"] {
+    for chain in [
+        "KUBE-SVC-XPGD46QRK7WJZT7O",
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-MARK-MASQ",
+    ] {
         assert!(
-            report.removed.iter().any(|r| r.ends_with(&format!("chain {chain}"))),
+            report
+                .removed
+                .iter()
+                .any(|r| r.ends_with(&format!("chain {chain}"))),
             "{chain} not reported removed: {:#?}",
             report.removed
         );
@@ -90,7 +99,11 @@ uml_test!(iptables_mode_leftovers_go_foreign_rules_stay, {
         .filter(|l| !is_left_by_upstream(l))
         .collect();
     assert!(v4.is_empty(), "{v4:#?}");
-    assert!(kube_lines("ip6tables-save").is_empty(), "{:#?}", kube_lines("ip6tables-save"));
+    assert!(
+        kube_lines("ip6tables-save").is_empty(),
+        "{:#?}",
+        kube_lines("ip6tables-save")
+    );
     assert!(!sh("ipset list -n").contains("KUBE-"));
     assert_eq!(sh("ipvsadm -Sn").trim(), "");
     let foreign_after: Vec<String> = sh("iptables-save")
@@ -99,7 +112,11 @@ uml_test!(iptables_mode_leftovers_go_foreign_rules_stay, {
         .map(str::to_string)
         .collect();
     assert_eq!(foreign_after, foreign_before);
-    assert!(foreign_after.iter().any(|l| l == "-A FOREIGN-NAT -j RETURN"));
+    assert!(
+        foreign_after
+            .iter()
+            .any(|l| l == "-A FOREIGN-NAT -j RETURN")
+    );
 
     // A second run finds nothing (the IPVS flush is always done, and always reported).
     let again = cleanup().unwrap_or_else(|e| panic!("{e}"));
@@ -109,17 +126,26 @@ uml_test!(iptables_mode_leftovers_go_foreign_rules_stay, {
 uml_test!(a_chain_a_foreign_rule_uses_is_kept_and_named, {
     load_match_modules();
     restore("iptables-restore", "iptables-mode-v4.rules");
-    sh("iptables -t nat -N FOREIGN-USER && iptables -t nat -A FOREIGN-USER -d 10.1.0.0/16 -j KUBE-SVC-XPGD46QRK7WJZT7O");
+    sh(
+        "iptables -t nat -N FOREIGN-USER && iptables -t nat -A FOREIGN-USER -d 10.1.0.0/16 -j KUBE-SVC-XPGD46QRK7WJZT7O",
+    );
 
     let e = cleanup().expect_err("a chain still in use must fail the cleanup");
     let failures = &e.0.failures;
     assert!(
-        failures.iter().any(|f| f.contains("chain KUBE-SVC-XPGD46QRK7WJZT7O")
-            && f.contains("-A FOREIGN-USER -d 10.1.0.0/16 -j KUBE-SVC-XPGD46QRK7WJZT7O")),
+        failures
+            .iter()
+            .any(|f| f.contains("chain KUBE-SVC-XPGD46QRK7WJZT7O")
+                && f.contains("-A FOREIGN-USER -d 10.1.0.0/16 -j KUBE-SVC-XPGD46QRK7WJZT7O")),
         "{failures:#?}"
     );
     // The kept service chain still jumps to its endpoint chain, which jumps to KUBE-MARK-MASQ.
-    assert!(failures.iter().all(|f| f.contains("KUBE-SVC-XPGD46QRK7WJZT7O") || f.contains("KUBE-MARK-MASQ")), "{failures:#?}");
+    assert!(
+        failures
+            .iter()
+            .all(|f| f.contains("KUBE-SVC-XPGD46QRK7WJZT7O") || f.contains("KUBE-MARK-MASQ")),
+        "{failures:#?}"
+    );
     let nat = kube_lines("iptables-save -t nat");
     let chains: Vec<&str> = nat
         .iter()
@@ -128,10 +154,17 @@ uml_test!(a_chain_a_foreign_rule_uses_is_kept_and_named, {
         .collect();
     assert_eq!(
         chains,
-        vec!["KUBE-MARK-MASQ", "KUBE-PROXY-CANARY", "KUBE-SEP-SXIVWICOYRO3J4NJ", "KUBE-SVC-XPGD46QRK7WJZT7O"],
+        vec![
+            "KUBE-MARK-MASQ",
+            "KUBE-PROXY-CANARY",
+            "KUBE-SEP-SXIVWICOYRO3J4NJ",
+            "KUBE-SVC-XPGD46QRK7WJZT7O"
+        ],
         "{nat:#?}"
     );
-    assert!(sh("iptables -t nat -S KUBE-SVC-XPGD46QRK7WJZT7O").contains("-j KUBE-SEP-SXIVWICOYRO3J4NJ"));
+    assert!(
+        sh("iptables -t nat -S KUBE-SVC-XPGD46QRK7WJZT7O").contains("-j KUBE-SEP-SXIVWICOYRO3J4NJ")
+    );
     assert!(!sh("iptables -t nat -S PREROUTING").contains("KUBE-"));
 
     // Once the foreign rule is gone, the rest goes too.

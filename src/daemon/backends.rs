@@ -18,9 +18,7 @@ use crate::kernel::link::rtnetlink::RtnetlinkLinks;
 use crate::kernel::nftables::netlink::NetlinkNfTables;
 use crate::kernel::sysctl::procfs::ProcSysctl;
 use crate::proxier::Backends;
-use crate::proxier::cleanup::{
-    CleanupReport, LeftoverBackends, cleanup_every_mode, nftables_mode,
-};
+use crate::proxier::cleanup::{CleanupReport, LeftoverBackends, cleanup_every_mode, nftables_mode};
 use anyhow::{Context, bail};
 use std::time::Duration;
 
@@ -173,7 +171,9 @@ pub fn cleanup() -> anyhow::Result<()> {
     let mut links = RtnetlinkLinks::new().context("opening rtnetlink")?;
     let mut ipsets = real_ipsets();
     let backends = LeftoverBackends {
-        ipvs: ipvs.as_mut().map(|i| i as &mut dyn crate::kernel::ipvs::Ipvs),
+        ipvs: ipvs
+            .as_mut()
+            .map(|i| i as &mut dyn crate::kernel::ipvs::Ipvs),
         links: &mut links,
         iptables: &mut iptables,
         ipsets: ipsets.as_mut(),

@@ -26,11 +26,16 @@ pub fn in_guest() -> bool {
 fn missing_prerequisite() -> Option<String> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (a network namespace and nf_tables need CAP_SYS_ADMIN/CAP_NET_ADMIN)".into());
+        return Some(
+            "not root (a network namespace and nf_tables need CAP_SYS_ADMIN/CAP_NET_ADMIN)".into(),
+        );
     }
     let nft = Command::new("nft").arg("--version").output();
     if !nft.is_ok_and(|o| o.status.success()) {
-        return Some("the nft tool is missing (install the nftables package; scripts/install-deps.sh does)".into());
+        return Some(
+            "the nft tool is missing (install the nftables package; scripts/install-deps.sh does)"
+                .into(),
+        );
     }
     None
 }

@@ -46,10 +46,16 @@ pub enum Request {
     BatchBegin,
     BatchEnd,
     /// The table `name` of `family`.
-    GetTable { family: IpFamily, name: String },
+    GetTable {
+        family: IpFamily,
+        name: String,
+    },
     /// Deletes the table with `handle`. Never without a handle: a delete naming no table flushes the
     /// whole family's ruleset.
-    DelTable { family: IpFamily, handle: u64 },
+    DelTable {
+        family: IpFamily,
+        handle: u64,
+    },
 }
 
 impl Request {
@@ -212,7 +218,8 @@ mod tests {
         assert_eq!(get.message_type(), 0x0a01);
         let buf = encode(&get);
         assert_eq!(&buf[..4], &[NFPROTO_IPV6, 0, 0, 0]);
-        let attrs: Vec<(u16, Vec<u8>)> = Nlas::new(&buf[4..]).map(|(k, v)| (k, v.to_vec())).collect();
+        let attrs: Vec<(u16, Vec<u8>)> =
+            Nlas::new(&buf[4..]).map(|(k, v)| (k, v.to_vec())).collect();
         assert_eq!(attrs, vec![(attr::NAME, b"kube-proxy\0".to_vec())]);
 
         let del = Request::DelTable {

@@ -39,9 +39,8 @@ impl NetlinkNfTables {
     fn sock(&mut self) -> KernelResult<&mut NlSocket> {
         if self.sock.is_none() {
             // Only a kernel without nfnetlink refuses this socket (EPROTONOSUPPORT).
-            let sock = NlSocket::new(NETLINK_NETFILTER).map_err(|e| {
-                KernelError::Unsupported(format!("open netfilter netlink: {e}"))
-            })?;
+            let sock = NlSocket::new(NETLINK_NETFILTER)
+                .map_err(|e| KernelError::Unsupported(format!("open netfilter netlink: {e}")))?;
             self.sock = Some(sock);
         }
         self.sock
@@ -52,7 +51,10 @@ impl NetlinkNfTables {
 
 impl NfTables for NetlinkNfTables {
     fn table(&mut self, family: IpFamily, name: &str) -> KernelResult<Option<NftTable>> {
-        let what = format!("get nftables table {} {name}", super::family_keyword(family));
+        let what = format!(
+            "get nftables table {} {name}",
+            super::family_keyword(family)
+        );
         let req = Request::GetTable {
             family,
             name: name.to_string(),
@@ -62,7 +64,9 @@ impl NfTables for NetlinkNfTables {
             // nfnetlink answers EINVAL to a request for a subsystem it does not have (nf_tables not
             // built or not loadable); the request itself is well formed (see the codec's tests).
             Err(e) if e.errno() == Some(libc::EINVAL) => {
-                return Err(KernelError::Unsupported(format!("{what}: {e}: no nf_tables")));
+                return Err(KernelError::Unsupported(format!(
+                    "{what}: {e}: no nf_tables"
+                )));
             }
             Err(e) => {
                 return match kernel_error(&what, e) {
@@ -76,7 +80,9 @@ impl NfTables for NetlinkNfTables {
             _ => None,
         });
         let Some(t) = found else {
-            return Err(KernelError::Invalid(format!("{what}: no table in the answer")));
+            return Err(KernelError::Invalid(format!(
+                "{what}: no table in the answer"
+            )));
         };
         let handle = t
             .handle

@@ -33,31 +33,105 @@ type Jump = (
 
 /// Every jump the iptables mode inserts (upstream's `iptablesJumpChains`).
 pub const JUMPS: &[Jump] = &[
-    ("filter", "INPUT", "KUBE-EXTERNAL-SERVICES", EXTERNAL_PORTALS, NEW_ONLY),
-    ("filter", "FORWARD", "KUBE-EXTERNAL-SERVICES", EXTERNAL_PORTALS, NEW_ONLY),
-    ("filter", "INPUT", "KUBE-NODEPORTS", "kubernetes health check service ports", &[]),
-    ("filter", "FORWARD", "KUBE-SERVICES", SERVICE_PORTALS, NEW_ONLY),
-    ("filter", "OUTPUT", "KUBE-SERVICES", SERVICE_PORTALS, NEW_ONLY),
-    ("filter", "FORWARD", "KUBE-FORWARD", "kubernetes forwarding rules", &[]),
-    ("filter", "INPUT", "KUBE-PROXY-FIREWALL", LB_FIREWALL, NEW_ONLY),
-    ("filter", "OUTPUT", "KUBE-PROXY-FIREWALL", LB_FIREWALL, NEW_ONLY),
-    ("filter", "FORWARD", "KUBE-PROXY-FIREWALL", LB_FIREWALL, NEW_ONLY),
+    (
+        "filter",
+        "INPUT",
+        "KUBE-EXTERNAL-SERVICES",
+        EXTERNAL_PORTALS,
+        NEW_ONLY,
+    ),
+    (
+        "filter",
+        "FORWARD",
+        "KUBE-EXTERNAL-SERVICES",
+        EXTERNAL_PORTALS,
+        NEW_ONLY,
+    ),
+    (
+        "filter",
+        "INPUT",
+        "KUBE-NODEPORTS",
+        "kubernetes health check service ports",
+        &[],
+    ),
+    (
+        "filter",
+        "FORWARD",
+        "KUBE-SERVICES",
+        SERVICE_PORTALS,
+        NEW_ONLY,
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        "KUBE-SERVICES",
+        SERVICE_PORTALS,
+        NEW_ONLY,
+    ),
+    (
+        "filter",
+        "FORWARD",
+        "KUBE-FORWARD",
+        "kubernetes forwarding rules",
+        &[],
+    ),
+    (
+        "filter",
+        "INPUT",
+        "KUBE-PROXY-FIREWALL",
+        LB_FIREWALL,
+        NEW_ONLY,
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        "KUBE-PROXY-FIREWALL",
+        LB_FIREWALL,
+        NEW_ONLY,
+    ),
+    (
+        "filter",
+        "FORWARD",
+        "KUBE-PROXY-FIREWALL",
+        LB_FIREWALL,
+        NEW_ONLY,
+    ),
     ("nat", "OUTPUT", "KUBE-SERVICES", SERVICE_PORTALS, &[]),
     ("nat", "PREROUTING", "KUBE-SERVICES", SERVICE_PORTALS, &[]),
-    ("nat", "POSTROUTING", "KUBE-POSTROUTING", "kubernetes postrouting rules", &[]),
+    (
+        "nat",
+        "POSTROUTING",
+        "KUBE-POSTROUTING",
+        "kubernetes postrouting rules",
+        &[],
+    ),
 ];
 
 /// The top-level chains removed per table.
 pub const CHAINS: &[(&str, &[&str])] = &[
-    ("nat", &["KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING"]),
+    (
+        "nat",
+        &["KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING"],
+    ),
     (
         "filter",
-        &["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD", "KUBE-NODEPORTS"],
+        &[
+            "KUBE-SERVICES",
+            "KUBE-EXTERNAL-SERVICES",
+            "KUBE-FORWARD",
+            "KUBE-NODEPORTS",
+        ],
     ),
 ];
 
 /// Prefixes of the per-Service and per-endpoint chains (nat table).
-pub const SERVICE_CHAIN_PREFIXES: &[&str] = &["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+pub const SERVICE_CHAIN_PREFIXES: &[&str] = &[
+    "KUBE-SVC-",
+    "KUBE-SVL-",
+    "KUBE-EXT-",
+    "KUBE-FW-",
+    "KUBE-SEP-",
+];
 
 /// Whether `chain` of `table` is one the iptables mode creates and its cleanup removes.
 pub fn is_iptables_mode_chain(table: &str, chain: &str) -> bool {
@@ -91,7 +165,12 @@ pub fn cleanup(iptables: &mut dyn Iptables, family: IpFamily, r: &mut CleanupRep
 
 /// Flushes and deletes the table's iptables-mode chains in one restore, but those still in use by a
 /// rule of another chain (and the chains those jump to).
-fn delete_chains(iptables: &mut dyn Iptables, family: IpFamily, table: &str, r: &mut CleanupReport) {
+fn delete_chains(
+    iptables: &mut dyn Iptables,
+    family: IpFamily,
+    table: &str,
+    r: &mut CleanupReport,
+) {
     let fam = family.label();
     let saved = match iptables.save(family, table) {
         Ok(text) => text,
@@ -129,7 +208,9 @@ fn delete_chains(iptables: &mut dyn Iptables, family: IpFamily, table: &str, r: 
         Ok(()) => r
             .removed
             .extend(deletable.iter().map(|c| format!("{fam} {table} chain {c}"))),
-        Err(e) => r.failures.push(format!("{fam} {table} iptables-mode chains: {e}")),
+        Err(e) => r
+            .failures
+            .push(format!("{fam} {table} iptables-mode chains: {e}")),
     }
 }
 
@@ -202,24 +283,46 @@ mod tests {
         cleanup(&mut ipt.clone(), IpFamily::V4, &mut r);
         assert!(r.failures.is_empty(), "{:?}", r.failures);
         // Left to the IPVS mode's cleanup (KUBE-MARK-MASQ, KUBE-PROXY-FIREWALL) or never removed.
-        assert_eq!(kube_chains(&ipt, "nat"), vec!["KUBE-MARK-MASQ", "KUBE-PROXY-CANARY"]);
+        assert_eq!(
+            kube_chains(&ipt, "nat"),
+            vec!["KUBE-MARK-MASQ", "KUBE-PROXY-CANARY"]
+        );
         assert_eq!(
             kube_chains(&ipt, "filter"),
             vec!["KUBE-FIREWALL", "KUBE-PROXY-CANARY", "KUBE-PROXY-FIREWALL"]
         );
-        for (table, chain) in [("filter", "INPUT"), ("filter", "FORWARD"), ("filter", "OUTPUT")] {
+        for (table, chain) in [
+            ("filter", "INPUT"),
+            ("filter", "FORWARD"),
+            ("filter", "OUTPUT"),
+        ] {
             let rules = ipt.rules(IpFamily::V4, table, chain).unwrap_or_default();
             assert!(
-                rules.iter().all(|r| !r.contains("KUBE-") || r.contains("KUBE-FIREWALL")),
+                rules
+                    .iter()
+                    .all(|r| !r.contains("KUBE-") || r.contains("KUBE-FIREWALL")),
                 "{chain}: {rules:?}"
             );
         }
         for chain in ["PREROUTING", "OUTPUT", "POSTROUTING"] {
-            assert_eq!(ipt.rules(IpFamily::V4, "nat", chain).unwrap_or_default(), Vec::<String>::new());
+            assert_eq!(
+                ipt.rules(IpFamily::V4, "nat", chain).unwrap_or_default(),
+                Vec::<String>::new()
+            );
         }
-        assert_eq!(r.removed.iter().filter(|x| x.contains(" -j ")).count(), 12, "{:?}", r.removed);
+        assert_eq!(
+            r.removed.iter().filter(|x| x.contains(" -j ")).count(),
+            12,
+            "{:?}",
+            r.removed
+        );
         // One restore per table for the chains.
-        assert!(r.removed.contains(&"IPv4 nat chain KUBE-SEP-SXIVWICOYRO3J4NJ".to_string()), "{:?}", r.removed);
+        assert!(
+            r.removed
+                .contains(&"IPv4 nat chain KUBE-SEP-SXIVWICOYRO3J4NJ".to_string()),
+            "{:?}",
+            r.removed
+        );
     }
 
     #[test]
@@ -234,7 +337,11 @@ mod tests {
         let mut r = CleanupReport::default();
         cleanup(&mut ipt.clone(), IpFamily::V4, &mut r);
         assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
-        assert!(r.failures[0].contains("chain KUBE-SVC-XPGD46QRK7WJZT7O"), "{:?}", r.failures);
+        assert!(
+            r.failures[0].contains("chain KUBE-SVC-XPGD46QRK7WJZT7O"),
+            "{:?}",
+            r.failures
+        );
         assert_eq!(
             kube_chains(&ipt, "nat"),
             vec![

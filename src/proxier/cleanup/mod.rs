@@ -131,7 +131,11 @@ mod tests {
         let ipt = FakeIptables::new();
         ipt.clone().restore(IpFamily::V4, IPTABLES_MODE).unwrap();
         let nft = FakeNfTables::new();
-        nft.add(IpFamily::V4, nftables_mode::TABLE, Some(nftables_mode::TABLE_COMMENT));
+        nft.add(
+            IpFamily::V4,
+            nftables_mode::TABLE,
+            Some(nftables_mode::TABLE_COMMENT),
+        );
         nft.add(IpFamily::V4, "filter", None);
         let report = cleanup_every_mode(
             LeftoverBackends {
@@ -158,14 +162,22 @@ mod tests {
             };
             assert_eq!(left, expected, "{table}");
         }
-        assert!(report.removed.contains(&"nftables table ip kube-proxy".to_string()));
+        assert!(
+            report
+                .removed
+                .contains(&"nftables table ip kube-proxy".to_string())
+        );
         assert_eq!(nft.names(), vec![(IpFamily::V4, "filter".to_string())]);
     }
 
     #[test]
     fn without_ipvs_the_rest_is_still_cleaned() {
         let nft = FakeNfTables::new();
-        nft.add(IpFamily::V6, nftables_mode::TABLE, Some(nftables_mode::TABLE_COMMENT));
+        nft.add(
+            IpFamily::V6,
+            nftables_mode::TABLE,
+            Some(nftables_mode::TABLE_COMMENT),
+        );
         let report = cleanup_every_mode(
             LeftoverBackends {
                 ipvs: None,
@@ -177,6 +189,9 @@ mod tests {
             &[IpFamily::V4],
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(report.removed, vec!["nftables table ip6 kube-proxy".to_string()]);
+        assert_eq!(
+            report.removed,
+            vec!["nftables table ip6 kube-proxy".to_string()]
+        );
     }
 }
