@@ -12,8 +12,8 @@ use crate::kernel::ipset::real_ipsets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
 use crate::kernel::iptables::exec;
-use crate::kernel::ipvs::IpvsTimeouts;
 use crate::kernel::ipvs::netlink::NetlinkIpvs;
+use crate::kernel::ipvs::{Ipvs, IpvsTimeouts};
 use crate::kernel::link::rtnetlink::RtnetlinkLinks;
 use crate::kernel::nftables::netlink::NetlinkNfTables;
 use crate::kernel::sysctl::procfs::ProcSysctl;
@@ -171,9 +171,7 @@ pub fn cleanup() -> anyhow::Result<()> {
     let mut links = RtnetlinkLinks::new().context("opening rtnetlink")?;
     let mut ipsets = real_ipsets();
     let backends = LeftoverBackends {
-        ipvs: ipvs
-            .as_mut()
-            .map(|i| i as &mut dyn crate::kernel::ipvs::Ipvs),
+        ipvs: ipvs.as_mut().map(|i| i as &mut dyn Ipvs),
         links: &mut links,
         iptables: &mut iptables,
         ipsets: ipsets.as_mut(),

@@ -22,89 +22,95 @@ const LB_FIREWALL: &str = "kubernetes load balancer firewall";
 /// Matches the iptables mode puts before the comment of some jumps.
 const NEW_ONLY: &[&str] = &["-m", "conntrack", "--ctstate", "NEW"];
 
-/// One jump the iptables mode inserts: table, built-in chain, target, comment, matches before the comment.
-type Jump = (
-    &'static str,
-    &'static str,
-    &'static str,
-    &'static str,
-    &'static [&'static str],
-);
+/// One jump the iptables mode inserts into a built-in chain.
+#[derive(Debug, Clone, Copy)]
+pub struct Jump {
+    pub table: &'static str,
+    /// The built-in chain.
+    pub from: &'static str,
+    /// The iptables mode's chain.
+    pub to: &'static str,
+    pub comment: &'static str,
+    /// Matches before the comment.
+    pub before: &'static [&'static str],
+}
+
+const fn jump(
+    table: &'static str,
+    from: &'static str,
+    to: &'static str,
+    comment: &'static str,
+    before: &'static [&'static str],
+) -> Jump {
+    Jump {
+        table,
+        from,
+        to,
+        comment,
+        before,
+    }
+}
+
+const HEALTH_CHECKS: &str = "kubernetes health check service ports";
+const FORWARDING: &str = "kubernetes forwarding rules";
+const POSTROUTING: &str = "kubernetes postrouting rules";
 
 /// Every jump the iptables mode inserts (upstream's `iptablesJumpChains`).
 pub const JUMPS: &[Jump] = &[
-    (
+    jump(
         "filter",
         "INPUT",
         "KUBE-EXTERNAL-SERVICES",
         EXTERNAL_PORTALS,
         NEW_ONLY,
     ),
-    (
+    jump(
         "filter",
         "FORWARD",
         "KUBE-EXTERNAL-SERVICES",
         EXTERNAL_PORTALS,
         NEW_ONLY,
     ),
-    (
-        "filter",
-        "INPUT",
-        "KUBE-NODEPORTS",
-        "kubernetes health check service ports",
-        &[],
-    ),
-    (
+    jump("filter", "INPUT", "KUBE-NODEPORTS", HEALTH_CHECKS, &[]),
+    jump(
         "filter",
         "FORWARD",
         "KUBE-SERVICES",
         SERVICE_PORTALS,
         NEW_ONLY,
     ),
-    (
+    jump(
         "filter",
         "OUTPUT",
         "KUBE-SERVICES",
         SERVICE_PORTALS,
         NEW_ONLY,
     ),
-    (
-        "filter",
-        "FORWARD",
-        "KUBE-FORWARD",
-        "kubernetes forwarding rules",
-        &[],
-    ),
-    (
+    jump("filter", "FORWARD", "KUBE-FORWARD", FORWARDING, &[]),
+    jump(
         "filter",
         "INPUT",
         "KUBE-PROXY-FIREWALL",
         LB_FIREWALL,
         NEW_ONLY,
     ),
-    (
+    jump(
         "filter",
         "OUTPUT",
         "KUBE-PROXY-FIREWALL",
         LB_FIREWALL,
         NEW_ONLY,
     ),
-    (
+    jump(
         "filter",
         "FORWARD",
         "KUBE-PROXY-FIREWALL",
         LB_FIREWALL,
         NEW_ONLY,
     ),
-    ("nat", "OUTPUT", "KUBE-SERVICES", SERVICE_PORTALS, &[]),
-    ("nat", "PREROUTING", "KUBE-SERVICES", SERVICE_PORTALS, &[]),
-    (
-        "nat",
-        "POSTROUTING",
-        "KUBE-POSTROUTING",
-        "kubernetes postrouting rules",
-        &[],
-    ),
+    jump("nat", "OUTPUT", "KUBE-SERVICES", SERVICE_PORTALS, &[]),
+    jump("nat", "PREROUTING", "KUBE-SERVICES", SERVICE_PORTALS, &[]),
+    jump("nat", "POSTROUTING", "KUBE-POSTROUTING", POSTROUTING, &[]),
 ];
 
 /// The top-level chains removed per table.
@@ -152,11 +158,11 @@ pub fn cleanup(iptables: &mut dyn Iptables, family: IpFamily, r: &mut CleanupRep
             }
         };
         // A jump to a missing chain cannot even be named (iptables exits 2).
-        for (_, chain, to, comment, before) in JUMPS.iter().filter(|j| j.0 == *table) {
-            if declared.contains(*to) {
-                let mut args = before.to_vec();
-                args.extend(["-m", "comment", "--comment", comment, "-j", to]);
-                delete_jump(iptables, family, table, chain, &args, r);
+        for j in JUMPS.iter().filter(|j| j.table == *table) {
+            if declared.contains(j.to) {
+                let mut args = j.before.to_vec();
+                args.extend(["-m", "comment", "--comment", j.comment, "-j", j.to]);
+                delete_jump(iptables, family, table, j.from, &args, r);
             }
         }
         delete_chains(iptables, family, table, r);
