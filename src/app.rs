@@ -19,6 +19,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     if options.cleanup {
         return daemon::backends::cleanup();
     }
+    daemon::backends::cleanup_other_modes();
     if options.init_only {
         return daemon::backends::init_only(&options);
     }

@@ -235,14 +235,42 @@ uml_test!(relist_after_watch_loss_and_expired_history, boot(), {
     assert!(e.daemon_exit().is_none(), "daemon died:\n{}", e.log());
 });
 
-// `kube-proxy --cleanup` removes every KUBE- chain and set, kube-ipvs0 and the IPVS table (it flushes IPVS
-// entirely, as upstream); foreign chains and sets stay; a second run on a clean node succeeds too.
+/// The iptables mode's leftovers as upstream writes them (tests/cleanup_data), as a node switched from
+/// that mode has them.
+fn load_iptables_mode_leftovers() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cleanup_data");
+    sh("modprobe -d /run/m -a xt_recent xt_statistic");
+    sh(&format!(
+        "iptables-restore --noflush < {data}/iptables-mode-v4.rules"
+    ));
+    sh(&format!(
+        "ip6tables-restore --noflush < {data}/iptables-mode-v6.rules"
+    ));
+}
+
+/// What upstream's cleanup leaves of the iptables mode too: kubelet's KUBE-FIREWALL (and its jumps) and
+/// the monitor's KUBE-PROXY-CANARY chains.
+fn left_by_upstream(line: &str) -> bool {
+    line.contains("KUBE-FIREWALL") || line.contains("KUBE-PROXY-CANARY")
+}
+
+// On a node switched from the iptables mode, the daemon starts and serves without touching that mode's
+// chains (as upstream, which removes them only with --cleanup). `kube-proxy --cleanup` then removes every
+// KUBE- chain and set of both modes, kube-ipvs0 and the IPVS table (it flushes IPVS entirely, as upstream);
+// foreign chains and sets stay; a second run on a clean node succeeds too.
 uml_test!(cleanup_removes_everything_of_ours, boot(), {
     let _pods = abc_pods();
     let mut e = E2e::start(Options::default());
+    load_iptables_mode_leftovers();
     load_cluster(&e);
     e.start_daemon();
     e.wait_ipvs("cluster programmed", converged);
+    let nat = sh("iptables-save -t nat");
+    assert!(nat.contains(":KUBE-SVC-XPGD46QRK7WJZT7O"), "{nat}");
+    assert!(
+        sh("iptables -S INPUT").contains("-j KUBE-EXTERNAL-SERVICES"),
+        "the iptables mode's jumps are left at start"
+    );
     sh(
         "iptables -N FOREIGN-CHAIN && iptables -A FOREIGN-CHAIN -j RETURN && iptables -I INPUT -j FOREIGN-CHAIN",
     );
@@ -260,7 +288,10 @@ uml_test!(cleanup_removes_everything_of_ours, boot(), {
     assert!(status.success(), "cleanup failed ({status}):\n{out}");
 
     let ipt = sh("iptables-save");
-    let kube: Vec<&str> = ipt.lines().filter(|l| l.contains("KUBE-")).collect();
+    let kube: Vec<&str> = ipt
+        .lines()
+        .filter(|l| l.contains("KUBE-") && !left_by_upstream(l))
+        .collect();
     assert!(kube.is_empty(), "KUBE- iptables left: {kube:#?}");
     let ip6t = sh("ip6tables-save");
     assert!(!ip6t.contains("KUBE-"), "{ip6t}");

@@ -6,17 +6,19 @@ use crate::config::Options;
 use crate::daemon::prepare::{
     ConntrackSettings, StartupConfig, StartupReport, SysfsHashsize, prepare_node,
 };
+use crate::kernel::KernelError;
 use crate::kernel::conntrack::netlink::NetlinkConntrack;
 use crate::kernel::ipset::real_ipsets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
 use crate::kernel::iptables::exec;
-use crate::kernel::ipvs::IpvsTimeouts;
 use crate::kernel::ipvs::netlink::NetlinkIpvs;
+use crate::kernel::ipvs::{Ipvs, IpvsTimeouts};
 use crate::kernel::link::rtnetlink::RtnetlinkLinks;
+use crate::kernel::nftables::netlink::NetlinkNfTables;
 use crate::kernel::sysctl::procfs::ProcSysctl;
 use crate::proxier::Backends;
-use crate::proxier::cleanup::cleanup_leftovers;
+use crate::proxier::cleanup::{CleanupReport, LeftoverBackends, cleanup_every_mode, nftables_mode};
 use anyhow::{Context, bail};
 use std::time::Duration;
 
@@ -149,38 +151,62 @@ pub fn init_only(options: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--cleanup`: removes everything IPVS-mode kube-proxy created; fails if anything could not be removed.
+/// `--cleanup`: removes what every mode of kube-proxy creates (iptables, IPVS, nftables); fails if
+/// anything could not be removed.
 pub fn cleanup() -> anyhow::Result<()> {
     let mut iptables = IptablesCli::with_backend(iptables_backend()?);
     let mut families = vec![IpFamily::V4];
     if ipv6_supported(&mut iptables) {
         families.push(IpFamily::V6);
     }
-    let mut ipvs = NetlinkIpvs::new().context("opening the IPVS netlink family")?;
+    let mut ipvs = match NetlinkIpvs::new() {
+        Ok(ipvs) => Some(ipvs),
+        // A node that ran another mode may have no IPVS at all: there is nothing of it to flush.
+        Err(KernelError::Unsupported(e)) => {
+            tracing::info!(error = %e, "no IPVS in this kernel: no virtual servers to flush");
+            None
+        }
+        Err(e) => return Err(e).context("opening the IPVS netlink family"),
+    };
     let mut links = RtnetlinkLinks::new().context("opening rtnetlink")?;
     let mut ipsets = real_ipsets();
-    match cleanup_leftovers(
-        &mut ipvs,
-        &mut links,
-        &mut iptables,
-        ipsets.as_mut(),
-        &families,
-    ) {
+    let backends = LeftoverBackends {
+        ipvs: ipvs.as_mut().map(|i| i as &mut dyn Ipvs),
+        links: &mut links,
+        iptables: &mut iptables,
+        ipsets: ipsets.as_mut(),
+        nftables: &mut NetlinkNfTables::new(),
+    };
+    match cleanup_every_mode(backends, &families) {
         Ok(report) => {
-            for r in &report.removed {
-                tracing::info!("removed {r}");
-            }
+            log_report(&report);
             tracing::info!(removed = report.removed.len(), "cleanup done");
             Ok(())
         }
         Err(e) => {
-            for r in &e.0.removed {
-                tracing::info!("removed {r}");
-            }
-            for f in &e.0.failures {
-                tracing::error!("cleanup failure: {f}");
-            }
+            log_report(&e.0);
             Err(e.into())
         }
+    }
+}
+
+/// Before the IPVS proxier starts (and with `--init-only`), as upstream's `platformCleanup` in an
+/// iptables-based mode: removes the nftables mode's tables, which the IPVS mode cannot be using. Best
+/// effort: failures are logged and the start goes on.
+pub fn cleanup_other_modes() {
+    let mut report = CleanupReport::default();
+    nftables_mode::cleanup(&mut NetlinkNfTables::new(), &mut report);
+    log_report(&report);
+}
+
+fn log_report(report: &CleanupReport) {
+    for r in &report.removed {
+        tracing::info!("removed {r}");
+    }
+    for k in &report.kept {
+        tracing::warn!("left in place: {k}");
+    }
+    for f in &report.failures {
+        tracing::error!("cleanup failure: {f}");
     }
 }

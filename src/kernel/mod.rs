@@ -7,6 +7,8 @@ pub mod ipvs;
 pub mod link;
 pub mod modules;
 pub mod netlink;
+pub mod nftables;
+pub mod nlattr;
 pub mod sysctl;
 
 use thiserror::Error;

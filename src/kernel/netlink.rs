@@ -282,6 +282,56 @@ impl NlSocket {
         Ok(results)
     }
 
+    /// Sends `payloads` as one nfnetlink batch, between the markers `begin` and `end`, in one datagram:
+    /// the kernel applies all of them or none (nf_tables' transactions). Returns one result per payload;
+    /// a batch the kernel refused as a whole (its subsystem missing, the commit failed) is the error.
+    pub fn transaction<T>(
+        &mut self,
+        begin: T,
+        payloads: Vec<T>,
+        end: T,
+    ) -> Result<Vec<Result<(), NlError>>, NlError>
+    where
+        T: NetlinkSerializable + Debug,
+    {
+        self.tx.clear();
+        // The markers carry no ACK flag (kernels before 6.10 never acknowledge them); the kernel still
+        // answers the begin marker when it refuses the whole batch.
+        let begin_seq = self.push(begin, NLM_F_REQUEST);
+        let seqs: Vec<u32> = payloads
+            .into_iter()
+            .map(|p| self.push(p, NLM_F_REQUEST | NLM_F_ACK))
+            .collect();
+        self.push(end, NLM_F_REQUEST);
+        self.flush_tx()?;
+        let mut results: Vec<Result<(), NlError>> = seqs
+            .iter()
+            .map(|_| Err(NlError::Io("no answer".into())))
+            .collect();
+        let (mut pending, mut refused) = (seqs.len(), None);
+        while pending > 0 && refused.is_none() {
+            self.recv()?;
+            let rx = std::mem::take(&mut self.rx);
+            let parsed = for_each_message::<NoPayload>(&rx, |msg_seq, item| {
+                let (Item::Ack(r) | Item::Done(r)) = item else {
+                    return;
+                };
+                if msg_seq == begin_seq {
+                    refused = r.err();
+                } else if let Some(i) = seqs.iter().position(|s| *s == msg_seq) {
+                    results[i] = r;
+                    pending = pending.saturating_sub(1);
+                }
+            });
+            self.rx = rx;
+            parsed?;
+        }
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(results),
+        }
+    }
+
     fn recv(&mut self) -> Result<(), NlError> {
         self.rx.clear();
         loop {

@@ -6,6 +6,9 @@
 use netlink_packet_core::{NetlinkDeserializable, NetlinkHeader, NetlinkSerializable};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+pub use crate::kernel::nlattr::{Attrs, Nlas};
+use crate::kernel::nlattr::{NFGENMSG_LEN, NLA_F_NET_BYTEORDER, be16, be32, c_string};
+
 /// nfnetlink subsystem id of ipset.
 pub const NFNL_SUBSYS_IPSET: u16 = 6;
 /// Protocol version sent with every request (accepted by every kernel since 3.x; 7 is a superset).
@@ -71,57 +74,7 @@ pub const NFPROTO_UNSPEC: u8 = 0;
 pub const NFPROTO_IPV4: u8 = 2;
 pub const NFPROTO_IPV6: u8 = 10;
 
-const NLA_F_NESTED: u16 = 0x8000;
-const NLA_F_NET_BYTEORDER: u16 = 0x4000;
-const NLA_TYPE_MASK: u16 = !(NLA_F_NESTED | NLA_F_NET_BYTEORDER);
-/// nfgenmsg: family, version, resource id.
-const NFGENMSG_LEN: usize = 4;
-
-/// A growing buffer of netlink attributes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Attrs(pub Vec<u8>);
-
 impl Attrs {
-    /// One attribute with a raw value (padded to 4 bytes).
-    pub fn put(&mut self, kind: u16, value: &[u8]) -> &mut Self {
-        let len = (4 + value.len()) as u16;
-        self.0.extend_from_slice(&len.to_ne_bytes());
-        self.0.extend_from_slice(&kind.to_ne_bytes());
-        self.0.extend_from_slice(value);
-        while !self.0.len().is_multiple_of(4) {
-            self.0.push(0);
-        }
-        self
-    }
-
-    pub fn u8(&mut self, kind: u16, v: u8) -> &mut Self {
-        self.put(kind, &[v])
-    }
-
-    /// A 16-bit value in network byte order (the kernel insists on the flag).
-    pub fn be16(&mut self, kind: u16, v: u16) -> &mut Self {
-        self.put(kind | NLA_F_NET_BYTEORDER, &v.to_be_bytes())
-    }
-
-    /// A 32-bit value in network byte order.
-    pub fn be32(&mut self, kind: u16, v: u32) -> &mut Self {
-        self.put(kind | NLA_F_NET_BYTEORDER, &v.to_be_bytes())
-    }
-
-    /// A NUL-terminated string.
-    pub fn string(&mut self, kind: u16, s: &str) -> &mut Self {
-        let mut v = s.as_bytes().to_vec();
-        v.push(0);
-        self.put(kind, &v)
-    }
-
-    /// A nested attribute whose content `f` writes.
-    pub fn nested(&mut self, kind: u16, f: impl FnOnce(&mut Attrs)) -> &mut Self {
-        let mut inner = Attrs::default();
-        f(&mut inner);
-        self.put(kind | NLA_F_NESTED, &inner.0)
-    }
-
     /// An address as the kernel wants it: nested, IPv4 in network order.
     pub fn ip(&mut self, kind: u16, ip: IpAddr) -> &mut Self {
         self.nested(kind, |a| {
@@ -235,47 +188,6 @@ impl Elem {
     }
 }
 
-/// Iterator over (type without flags, value) of a buffer of attributes; stops at the first malformed one.
-pub struct Nlas<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Nlas<'a> {
-    pub fn new(buf: &'a [u8]) -> Self {
-        Nlas { buf }
-    }
-}
-
-impl<'a> Iterator for Nlas<'a> {
-    type Item = (u16, &'a [u8]);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let len = usize::from(u16::from_ne_bytes(self.buf.get(0..2)?.try_into().ok()?));
-        let kind = u16::from_ne_bytes(self.buf.get(2..4)?.try_into().ok()?);
-        if len < 4 || len > self.buf.len() {
-            self.buf = &[];
-            return None;
-        }
-        let value = &self.buf[4..len];
-        let next = ((len + 3) & !3).min(self.buf.len());
-        self.buf = &self.buf[next..];
-        Some((kind & NLA_TYPE_MASK, value))
-    }
-}
-
-fn be16(v: &[u8]) -> Option<u16> {
-    Some(u16::from_be_bytes(v.get(..2)?.try_into().ok()?))
-}
-
-fn be32(v: &[u8]) -> Option<u32> {
-    Some(u32::from_be_bytes(v.get(..4)?.try_into().ok()?))
-}
-
-fn c_string(v: &[u8]) -> String {
-    let end = v.iter().position(|b| *b == 0).unwrap_or(v.len());
-    String::from_utf8_lossy(&v[..end]).into_owned()
-}
-
 fn decode_ip(nested: &[u8]) -> Option<IpAddr> {
     Nlas::new(nested).find_map(|(kind, v)| match kind {
         data::IPADDR_IPV4 => Some(IpAddr::V4(Ipv4Addr::from(
@@ -377,6 +289,7 @@ fn decode_list(attrs: &[u8]) -> ListPart {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::nlattr::NLA_F_NESTED;
 
     /// A list message as the kernel builds it, from our own encoder.
     fn list_message(set: &str, type_name: Option<&str>, elems: &[Elem]) -> Vec<u8> {

@@ -1,14 +1,16 @@
-//! `--cleanup`: removes everything IPVS-mode kube-proxy creates (upstream's CleanupLeftovers).
+//! The IPVS mode's leftovers: everything IPVS-mode kube-proxy creates (upstream's
+//! `ipvs.CleanupLeftovers`).
 //!
 //! The only place that flushes the IPVS table. Order: IPVS flush, kube-ipvs0, built-in-chain jumps, our
 //! chains (flushed and deleted, referrers first), then our ipsets (they can only go once no rule uses them).
 
+use super::{CleanupError, CleanupReport, declared_chains, delete_jump};
 use crate::cluster::model::IpFamily;
+use crate::kernel::KernelError;
 use crate::kernel::ipset::IpSets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::Ipvs;
 use crate::kernel::link::{DUMMY_DEVICE, Links};
-use crate::kernel::{KernelError, KernelResult};
 use crate::proxier::reconcile::ownership::{SET_BASES, set_name};
 use std::collections::BTreeSet;
 
@@ -95,41 +97,8 @@ pub const CHAINS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Chain names declared in `iptables-save` output (`:NAME POLICY [..]` lines).
-fn declared_chains(save: &str) -> BTreeSet<String> {
-    save.lines()
-        .filter_map(|l| l.strip_prefix(':'))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(String::from)
-        .collect()
-}
-
-/// What cleanup removed and what failed.
-#[derive(Debug, Default)]
-pub struct CleanupReport {
-    /// Objects removed, e.g. `ipset KUBE-CLUSTER-IP`.
-    pub removed: Vec<String>,
-    /// Failures, each naming its object.
-    pub failures: Vec<String>,
-}
-
-/// Some part of cleanup failed (the daemon exits non-zero).
-#[derive(Debug, thiserror::Error)]
-#[error("cleanup failed: {}", .0.failures.join("; "))]
-pub struct CleanupError(pub CleanupReport);
-
-impl CleanupReport {
-    fn record(&mut self, what: String, r: KernelResult<bool>) {
-        match r {
-            Ok(true) => self.removed.push(what),
-            Ok(false) | Err(KernelError::NotFound(_)) => {}
-            Err(e) => self.failures.push(format!("{what}: {e}")),
-        }
-    }
-}
-
-/// Removes our kernel state. `families` are the iptables families to clean (IPv4 and, where ip6tables
-/// exists, IPv6); ipsets of both families are always destroyed.
+/// Removes the IPVS mode's kernel state alone. `families` are the iptables families to clean (IPv4 and,
+/// where ip6tables exists, IPv6); ipsets of both families are always destroyed.
 pub fn cleanup_leftovers(
     ipvs: &mut dyn Ipvs,
     links: &mut dyn Links,
@@ -138,13 +107,29 @@ pub fn cleanup_leftovers(
     families: &[IpFamily],
 ) -> Result<CleanupReport, CleanupError> {
     let mut r = CleanupReport::default();
-    r.record("IPVS table flush".into(), ipvs.flush().map(|()| true));
+    cleanup(Some(ipvs), links, iptables, ipsets, families, &mut r);
+    r.into_result()
+}
+
+/// [`cleanup_leftovers`] into an existing report; `ipvs` is None where the kernel has no IPVS (nothing
+/// to flush there).
+pub(super) fn cleanup(
+    ipvs: Option<&mut dyn Ipvs>,
+    links: &mut dyn Links,
+    iptables: &mut dyn Iptables,
+    ipsets: &mut dyn IpSets,
+    families: &[IpFamily],
+    r: &mut CleanupReport,
+) {
+    if let Some(ipvs) = ipvs {
+        r.record("IPVS table flush".into(), ipvs.flush().map(|()| true));
+    }
     r.record(
         format!("link {DUMMY_DEVICE}"),
         links.delete_link(DUMMY_DEVICE),
     );
     for &family in families {
-        cleanup_iptables(iptables, family, &mut r);
+        cleanup_iptables(iptables, family, r);
     }
     for family in [IpFamily::V4, IpFamily::V6] {
         for base in SET_BASES {
@@ -154,11 +139,6 @@ pub fn cleanup_leftovers(
                 ipsets.destroy(&name).map(|()| true),
             );
         }
-    }
-    if r.failures.is_empty() {
-        Ok(r)
-    } else {
-        Err(CleanupError(r))
     }
 }
 
@@ -182,22 +162,8 @@ fn cleanup_iptables(iptables: &mut dyn Iptables, family: IpFamily, r: &mut Clean
         if !exists(table, target) {
             continue;
         }
-        let args: Vec<String> = ["-m", "comment", "--comment", comment, "-j", target]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        // Remove duplicates too (bounded, in case the backend keeps answering true).
-        for _ in 0..16 {
-            match iptables.delete_rule(family, table, chain, &args) {
-                Ok(true) => r.removed.push(format!("{fam} {table} {chain} -j {target}")),
-                Ok(false) | Err(KernelError::NotFound(_)) => break,
-                Err(e) => {
-                    r.failures
-                        .push(format!("{fam} {table} {chain} -j {target}: {e}"));
-                    break;
-                }
-            }
-        }
+        let args = ["-m", "comment", "--comment", comment, "-j", target];
+        delete_jump(iptables, family, table, chain, &args, r);
     }
     for (table, chains) in CHAINS {
         let mut left: Vec<&str> = chains
