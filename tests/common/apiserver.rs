@@ -13,6 +13,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod proto;
 pub mod selector;
 pub mod store;
 
@@ -37,6 +38,9 @@ pub struct Options {
     pub history_limit: usize,
     /// Interval between BOOKMARK events on watches with `allowWatchBookmarks=true`.
     pub bookmark_interval: Duration,
+    /// Whether lists, watches and gets are offered in protobuf (as the real API server does for
+    /// built-in kinds); `false` = a server that speaks JSON only (406 to a protobuf-only `Accept`).
+    pub protobuf: bool,
 }
 
 impl Default for Options {
@@ -44,6 +48,7 @@ impl Default for Options {
         Options {
             history_limit: 1000,
             bookmark_interval: Duration::from_secs(5),
+            protobuf: true,
         }
     }
 }
@@ -75,6 +80,7 @@ impl TestApiServer {
             requests: Mutex::new(Vec::new()),
             bookmark_interval: Mutex::new(opts.bookmark_interval),
             unavailable: std::sync::atomic::AtomicBool::new(false),
+            protobuf: std::sync::atomic::AtomicBool::new(opts.protobuf),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
@@ -238,6 +244,22 @@ impl TestApiServer {
         self.shared
             .unavailable
             .store(unavailable, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Offers protobuf (or stops offering it) to requests from now on.
+    pub fn set_protobuf(&self, offer: bool) {
+        self.shared
+            .protobuf
+            .store(offer, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// List and watch responses served so far for `kind` in `wire`.
+    pub fn responses(&self, kind: Kind, wire: proto::Wire) -> u64 {
+        self.counters()
+            .responses
+            .get(&(kind, wire))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Sets the BOOKMARK interval for watches started from now on.
