@@ -38,7 +38,7 @@ pub struct FieldRule {
 
 /// Why an object could not be pruned: the path of the field and the wire error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {error}")]
+#[error("{}{error}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
 pub struct PruneError {
     /// Dotted JSON names from the object down to the malformed field.
     pub path: String,

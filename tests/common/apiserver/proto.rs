@@ -212,7 +212,11 @@ fn meta(o: &Obj<'_>) -> Result<pbmeta::ObjectMeta> {
         deletion_timestamp: o.time("deletionTimestamp")?,
         deletion_grace_period_seconds: o.int("deletionGracePeriodSeconds")?,
         labels: o.map("labels")?,
-        annotations: o.map("annotations")?,
+        annotations: {
+            let mut a = o.map("annotations")?;
+            a.remove(APPEND_ANNOTATION);
+            a
+        },
         owner_references: o.list("ownerReferences", owner)?,
         finalizers: o.strs("finalizers")?,
         managed_fields: o.list("managedFields", managed)?,
@@ -521,14 +525,39 @@ fn type_meta(o: &Obj<'_>) {
     o.get("kind");
 }
 
+/// Annotation whose value (hex) is appended to the object's protobuf encoding, and not encoded as an
+/// annotation: a test's way to put wire-level oddities (unknown fields, wrong wire types, invalid
+/// UTF-8, a truncated field) into an otherwise real encoding. Protobuf merges appended fields into
+/// the message (an appended `spec` merges into the spec; a repeated field gains an item).
+pub const APPEND_ANNOTATION: &str = "kprs.test/protobuf-append";
+
 /// The message encoding of a stored object (no envelope).
 pub fn message(kind: Kind, v: &Value) -> Result<Vec<u8>> {
     let path = kind.kind().to_string();
-    Ok(match kind {
+    let mut out = match kind {
         Kind::Service => convert(v, path, service)?.encode_to_vec(),
         Kind::EndpointSlice => convert(v, path, endpoint_slice)?.encode_to_vec(),
         Kind::Node => convert(v, path, node)?.encode_to_vec(),
-    })
+    };
+    let append = v
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(APPEND_ANNOTATION))
+        .and_then(Value::as_str);
+    if let Some(hex) = append {
+        out.extend(from_hex(hex)?);
+    }
+    Ok(out)
+}
+
+fn from_hex(hex: &str) -> Result<Vec<u8>> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+                .ok_or_else(|| format!("{APPEND_ANNOTATION}: not hex: {hex}"))
+        })
+        .collect()
 }
 
 /// `k8s\0` + `runtime.Unknown { typeMeta, raw }`.
@@ -552,39 +581,34 @@ pub fn object(kind: Kind, v: &Value) -> Result<Vec<u8>> {
     Ok(envelope(kind.api_version(), kind.kind(), message(kind, v)?))
 }
 
-fn items<T>(kind: Kind, items: &[&Value], f: fn(&Obj<'_>) -> Result<T>) -> Result<Vec<T>> {
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, v)| convert(v, format!("{}List.items[{i}]", kind.kind()), f))
-        .collect()
-}
-
-/// A list page in its envelope.
+/// A list page in its envelope: `{metadata, items}` of the kind's list message, each item the
+/// object's own encoding (appended oddities included).
 pub fn list(kind: Kind, meta: pbmeta::ListMeta, objects: &[&Value]) -> Result<Vec<u8>> {
     let metadata = Some(meta);
-    let raw = match kind {
-        Kind::Service => pb::ServiceList {
-            metadata,
-            items: items(kind, objects, service)?,
-        }
-        .encode_to_vec(),
-        Kind::EndpointSlice => pbdisc::EndpointSliceList {
-            metadata,
-            items: items(kind, objects, endpoint_slice)?,
-        }
-        .encode_to_vec(),
-        Kind::Node => pb::NodeList {
-            metadata,
-            items: items(kind, objects, node)?,
-        }
-        .encode_to_vec(),
+    // The list message with its metadata, and one empty item to learn the items' field number.
+    let (mut raw, probe) = match kind {
+        Kind::Service => (
+            pb::ServiceList { metadata, items: vec![] }.encode_to_vec(),
+            pb::ServiceList { metadata: None, items: vec![Default::default()] }.encode_to_vec(),
+        ),
+        Kind::EndpointSlice => (
+            pbdisc::EndpointSliceList { metadata, items: vec![] }.encode_to_vec(),
+            pbdisc::EndpointSliceList { metadata: None, items: vec![Default::default()] }
+                .encode_to_vec(),
+        ),
+        Kind::Node => (
+            pb::NodeList { metadata, items: vec![] }.encode_to_vec(),
+            pb::NodeList { metadata: None, items: vec![Default::default()] }.encode_to_vec(),
+        ),
     };
-    Ok(envelope(
-        kind.api_version(),
-        &format!("{}List", kind.kind()),
-        raw,
-    ))
+    let items_tag = u32::from(probe[0] >> 3);
+    for (i, item) in objects.iter().enumerate() {
+        let m = message(kind, item).map_err(|e| format!("items[{i}]: {e}"))?;
+        prost::encoding::encode_key(items_tag, prost::encoding::WireType::LengthDelimited, &mut raw);
+        prost::encoding::encode_varint(m.len() as u64, &mut raw);
+        raw.extend_from_slice(&m);
+    }
+    Ok(envelope(kind.api_version(), &format!("{}List", kind.kind()), raw))
 }
 
 /// A `Status` in its envelope.
