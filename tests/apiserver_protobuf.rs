@@ -62,7 +62,12 @@ impl Watchers {
         let events = Events::start(client.clone(), node);
         let trackers = Trackers::new(node);
         let notifier = Notifier::new(|| {}).on_invalid(on_invalid_object(metrics.clone(), events));
-        let (stores, synced) = start(ApiClient::new(client, media), node, trackers.clone(), notifier);
+        let (stores, synced) = start(
+            ApiClient::new(client, media),
+            node,
+            trackers.clone(),
+            notifier,
+        );
         Watchers {
             trackers,
             stores,
@@ -141,8 +146,14 @@ fn rich_objects() -> Vec<(Kind, Value)> {
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}});
     vec![
         (Kind::Service, svc),
-        (Kind::EndpointSlice, slice("rich-4", "IPv4", ["10.1.7.1", "10.1.7.2"])),
-        (Kind::EndpointSlice, slice("rich-6", "IPv6", ["fd03::1", "fd03::2"])),
+        (
+            Kind::EndpointSlice,
+            slice("rich-4", "IPv4", ["10.1.7.1", "10.1.7.2"]),
+        ),
+        (
+            Kind::EndpointSlice,
+            slice("rich-6", "IPv6", ["fd03::1", "fd03::2"]),
+        ),
         (Kind::Node, node),
     ]
 }
@@ -180,11 +191,19 @@ async fn same_objects_read_the_same_in_protobuf_and_json() {
     let mut json = Watchers::start(&api, NODE, MediaTypes::json(), "json").await;
     proto.listed().await;
     json.listed().await;
-    eventually("both Nodes", || proto.node().is_some() && json.node().is_some()).await;
+    eventually("both Nodes", || {
+        proto.node().is_some() && json.node().is_some()
+    })
+    .await;
     let (ps, pe) = proto.apply();
     let (ps, pe) = (ps.clone(), pe.clone());
     let (js, je) = json.apply();
-    assert!(ps.len() > 600 && pe.len() > 600, "{} {}", ps.len(), pe.len());
+    assert!(
+        ps.len() > 600 && pe.len() > 600,
+        "{} {}",
+        ps.len(),
+        pe.len()
+    );
     assert_eq!(&ps, js);
     assert_eq!(&pe, je);
     assert_eq!(proto.node(), json.node());
@@ -225,7 +244,14 @@ async fn same_objects_read_the_same_in_protobuf_and_json() {
     assert_eq!(&ps, js);
     assert_eq!(&pe, je);
     assert_eq!(proto.node(), json.node());
-    assert_eq!(proto.metrics.encode().unwrap().contains("invalid_objects_total{"), false);
+    assert_eq!(
+        proto
+            .metrics
+            .encode()
+            .unwrap()
+            .contains("invalid_objects_total{"),
+        false
+    );
 }
 
 /// `tag` as a length-delimited field holding `inner`.
@@ -335,7 +361,10 @@ async fn protobuf_oddities_never_break_the_watch() {
         let svcs: Vec<String> = s.keys().map(|k| k.name.to_string()).collect();
         let eps: Vec<String> = e
             .iter()
-            .flat_map(|(k, v)| v.iter().map(move |ep| format!("{}={}", k.name.as_str(), ep.ip)))
+            .flat_map(|(k, v)| {
+                v.iter()
+                    .map(move |ep| format!("{}={}", k.name.as_str(), ep.ip))
+            })
             .collect();
         (svcs, eps)
     };
@@ -389,7 +418,10 @@ async fn protobuf_oddities_never_break_the_watch() {
     .await;
     api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", 80))
         .unwrap();
-    eventually("good-1 back", || names(&mut w).0 == ["good-1", "odd", "odd-2"]).await;
+    eventually("good-1 back", || {
+        names(&mut w).0 == ["good-1", "odd", "odd-2"]
+    })
+    .await;
     eventually("the unreadable Node counted", || w.invalid() == 5).await;
     assert_eq!(w.node().unwrap().labels["test"], "o\u{fffd}k");
     let text = w.metrics.encode().unwrap();
@@ -418,7 +450,11 @@ fn invalid_notes(api: &TestApiServer) -> Vec<(String, String)> {
 fn invalid_count(api: &TestApiServer) -> i32 {
     api.events()
         .into_iter()
-        .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Invalid")))
+        .filter(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("Invalid"))
+        })
         .map(|e| e.series.map_or(1, |s| s.count))
         .sum()
 }

@@ -198,7 +198,12 @@ async fn start_daemon_watchers(
     let events = Events::start(client.clone(), NODE);
     let trackers = Trackers::new(NODE);
     let notifier = Notifier::new(|| {}).on_invalid(on_invalid_object(metrics.clone(), events));
-    let (stores, synced) = start(ApiClient::new(client, media), NODE, trackers.clone(), notifier);
+    let (stores, synced) = start(
+        ApiClient::new(client, media),
+        NODE,
+        trackers.clone(),
+        notifier,
+    );
     let view = View {
         trackers,
         services: ServiceMap::default(),

@@ -588,27 +588,58 @@ pub fn list(kind: Kind, meta: pbmeta::ListMeta, objects: &[&Value]) -> Result<Ve
     // The list message with its metadata, and one empty item to learn the items' field number.
     let (mut raw, probe) = match kind {
         Kind::Service => (
-            pb::ServiceList { metadata, items: vec![] }.encode_to_vec(),
-            pb::ServiceList { metadata: None, items: vec![Default::default()] }.encode_to_vec(),
+            pb::ServiceList {
+                metadata,
+                items: vec![],
+            }
+            .encode_to_vec(),
+            pb::ServiceList {
+                metadata: None,
+                items: vec![Default::default()],
+            }
+            .encode_to_vec(),
         ),
         Kind::EndpointSlice => (
-            pbdisc::EndpointSliceList { metadata, items: vec![] }.encode_to_vec(),
-            pbdisc::EndpointSliceList { metadata: None, items: vec![Default::default()] }
-                .encode_to_vec(),
+            pbdisc::EndpointSliceList {
+                metadata,
+                items: vec![],
+            }
+            .encode_to_vec(),
+            pbdisc::EndpointSliceList {
+                metadata: None,
+                items: vec![Default::default()],
+            }
+            .encode_to_vec(),
         ),
         Kind::Node => (
-            pb::NodeList { metadata, items: vec![] }.encode_to_vec(),
-            pb::NodeList { metadata: None, items: vec![Default::default()] }.encode_to_vec(),
+            pb::NodeList {
+                metadata,
+                items: vec![],
+            }
+            .encode_to_vec(),
+            pb::NodeList {
+                metadata: None,
+                items: vec![Default::default()],
+            }
+            .encode_to_vec(),
         ),
     };
     let items_tag = u32::from(probe[0] >> 3);
     for (i, item) in objects.iter().enumerate() {
         let m = message(kind, item).map_err(|e| format!("items[{i}]: {e}"))?;
-        prost::encoding::encode_key(items_tag, prost::encoding::WireType::LengthDelimited, &mut raw);
+        prost::encoding::encode_key(
+            items_tag,
+            prost::encoding::WireType::LengthDelimited,
+            &mut raw,
+        );
         prost::encoding::encode_varint(m.len() as u64, &mut raw);
         raw.extend_from_slice(&m);
     }
-    Ok(envelope(kind.api_version(), &format!("{}List", kind.kind()), raw))
+    Ok(envelope(
+        kind.api_version(),
+        &format!("{}List", kind.kind()),
+        raw,
+    ))
 }
 
 /// A `Status` in its envelope.
