@@ -1,6 +1,6 @@
 //! The protobuf wire format, as far as reading and pruning Kubernetes objects need it: varints, field
-//! keys and the four wire types proto2 messages use. Groups (wire types 3 and 4) are not used by any
-//! Kubernetes message and read as an error.
+//! keys and the wire types. No Kubernetes message uses groups (wire types 3 and 4); one is read as a
+//! whole (an unknown field to skip), as prost skips it.
 
 use thiserror::Error;
 
@@ -29,7 +29,12 @@ pub enum Value<'a> {
     Bytes(&'a [u8]),
     /// Wire type 5.
     Fixed32(u32),
+    /// Wire types 3 to 4: a group's content, up to its end.
+    Group(&'a [u8]),
 }
+
+/// How deep groups may nest (prost's recursion limit).
+const GROUP_DEPTH: usize = 100;
 
 /// One field of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,10 +76,50 @@ impl<'a> Fields<'a> {
                 Value::Bytes(self.take(tag, len)?)
             }
             5 => Value::Fixed32(u32::from_le_bytes(self.take_array(tag)?)),
+            3 => Value::Group(self.group(tag, 0)?),
             _ => return Err(WireError::WireType { tag, wire_type }),
         };
         let raw = &start[..start.len() - self.rest.len()];
         Ok(Field { tag, value, raw })
+    }
+
+    /// The content of group `tag` up to its end key, which is consumed too.
+    fn group(&mut self, tag: u32, depth: usize) -> Result<&'a [u8], WireError> {
+        if depth >= GROUP_DEPTH {
+            return Err(WireError::WireType { tag, wire_type: 3 });
+        }
+        let start = self.rest;
+        loop {
+            let before = self.rest;
+            let key = read_varint(&mut self.rest)?;
+            let inner = u32::try_from(key >> 3).unwrap_or(0);
+            match key & 7 {
+                4 if inner == tag => return Ok(&start[..start.len() - before.len()]),
+                0 => {
+                    read_varint(&mut self.rest)?;
+                }
+                1 => {
+                    self.take(inner, 8)?;
+                }
+                2 => {
+                    let len = read_varint(&mut self.rest)?;
+                    let len = usize::try_from(len).map_err(|_| WireError::Truncated(inner))?;
+                    self.take(inner, len)?;
+                }
+                3 if inner != 0 => {
+                    self.group(inner, depth + 1)?;
+                }
+                5 => {
+                    self.take(inner, 4)?;
+                }
+                wire_type => {
+                    return Err(WireError::WireType {
+                        tag: inner,
+                        wire_type: wire_type as u8,
+                    });
+                }
+            }
+        }
     }
 
     fn take(&mut self, tag: u32, len: usize) -> Result<&'a [u8], WireError> {
@@ -194,12 +239,18 @@ mod tests {
         let cut = &msg[..msg.len() - 2];
         let read: Vec<_> = Fields::new(cut).collect();
         assert_eq!(read, vec![Err(WireError::Truncated(2))]);
-        let group = [(3 << 3) | 3, 0];
+        // A group is read whole, as prost skips it; an unterminated one is an error.
+        let group = [(3 << 3) | 3, 1 << 3, 5, (3 << 3) | 4, 2 << 3, 1];
+        let fields: Vec<_> = Fields::new(&group).map(Result::unwrap).collect();
+        assert_eq!(fields[0].value, Value::Group(&[1 << 3, 5]));
+        assert_eq!(fields[1].value, Value::Varint(1));
+        assert!(Fields::new(&group[..3]).next().unwrap().is_err());
+        let end_only = [(3 << 3) | 4];
         assert!(matches!(
-            Fields::new(&group).next(),
+            Fields::new(&end_only).next(),
             Some(Err(WireError::WireType {
                 tag: 3,
-                wire_type: 3
+                wire_type: 4
             }))
         ));
     }
