@@ -2,7 +2,9 @@
 //!
 //! It serves list and watch of Services, EndpointSlices (discovery.k8s.io/v1) and Nodes with label and
 //! field selectors, pagination, resourceVersions, bookmarks, 410 "Expired" for compacted history, and records
-//! Events (events.k8s.io/v1 and core/v1). The server runs on its own thread with its own tokio runtime, so the
+//! Events (events.k8s.io/v1 and core/v1). Lists, watches and gets are served in JSON or, when the `Accept`
+//! header asks for it and [`Options::protobuf`] offers it, in protobuf made from the same stored objects
+//! (`proto.rs`: the `k8s\0` envelope, length-prefixed watch frames), as the real API server does. The server runs on its own thread with its own tokio runtime, so the
 //! synchronous control handle works from plain threads and from async tests alike.
 //!
 //! ```ignore
