@@ -108,7 +108,10 @@ fn mutated_protobuf_objects_mostly_still_read() {
             })
             .count();
         println!("{name}: {read} of 1000 generated objects read");
-        assert!(read >= 150, "{name}: only {read} of 1000 generated objects read");
+        assert!(
+            read >= 150,
+            "{name}: only {read} of 1000 generated objects read"
+        );
     }
 }
 

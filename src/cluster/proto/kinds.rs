@@ -56,7 +56,7 @@ pub fn identity_rules() -> &'static [FieldRule] {
     &RULES
 }
 
-fn service_rules() -> Vec<FieldRule> {
+fn service_spec_rules() -> Rule {
     let port = Rule::Message(vec![
         field!(pb::ServicePort, name, "name", Rule::Text),
         field!(pb::ServicePort, protocol, "protocol", Rule::Text),
@@ -75,7 +75,7 @@ fn service_rules() -> Vec<FieldRule> {
         "clientIP",
         client_ip
     )]);
-    let spec = Rule::Message(vec![
+    Rule::Message(vec![
         field!(pb::ServiceSpec, r#type, "type", Rule::Text),
         field!(pb::ServiceSpec, cluster_ip, "clusterIP", Rule::Text),
         field!(pb::ServiceSpec, cluster_ips, "clusterIPs", Rule::Text),
@@ -117,7 +117,10 @@ fn service_rules() -> Vec<FieldRule> {
             Rule::Keep
         ),
         field!(pb::ServiceSpec, ports, "ports", port),
-    ]);
+    ])
+}
+
+fn service_rules() -> Vec<FieldRule> {
     let ingress = Rule::Message(vec![
         field!(pb::LoadBalancerIngress, ip, "ip", Rule::Text),
         field!(pb::LoadBalancerIngress, ip_mode, "ipMode", Rule::Text),
@@ -141,7 +144,7 @@ fn service_rules() -> Vec<FieldRule> {
             "metadata",
             meta_rules(vec![annotations])
         ),
-        field!(pb::Service, spec, "spec", spec),
+        field!(pb::Service, spec, "spec", service_spec_rules()),
         field!(
             pb::Service,
             status,

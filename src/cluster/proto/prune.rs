@@ -96,10 +96,15 @@ pub fn tag_of(probe: impl prost::Message) -> u32 {
 macro_rules! pb_field {
     ($($msg:ident)::+, $field:ident, $json:literal, $rule:expr) => {
         $crate::cluster::proto::prune::FieldRule {
-            tag: $crate::cluster::proto::prune::tag_of($($msg)::+ {
-                $field: $crate::cluster::proto::prune::Present::present(),
-                ..Default::default()
-            }),
+            tag: {
+                // One-field messages have nothing left for the struct update to fill.
+                #[allow(clippy::needless_update)]
+                let probe = $($msg)::+ {
+                    $field: $crate::cluster::proto::prune::Present::present(),
+                    ..Default::default()
+                };
+                $crate::cluster::proto::prune::tag_of(probe)
+            },
             name: $json,
             rule: $rule,
         }

@@ -278,13 +278,13 @@ pub async fn handle(
         (Some(Route::Collection { kind, ns }), &Method::GET) => {
             match negotiate(&shared, &headers) {
                 Ok(wire) => collection(shared, kind, ns, &q, wire).await,
-                Err(refused) => refused,
+                Err(refused) => *refused,
             }
         }
         (Some(Route::Object { kind, ns, name }), &Method::GET) => {
             match negotiate(&shared, &headers) {
                 Ok(wire) => get(&shared, kind, ns.as_deref().unwrap_or(""), &name, wire),
-                Err(refused) => refused,
+                Err(refused) => *refused,
             }
         }
         (
@@ -307,16 +307,16 @@ pub async fn handle(
 }
 
 /// The encoding the request accepts and the server offers, or a 406 answer.
-fn negotiate(shared: &Shared, headers: &HeaderMap) -> Result<Wire, Response> {
+fn negotiate(shared: &Shared, headers: &HeaderMap) -> Result<Wire, Box<Response>> {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let offer = shared.protobuf.load(Ordering::Relaxed);
     Wire::negotiate(accept, offer).ok_or_else(|| {
         lock(&shared.counters).not_acceptable += 1;
-        status_response(
+        Box::new(status_response(
             406,
             "NotAcceptable",
             &format!("none of {accept:?} is offered (protobuf offered: {offer})"),
-        )
+        ))
     })
 }
 
