@@ -18,7 +18,7 @@
 mod common;
 
 use common::apiserver::proto::{self as server_proto, Wire};
-use common::apiserver::{Kind, TestApiServer};
+use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};
 use common::scale;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -113,7 +113,9 @@ fn watcher_thread(api: &TestApiServer, wire: Wire, burst: u64, report: mpsc::Sen
         });
         let (cpu1, t1) = (thread_cpu(), Instant::now());
         let seen = trackers.totals().1;
+        let deadline = Instant::now() + Duration::from_secs(600);
         while trackers.totals().1 < seen + burst {
+            assert!(Instant::now() < deadline, "the burst did not arrive in 600 s");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _ = report.send(Cost {
@@ -267,7 +269,12 @@ fn main() {
     let sizes = env_list("KPRS_WIRE_SIZES", &[1000, 10_000, 50_000]);
     let burst = env_list("KPRS_WIRE_BURST", &[10_000])[0];
     for &n in &sizes {
-        let api = TestApiServer::start("127.0.0.1:0").expect("test API server");
+        // History for the whole burst: a watch that falls behind must not get 410 and relist.
+        let opts = ApiOptions {
+            history_limit: 4 * burst + 10,
+            ..ApiOptions::default()
+        };
+        let api = TestApiServer::start_with("127.0.0.1:0", opts).expect("test API server");
         api.apply_value(Kind::Node, scale::node()).expect("node");
         for i in 0..n {
             api.apply_value(Kind::Service, scale::service(i))
