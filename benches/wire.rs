@@ -115,7 +115,10 @@ fn watcher_thread(api: &TestApiServer, wire: Wire, burst: u64, report: mpsc::Sen
         let seen = trackers.totals().1;
         let deadline = Instant::now() + Duration::from_secs(600);
         while trackers.totals().1 < seen + burst {
-            assert!(Instant::now() < deadline, "the burst did not arrive in 600 s");
+            assert!(
+                Instant::now() < deadline,
+                "the burst did not arrive in 600 s"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _ = report.send(Cost {
