@@ -13,7 +13,8 @@
 //! `KPRS_BENCH_CHURN_RATE` (default 10) endpoint changes per second over random services for
 //! `KPRS_BENCH_CHURN_SECS` (default 300; 0 skips it), once with minSyncPeriod 0 and once with 1s, measuring
 //! the daemon's CPU seconds per minute, syncs per minute, sampled programming latency and RSS.
-//! `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs); `KPRS_BENCH_HEAP_MARKS=1` makes the daemons log
+//! `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs); `KPRS_BENCH_CONTENT_TYPE` sets the daemon's
+//! `--kube-api-content-type` (default: protobuf); `KPRS_BENCH_HEAP_MARKS=1` makes the daemons log
 //! the heap in use at every step of a sync (target `kube_proxy_rs::heap`; off by default: it costs time). Figures are printed and written to
 //! `scale-results.txt` in the run directory; wrong kernel state or a dead daemon fails the bench. Every N
 //! ends with one machine-readable line:
@@ -263,6 +264,11 @@ impl Daemon {
             format!("--ipvs-min-sync-period={min_sync}"),
             format!("--ipvs-sync-period={sync_period}"),
         ];
+        let mut args = args;
+        // `KPRS_BENCH_CONTENT_TYPE=application/json` compares the JSON watch path (default: protobuf).
+        if let Ok(ct) = std::env::var("KPRS_BENCH_CONTENT_TYPE") {
+            args.push(format!("--kube-api-content-type={ct}"));
+        }
         let started = SystemTime::now();
         let started_at = Instant::now();
         let child = Command::new(exe)

@@ -10,6 +10,7 @@ mod common;
 use common::apiserver::{Kind, TestApiServer};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams};
+use kube_proxy_rs::cluster::listwatch::{ApiClient, MediaTypes};
 use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
 use kube_proxy_rs::cluster::watch::{Notifier, Stores, Synced, Trackers, start};
 use kube_proxy_rs::daemon::events::{Events, on_invalid_object};
@@ -188,13 +189,21 @@ fn node_ip(stores: &Stores) -> Option<(IpAddr, String)> {
     })
 }
 
-async fn start_daemon_watchers(api: &TestApiServer) -> (View, Stores, Synced, Arc<Metrics>) {
+async fn start_daemon_watchers(
+    api: &TestApiServer,
+    media: MediaTypes,
+) -> (View, Stores, Synced, Arc<Metrics>) {
     let client = client_for(api).await;
     let metrics = Arc::new(Metrics::new().unwrap());
     let events = Events::start(client.clone(), NODE);
     let trackers = Trackers::new(NODE);
     let notifier = Notifier::new(|| {}).on_invalid(on_invalid_object(metrics.clone(), events));
-    let (stores, synced) = start(client, NODE, trackers.clone(), notifier);
+    let (stores, synced) = start(
+        ApiClient::new(client, media),
+        NODE,
+        trackers.clone(),
+        notifier,
+    );
     let view = View {
         trackers,
         services: ServiceMap::default(),
@@ -245,7 +254,9 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
     );
     assert_eq!(api.list_requests(Kind::Service), 1);
 
-    let (mut view, stores, mut synced, metrics) = start_daemon_watchers(&api).await;
+    // JSON configured: these oddities exist only in JSON (protobuf has no nulls or untyped values).
+    let (mut view, stores, mut synced, metrics) =
+        start_daemon_watchers(&api, MediaTypes::json()).await;
     tokio::time::timeout(Duration::from_secs(10), synced.wait_proxy_ready())
         .await
         .expect("Services and EndpointSlices listed once");

@@ -426,3 +426,20 @@ fn helpers() {
     assert_eq!(c.sync_period(), std::time::Duration::from_secs(30));
     assert_eq!(c.min_sync_period(), std::time::Duration::ZERO);
 }
+
+#[test]
+fn client_content_types_must_be_readable() {
+    assert_valid(|c| c.client_connection.content_type = "application/json".into());
+    assert_valid(|c| {
+        c.client_connection.accept_content_types =
+            "application/vnd.kubernetes.protobuf,application/json".into()
+    });
+    assert_one(
+        |c| c.client_connection.content_type = "application/yaml".into(),
+        "clientConnection.contentType: Unsupported value: \"application/yaml\"",
+    );
+    assert_one(
+        |c| c.client_connection.accept_content_types = "text/html".into(),
+        "clientConnection.acceptContentTypes: Invalid value: \"text/html\"",
+    );
+}

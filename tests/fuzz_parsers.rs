@@ -82,6 +82,39 @@ fn generated_objects_mostly_still_decode() {
     }
 }
 
+#[test]
+fn mutated_protobuf_objects_mostly_still_read() {
+    // Wire-level mutations that no field kube-proxy reads notices must leave the object readable,
+    // or the protobuf targets would explore only the error paths.
+    use kube_proxy_rs::cluster::decode::Decoded;
+    let corpus = Corpus::load();
+    for name in ["service_protobuf", "endpointslice_protobuf"] {
+        let t = TARGETS.iter().find(|t| t.name == name).expect("target");
+        let read = (0..1000)
+            .filter(|&case| {
+                let input = fuzz::input_of(t, &corpus, 7, case);
+                match name {
+                    "service_protobuf" => matches!(
+                        Decoded::<k8s_openapi::api::core::v1::Service>::from_protobuf(&input),
+                        Decoded::Object(_)
+                    ),
+                    _ => matches!(
+                        Decoded::<k8s_openapi::api::discovery::v1::EndpointSlice>::from_protobuf(
+                            &input
+                        ),
+                        Decoded::Object(_)
+                    ),
+                }
+            })
+            .count();
+        println!("{name}: {read} of 1000 generated objects read");
+        assert!(
+            read >= 150,
+            "{name}: only {read} of 1000 generated objects read"
+        );
+    }
+}
+
 /// Inputs that crashed a target once, with the target they crashed (each fixed in the parser).
 const REGRESSIONS: &[(&str, &[u8])] = &[
     // concerns_other_links sliced past the end when the last message's length was not 4-aligned

@@ -22,8 +22,6 @@ pub struct ClientOptions {
     pub kubeconfig: Option<PathBuf>,
     /// API server URL overriding the kubeconfig's.
     pub master: Option<String>,
-    /// Requested content type; only JSON is spoken, protobuf requests fall back to JSON.
-    pub content_type: Option<String>,
     /// Requests per second (0 = client-go default 5, negative = unlimited).
     pub qps: f32,
     /// Burst (0 = client-go default 10).
@@ -58,15 +56,6 @@ pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
     };
     if let Some(m) = master {
         config.cluster_url = m.parse().with_context(|| format!("master URL {m:?}"))?;
-    }
-    if let Some(ct) = opts.content_type.as_deref()
-        && !ct.is_empty()
-        && ct != "application/json"
-    {
-        tracing::info!(
-            content_type = ct,
-            "requests use application/json (the configured content type is not used)"
-        );
     }
     Ok(config)
 }

@@ -3,7 +3,9 @@
 pub mod client;
 pub mod convert;
 pub mod decode;
+pub mod listwatch;
 pub mod model;
+pub mod proto;
 pub mod select;
 pub mod service_options;
 pub mod tracker;

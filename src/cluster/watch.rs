@@ -8,7 +8,8 @@
 //! kinds; a `Handler` per kind says what a change means.
 
 use super::convert::{ConvertError, InvalidReason, ObjectKind};
-use super::decode::{Decoded, Lenient, Unreadable};
+use super::decode::{Decoded, Unreadable};
+use super::listwatch::{ApiClient, Watched, list_watch};
 use super::model::{EndpointsMap, ServiceMap};
 use super::tracker::{
     EndpointsChangeTracker, EndpointsUpdateResult, ServiceChangeTracker, ServiceUpdateResult,
@@ -19,7 +20,6 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
-use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -562,18 +562,18 @@ fn dispatch<K, H>(
 /// after the first full list. A stream error is logged and the watcher backs off (and relists when
 /// it must); an object it cannot read never is a stream error.
 async fn run_watcher<K, H>(
-    api: Api<Decoded<K>>,
+    api: ApiClient,
     config: watcher::Config,
     mut cache: EventCache<Decoded<K>>,
     mut handler: H,
     reporter: Reporter,
     listed: tokio_watch::Sender<bool>,
 ) where
-    K: Lenient + Resource<DynamicType = ()> + Clone + Default + std::fmt::Debug + Send + 'static,
+    K: Watched + Default + std::fmt::Debug,
     H: Handler<K>,
 {
     let start = std::time::Instant::now();
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut stream = list_watch::<K>(api, config).default_backoff().boxed();
     while let Some(item) = stream.next().await {
         let event = match item {
             Ok(e) => e,
@@ -594,13 +594,15 @@ async fn run_watcher<K, H>(
     }
 }
 
-/// Starts the Service, EndpointSlice and Node watchers on the tokio runtime.
+/// Starts the Service, EndpointSlice and Node watchers on the tokio runtime; `client` carries the
+/// media types to ask for (a bare `kube::Client` asks for protobuf, JSON as the fallback).
 pub fn start(
-    client: kube::Client,
+    client: impl Into<ApiClient>,
     node_name: &str,
     trackers: Arc<Trackers>,
     notifier: Notifier,
 ) -> (Stores, Synced) {
+    let client: ApiClient = client.into();
     let reporter = Reporter {
         notifier: notifier.clone(),
         invalid: Arc::new(AtomicU64::new(0)),
@@ -623,7 +625,7 @@ pub fn start(
     };
     let tasks = vec![
         tokio::spawn(run_watcher(
-            Api::all(client.clone()),
+            client.clone(),
             service_watch_config(),
             EventCache::keys_only(),
             services,
@@ -631,7 +633,7 @@ pub fn start(
             svc_tx,
         )),
         tokio::spawn(run_watcher(
-            Api::all(client.clone()),
+            client.clone(),
             slice_watch_config(),
             EventCache::keys_only(),
             slices,
@@ -639,7 +641,7 @@ pub fn start(
             eps_tx,
         )),
         tokio::spawn(run_watcher(
-            Api::all(client),
+            client,
             node_watch_config(node_name),
             EventCache::default(),
             node,

@@ -4,6 +4,7 @@
 use super::defaults::split_host_port;
 use super::duration::GoDuration;
 use super::types::ProxyConfig;
+use crate::cluster::listwatch::{MediaTypes, media};
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
 use std::fmt;
@@ -186,6 +187,7 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     }
     validate_ipvs(c, &mut e);
     validate_conntrack(c, &mut e);
+    validate_media_types(c, &mut e);
     if let Some(v) = c.oom_score_adj
         && !(-1000..=1000).contains(&v)
     {
@@ -217,6 +219,26 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
 }
 
 /// The `ipvs` section: in IPVS mode its sync periods are the proxier's.
+/// `clientConnection.contentType` must be a media type lists and watches can read;
+/// `acceptContentTypes`, when set, must name one.
+fn validate_media_types(c: &ProxyConfig, e: &mut Errs) {
+    let cc = &c.client_connection;
+    if MediaTypes::from_config(&cc.content_type, "").is_err() {
+        e.not_supported(
+            "clientConnection.contentType",
+            &cc.content_type,
+            &[media::JSON, crate::cluster::proto::MEDIA_TYPE],
+        );
+    }
+    if MediaTypes::from_config("", &cc.accept_content_types).is_err() {
+        e.invalid(
+            "clientConnection.acceptContentTypes",
+            q(&cc.accept_content_types),
+            "must name application/json or application/vnd.kubernetes.protobuf",
+        );
+    }
+}
+
 fn validate_ipvs(c: &ProxyConfig, e: &mut Errs) {
     let ipvs = &c.ipvs;
     if ipvs.sync_period.as_nanos() <= 0 {

@@ -11,6 +11,7 @@ pub mod sync;
 pub mod watch_config;
 
 use crate::cluster::client::{ClientOptions, build_client};
+use crate::cluster::listwatch::{ApiClient, MediaTypes};
 use crate::cluster::model::IpFamily;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{GoDuration, LocalDetection, Options};
@@ -131,6 +132,18 @@ fn watch_node(
     });
 }
 
+/// The media types lists and watches ask for (`clientConnection.contentType`, `.acceptContentTypes`).
+fn media_types(c: &crate::config::ProxyConfig) -> anyhow::Result<MediaTypes> {
+    let cc = &c.client_connection;
+    let media = MediaTypes::from_config(&cc.content_type, &cc.accept_content_types)
+        .map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        accept = media.accept(),
+        "lists and watches ask for these media types"
+    );
+    Ok(media)
+}
+
 /// What the daemon learned before touching the kernel: the API client, the Event publisher and the
 /// own Node as it was at start.
 struct Cluster {
@@ -147,7 +160,6 @@ async fn connect(options: &Options) -> anyhow::Result<Cluster> {
     let client_options = ClientOptions {
         kubeconfig: Some(c.client_connection.kubeconfig.clone().into()),
         master: options.master.clone(),
-        content_type: Some(c.client_connection.content_type.clone()),
         qps: c.client_connection.qps,
         burst: c.client_connection.burst,
     };
@@ -311,7 +323,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         families.clone(),
         cluster.events.clone(),
     );
-    let client = cluster.client.clone();
+    let client = ApiClient::new(cluster.client.clone(), media_types(c)?);
     let (stores, synced) = watch::start(client, &options.node_name, trackers.clone(), notifier);
     let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<Stop>();
     let node_rx = stores.node.clone();

@@ -2,7 +2,9 @@
 //!
 //! It serves list and watch of Services, EndpointSlices (discovery.k8s.io/v1) and Nodes with label and
 //! field selectors, pagination, resourceVersions, bookmarks, 410 "Expired" for compacted history, and records
-//! Events (events.k8s.io/v1 and core/v1). The server runs on its own thread with its own tokio runtime, so the
+//! Events (events.k8s.io/v1 and core/v1). Lists, watches and gets are served in JSON or, when the `Accept`
+//! header asks for it and [`Options::protobuf`] offers it, in protobuf made from the same stored objects
+//! (`proto.rs`: the `k8s\0` envelope, length-prefixed watch frames), as the real API server does. The server runs on its own thread with its own tokio runtime, so the
 //! synchronous control handle works from plain threads and from async tests alike.
 //!
 //! ```ignore
@@ -14,6 +16,7 @@
 
 pub mod event_log;
 pub mod http;
+pub mod proto;
 pub mod selector;
 pub mod store;
 
@@ -38,6 +41,9 @@ pub struct Options {
     pub history_limit: usize,
     /// Interval between BOOKMARK events on watches with `allowWatchBookmarks=true`.
     pub bookmark_interval: Duration,
+    /// Whether lists, watches and gets are offered in protobuf (as the real API server does for
+    /// built-in kinds); `false` = a server that speaks JSON only (406 to a protobuf-only `Accept`).
+    pub protobuf: bool,
 }
 
 impl Default for Options {
@@ -45,6 +51,7 @@ impl Default for Options {
         Options {
             history_limit: 1000,
             bookmark_interval: Duration::from_secs(5),
+            protobuf: true,
         }
     }
 }
@@ -77,6 +84,7 @@ impl TestApiServer {
             bookmark_interval: Mutex::new(opts.bookmark_interval),
             unavailable: std::sync::atomic::AtomicBool::new(false),
             event_log: Mutex::new(event_log::EventLog::default()),
+            protobuf: std::sync::atomic::AtomicBool::new(opts.protobuf),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
@@ -247,6 +255,22 @@ impl TestApiServer {
         self.shared
             .unavailable
             .store(unavailable, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Offers protobuf (or stops offering it) to requests from now on.
+    pub fn set_protobuf(&self, offer: bool) {
+        self.shared
+            .protobuf
+            .store(offer, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// List and watch responses served so far for `kind` in `wire`.
+    pub fn responses(&self, kind: Kind, wire: proto::Wire) -> u64 {
+        self.counters()
+            .responses
+            .get(&(kind, wire))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Sets the BOOKMARK interval for watches started from now on.

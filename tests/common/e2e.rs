@@ -95,6 +95,11 @@ pub struct Options {
     pub extra_config: String,
     /// `ipvs.syncPeriod`.
     pub sync_period: String,
+    /// Extra YAML lines inside `clientConnection:` (indented by two spaces), e.g.
+    /// `"  contentType: application/json\n"`.
+    pub client_connection: String,
+    /// Whether the test API server offers protobuf (the real one does for every served kind).
+    pub api_protobuf: bool,
     /// Sub-directory of the guest run directory (or a directory of its own) for files and logs.
     pub dir: Option<PathBuf>,
     /// The daemon binary.
@@ -122,6 +127,8 @@ impl Default for Options {
             node_ip: NODE_IP.to_string(),
             extra_config: String::new(),
             sync_period: "30s".to_string(),
+            client_connection: String::new(),
+            api_protobuf: true,
             dir: None,
             bin: kube_proxy_bin(),
             launch: direct_launch,
@@ -170,7 +177,12 @@ impl E2e {
         let bin = dir.join("kube-proxy");
         std::fs::copy(&opts.bin, &bin)
             .unwrap_or_else(|e| panic!("copy {} to {}: {e}", opts.bin.display(), bin.display()));
-        let api = TestApiServer::start("127.0.0.1:0").expect("start test API server");
+        let api_opts = super::apiserver::Options {
+            protobuf: opts.api_protobuf,
+            ..Default::default()
+        };
+        let api =
+            TestApiServer::start_with("127.0.0.1:0", api_opts).expect("start test API server");
         api.apply_value(Kind::Node, node_json(&opts.node, &opts.node_ip))
             .expect("apply Node");
         let kubeconfig = dir.join("kubeconfig");
@@ -181,13 +193,14 @@ impl E2e {
              kind: KubeProxyConfiguration\n\
              mode: ipvs\n\
              hostnameOverride: {node}\n\
-             clientConnection:\n  kubeconfig: {kc}\n\
+             clientConnection:\n  kubeconfig: {kc}\n{cc}\
              healthzBindAddress: {HEALTHZ}\n\
              metricsBindAddress: {METRICS}\n\
              clusterCIDR: {CLUSTER_CIDR}\n\
              ipvs:\n  syncPeriod: {sp}\n{extra}",
             node = opts.node,
             kc = kubeconfig.display(),
+            cc = opts.client_connection,
             sp = opts.sync_period,
             extra = opts.extra_config,
         );

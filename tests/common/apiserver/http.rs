@@ -1,11 +1,12 @@
 //! HTTP front of the test API server: routing, list/get/watch of the served kinds, Event recording and
 //! minimal discovery, in the wire format of the real kube-apiserver.
 
+use super::proto::{self, Wire};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{Change, Expired, Kind, Store};
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -35,6 +36,14 @@ pub struct Counters {
     pub unknown: u64,
     /// Requests refused with 503 while the server was set unavailable.
     pub refused: u64,
+    /// List and watch responses per kind and encoding.
+    pub responses: HashMap<(Kind, Wire), u64>,
+    /// Body bytes sent in list responses, per kind and encoding.
+    pub list_bytes: HashMap<(Kind, Wire), u64>,
+    /// Body bytes sent on watch streams, per kind and encoding.
+    pub watch_bytes: HashMap<(Kind, Wire), u64>,
+    /// Requests answered 406 (no acceptable media type offered).
+    pub not_acceptable: u64,
 }
 
 /// State shared between the control handle and the HTTP tasks.
@@ -55,6 +64,9 @@ pub struct Shared {
     pub unavailable: AtomicBool,
     /// Every Event write received.
     pub event_log: Mutex<super::event_log::EventLog>,
+    /// Whether lists, watches and gets are offered in protobuf (the real API server offers it for
+    /// every built-in kind).
+    pub protobuf: AtomicBool,
 }
 
 /// Locks a mutex, ignoring poisoning (a panicking test thread must not wedge the server).
@@ -94,6 +106,41 @@ fn status_response(code: u16, reason: &str, message: &str) -> Response {
     json_response(
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         &status(code, reason, message),
+    )
+}
+
+/// A response body in `wire`'s media type (watch streams have their own).
+fn encoded(code: StatusCode, wire: Wire, body: Vec<u8>) -> Response {
+    let content_type = match wire {
+        Wire::Json => "application/json",
+        Wire::Protobuf => proto::MEDIA_TYPE,
+    };
+    Response::builder()
+        .status(code)
+        .header("content-type", content_type)
+        .body(Body::from(body))
+        .unwrap_or_default()
+}
+
+/// A failure `Status` in the negotiated encoding.
+fn status_in(wire: Wire, code: u16, reason: &str, message: &str) -> Response {
+    match wire {
+        Wire::Json => status_response(code, reason, message),
+        Wire::Protobuf => encoded(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            wire,
+            proto::status(code, reason, message),
+        ),
+    }
+}
+
+/// The stored object could not be encoded in protobuf (a test fixture the protobuf encoding cannot
+/// carry): the request fails loudly.
+fn unencodable(message: String) -> Response {
+    status_response(
+        500,
+        "InternalError",
+        &format!("cannot encode as protobuf: {message}"),
     )
 }
 
@@ -184,6 +231,7 @@ pub async fn handle(
     method: Method,
     uri: Uri,
     Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     lock(&shared.requests).push(format!("{method} {uri}"));
@@ -230,18 +278,15 @@ pub async fn handle(
         }
         (Some(Route::ResourceList(gv)), &Method::GET) => resource_list(&gv),
         (Some(Route::Collection { kind, ns }), &Method::GET) => {
-            collection(shared, kind, ns, &q).await
+            match negotiate(&shared, &headers) {
+                Ok(wire) => collection(shared, kind, ns, &q, wire).await,
+                Err(refused) => *refused,
+            }
         }
         (Some(Route::Object { kind, ns, name }), &Method::GET) => {
-            lock(&shared.counters).gets += 1;
-            let store = lock(&shared.store);
-            match store.get(kind, ns.as_deref().unwrap_or(""), &name) {
-                Some(obj) => json_response(StatusCode::OK, obj),
-                None => status_response(
-                    404,
-                    "NotFound",
-                    &format!("{} \"{name}\" not found", kind.plural()),
-                ),
+            match negotiate(&shared, &headers) {
+                Ok(wire) => get(&shared, kind, ns.as_deref().unwrap_or(""), &name, wire),
+                Err(refused) => *refused,
             }
         }
         (
@@ -271,6 +316,38 @@ pub async fn handle(
                 &format!("the server could not find {method} {uri}"),
             )
         }
+    }
+}
+
+/// The encoding the request accepts and the server offers, or a 406 answer.
+fn negotiate(shared: &Shared, headers: &HeaderMap) -> Result<Wire, Box<Response>> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let offer = shared.protobuf.load(Ordering::Relaxed);
+    Wire::negotiate(accept, offer).ok_or_else(|| {
+        lock(&shared.counters).not_acceptable += 1;
+        Box::new(status_response(
+            406,
+            "NotAcceptable",
+            &format!("none of {accept:?} is offered (protobuf offered: {offer})"),
+        ))
+    })
+}
+
+fn get(shared: &Shared, kind: Kind, ns: &str, name: &str, wire: Wire) -> Response {
+    lock(&shared.counters).gets += 1;
+    let store = lock(&shared.store);
+    match (store.get(kind, ns, name), wire) {
+        (Some(obj), Wire::Json) => json_response(StatusCode::OK, obj),
+        (Some(obj), Wire::Protobuf) => match proto::object(kind, obj) {
+            Ok(body) => encoded(StatusCode::OK, wire, body),
+            Err(e) => unencodable(e),
+        },
+        (None, _) => status_in(
+            wire,
+            404,
+            "NotFound",
+            &format!("{} \"{name}\" not found", kind.plural()),
+        ),
     }
 }
 
@@ -326,19 +403,40 @@ async fn collection(
     kind: Kind,
     ns: Option<String>,
     q: &HashMap<String, String>,
+    wire: Wire,
 ) -> Response {
     let filter = match parse_filter(ns, q) {
         Ok(f) => f,
-        Err(e) => return status_response(400, "BadRequest", &e),
+        Err(e) => return status_in(wire, 400, "BadRequest", &e),
     };
+    *lock(&shared.counters)
+        .responses
+        .entry((kind, wire))
+        .or_default() += 1;
     if truthy(q, "watch") {
-        return start_watch(shared, kind, filter, q).await;
+        return start_watch(shared, kind, filter, q, wire).await;
     }
     *lock(&shared.counters).lists.entry(kind).or_default() += 1;
-    list(&shared, kind, &filter, q)
+    let response = list(&shared, kind, &filter, q, wire);
+    let sent = axum::body::HttpBody::size_hint(response.body())
+        .exact()
+        .unwrap_or(0);
+    *lock(&shared.counters)
+        .list_bytes
+        .entry((kind, wire))
+        .or_default() += sent;
+    response
 }
 
-fn list(shared: &Shared, kind: Kind, filter: &Filter, q: &HashMap<String, String>) -> Response {
+fn list(
+    shared: &Shared,
+    kind: Kind,
+    filter: &Filter,
+    q: &HashMap<String, String>,
+    wire: Wire,
+) -> Response {
+    let status_response =
+        |code, reason: &str, message: &str| status_in(wire, code, reason, message);
     let store = lock(&shared.store);
     // The continue token is "<rv>:<namespace>/<name>" of the last returned item.
     let (at, after) = match q.get("continue").filter(|c| !c.is_empty()) {
@@ -397,6 +495,18 @@ fn list(shared: &Shared, kind: Kind, filter: &Filter, q: &HashMap<String, String
         metadata["remainingItemCount"] = json!(matching.len() - take);
     }
     let items: Vec<&Value> = matching[..take].iter().map(|(_, v)| *v).collect();
+    if wire == Wire::Protobuf {
+        let meta = k8s_pb::apimachinery::pkg::apis::meta::v1::ListMeta {
+            resource_version: metadata["resourceVersion"].as_str().map(str::to_string),
+            r#continue: metadata["continue"].as_str().map(str::to_string),
+            remaining_item_count: metadata["remainingItemCount"].as_i64(),
+            self_link: None,
+        };
+        return match proto::list(kind, meta, &items) {
+            Ok(body) => encoded(StatusCode::OK, wire, body),
+            Err(e) => unencodable(e),
+        };
+    }
     json_response(
         StatusCode::OK,
         &json!({
@@ -414,28 +524,68 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(s)
 }
 
-fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if initial_end {
-        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+/// Encodes the events of one watch in its negotiated encoding.
+#[derive(Clone, Copy, Debug)]
+struct EventEncoder {
+    kind: Kind,
+    wire: Wire,
+}
+
+impl EventEncoder {
+    /// An ADDED, MODIFIED or DELETED event. An object the protobuf encoding cannot carry ends the
+    /// watch with an ERROR event (500), as a real server reports an encoding failure.
+    fn event(&self, event_type: &str, object: &Value) -> Bytes {
+        match self.wire {
+            Wire::Json => line(event_type, object),
+            Wire::Protobuf => match proto::object(self.kind, object) {
+                Ok(obj) => Bytes::from(proto::watch_frame(event_type, obj)),
+                Err(e) => self.error(
+                    500,
+                    "InternalError",
+                    &format!("cannot encode as protobuf: {e}"),
+                ),
+            },
+        }
     }
-    line(
-        "BOOKMARK",
-        &json!({"kind": kind.kind(), "apiVersion": kind.api_version(), "metadata": meta}),
-    )
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        if self.wire == Wire::Protobuf {
+            let obj = proto::bookmark(self.kind, rv, initial_end);
+            return Bytes::from(proto::watch_frame("BOOKMARK", obj));
+        }
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let (kind, api_version) = (self.kind.kind(), self.kind.api_version());
+        line(
+            "BOOKMARK",
+            &json!({"kind": kind, "apiVersion": api_version, "metadata": meta}),
+        )
+    }
+
+    fn error(&self, code: u16, reason: &str, message: &str) -> Bytes {
+        match self.wire {
+            Wire::Json => line("ERROR", &status(code, reason, message)),
+            Wire::Protobuf => Bytes::from(proto::watch_frame(
+                "ERROR",
+                proto::status(code, reason, message),
+            )),
+        }
+    }
 }
 
 /// The watch event a change produces for a watcher with `filter` (None when it does not see it).
-fn watch_event(ch: &Change, filter: &Filter) -> Option<Bytes> {
+fn watch_event(ch: &Change, filter: &Filter, enc: EventEncoder) -> Option<Bytes> {
     let prev_ok = ch.prev.as_ref().is_some_and(|p| filter.matches(p));
     let new_ok = ch.obj.as_ref().is_some_and(|o| filter.matches(o));
     match (prev_ok, new_ok, &ch.obj) {
-        (true, true, Some(o)) => Some(line("MODIFIED", o)),
-        (false, true, Some(o)) => Some(line("ADDED", o)),
+        (true, true, Some(o)) => Some(enc.event("MODIFIED", o)),
+        (false, true, Some(o)) => Some(enc.event("ADDED", o)),
         (true, false, _) => {
             let mut gone = ch.prev.clone()?;
             gone["metadata"]["resourceVersion"] = json!(ch.rv.to_string());
-            Some(line("DELETED", &gone))
+            Some(enc.event("DELETED", &gone))
         }
         _ => None,
     }
@@ -467,7 +617,10 @@ async fn start_watch(
     kind: Kind,
     filter: Filter,
     q: &HashMap<String, String>,
+    wire: Wire,
 ) -> Response {
+    let status_response =
+        |code, reason: &str, message: &str| status_in(wire, code, reason, message);
     *lock(&shared.counters).watches.entry(kind).or_default() += 1;
     let mut hold = shared.hold.subscribe();
     let _ = hold.wait_for(|h| !*h).await;
@@ -497,16 +650,30 @@ async fn start_watch(
         shared: shared.clone(),
         kind,
     };
+    let enc = EventEncoder { kind, wire };
+    let counted = shared.clone();
     tokio::spawn(async move {
         let _guard = guard;
-        run_watch(shared, kind, filter, start, bookmarks, timeout, tx).await;
+        run_watch(shared, enc, filter, start, bookmarks, timeout, tx).await;
     });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx))
+    let stream = futures::stream::unfold(rx, move |mut rx| {
+        let counted = counted.clone();
+        async move {
+            let b = rx.recv().await?;
+            *lock(&counted.counters)
+                .watch_bytes
+                .entry((kind, wire))
+                .or_default() += b.len() as u64;
+            Some((Ok::<Bytes, Infallible>(b), rx))
+        }
     });
+    let content_type = match wire {
+        Wire::Json => "application/json",
+        Wire::Protobuf => proto::WATCH_MEDIA_TYPE,
+    };
     Response::builder()
         .status(StatusCode::OK)
-        .header("content-type", "application/json")
+        .header("content-type", content_type)
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(stream))
         .unwrap_or_default()
@@ -514,13 +681,14 @@ async fn start_watch(
 
 async fn run_watch(
     shared: Arc<Shared>,
-    kind: Kind,
+    enc: EventEncoder,
     filter: Filter,
     start: Start,
     bookmarks: bool,
     timeout: Duration,
     tx: mpsc::Sender<Bytes>,
 ) {
+    let kind = enc.kind;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut changed = shared.changed.subscribe();
     let interval = *lock(&shared.bookmark_interval);
@@ -534,11 +702,11 @@ async fn run_watch(
                     out.extend(
                         objs.values()
                             .filter(|o| filter.matches(o))
-                            .map(|o| line("ADDED", o)),
+                            .map(|o| enc.event("ADDED", o)),
                     );
                 }
                 if initial_end {
-                    out.push(bookmark(kind, store.rv, true));
+                    out.push(enc.bookmark(store.rv, true));
                 }
                 store.rv
             }
@@ -561,7 +729,7 @@ async fn run_watch(
                 Ok(changes) => {
                     let out: Vec<Bytes> = changes
                         .iter()
-                        .filter_map(|c| watch_event(c, &filter))
+                        .filter_map(|c| watch_event(c, &filter, enc))
                         .collect();
                     cursor = cursor.max(store.rv);
                     Ok(out)
@@ -582,7 +750,7 @@ async fn run_watch(
                     .expired_watches
                     .entry(kind)
                     .or_default() += 1;
-                let _ = tx.send(line("ERROR", &status(410, "Expired", &msg))).await;
+                let _ = tx.send(enc.error(410, "Expired", &msg)).await;
                 return;
             }
         }
@@ -590,7 +758,7 @@ async fn run_watch(
             r = changed.changed() => if r.is_err() { return; },
             _ = tokio::time::sleep_until(deadline) => return,
             _ = tick.tick(), if bookmarks => {
-                if tx.send(bookmark(kind, cursor, false)).await.is_err() {
+                if tx.send(enc.bookmark(cursor, false)).await.is_err() {
                     return;
                 }
             }

@@ -38,6 +38,55 @@ pub struct Corpus {
     pub services: Vec<Value>,
     /// EndpointSlices as JSON.
     pub slices: Vec<Value>,
+    /// The Services in protobuf (the message, as inside its envelope).
+    pub pb_services: Vec<Vec<u8>>,
+    /// The EndpointSlices in protobuf.
+    pub pb_slices: Vec<Vec<u8>>,
+    /// Protobuf response bodies: enveloped lists and length-prefixed watch streams.
+    pub pb_streams: Vec<Vec<u8>>,
+}
+
+/// The protobuf samples of the JSON ones: messages, a list body per kind, a watch stream per kind.
+fn protobuf_samples(services: &[Value], slices: &[Value]) -> [Vec<Vec<u8>>; 3] {
+    use super::proto;
+    use super::store::Kind;
+    let encode = |kind, objs: &[Value]| -> Vec<Vec<u8>> {
+        objs.iter()
+            .map(|v| proto::message(kind, v).unwrap_or_else(|e| panic!("sample: {e}")))
+            .collect()
+    };
+    let mut streams = Vec::new();
+    for (kind, objs) in [(Kind::Service, services), (Kind::EndpointSlice, slices)] {
+        let items: Vec<&Value> = objs.iter().collect();
+        let meta = k8s_pb::apimachinery::pkg::apis::meta::v1::ListMeta {
+            resource_version: Some("7".into()),
+            r#continue: Some("next".into()),
+            ..Default::default()
+        };
+        streams.push(proto::list(kind, meta, &items).expect("list sample"));
+        let mut watch = Vec::new();
+        for (i, v) in objs.iter().enumerate() {
+            let t = ["ADDED", "MODIFIED", "DELETED"][i % 3];
+            watch.extend(proto::watch_frame(
+                t,
+                proto::object(kind, v).expect("object"),
+            ));
+        }
+        watch.extend(proto::watch_frame(
+            "BOOKMARK",
+            proto::bookmark(kind, 9, false),
+        ));
+        watch.extend(proto::watch_frame(
+            "ERROR",
+            proto::status(410, "Expired", "too old"),
+        ));
+        streams.push(watch);
+    }
+    [
+        encode(Kind::Service, services),
+        encode(Kind::EndpointSlice, slices),
+        streams,
+    ]
 }
 
 fn root() -> &'static Path {
@@ -287,6 +336,7 @@ impl Corpus {
         }
         config.sort();
         assert!(!services.is_empty() && !slices.is_empty() && !config.is_empty());
+        let [pb_services, pb_slices, pb_streams] = protobuf_samples(&services, &slices);
         Corpus {
             ipvs: ipvs_samples(),
             rtnl: rtnl_samples(),
@@ -299,6 +349,9 @@ impl Corpus {
             config,
             services,
             slices,
+            pb_services,
+            pb_slices,
+            pb_streams,
         }
     }
 }

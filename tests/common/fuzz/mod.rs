@@ -4,7 +4,8 @@
 //! (`benches/fuzz.rs`, a million and more). Stable Rust only: a seeded RNG ([`fastrand`]) drives a mix of
 //! structure-aware generation (valid samples built with the crate's own encoders, real `iptables-save` /
 //! `ipset save` output from `tests/planner_data`, the configuration files of `config/`, the Services and
-//! EndpointSlices of the planner scenario, mutated per field) and raw byte mutation.
+//! EndpointSlices of the planner scenario, mutated per field, and the same objects in protobuf, mutated
+//! per wire field) and raw byte mutation.
 //!
 //! Case `i` of a run is generated from `(seed, target, i)` alone, so a failure is replayed from the three
 //! numbers printed with it ([`replay`]). A case that panics is a failure; a case still running after
@@ -15,6 +16,12 @@
 mod corpus;
 mod mutate;
 mod targets;
+
+// The test API server's protobuf encoder builds the protobuf samples from the JSON ones.
+#[path = "../apiserver/proto.rs"]
+mod proto;
+#[path = "../apiserver/store.rs"]
+mod store;
 
 pub use corpus::Corpus;
 pub use targets::{TARGETS, Target};

@@ -1,6 +1,8 @@
-//! Mutators: raw bytes (with netlink-aware length and type edits), text lines and words, JSON values.
+//! Mutators: raw bytes (with netlink-aware length and type edits), text lines and words, JSON values,
+//! protobuf messages (per wire field, nested messages included).
 
 use fastrand::Rng;
+use kube_proxy_rs::cluster::proto::wire::{Field, Fields, Value as Wire, put_bytes, put_varint};
 use serde_json::{Map, Number, Value};
 
 const INTERESTING_U16: [u16; 9] = [0, 1, 3, 4, 5, 8, 0x7fff, 0x8000, 0xffff];
@@ -329,4 +331,83 @@ pub fn mutate_json(rng: &mut Rng, sample: &Value, max_edits: usize) -> Vec<u8> {
         mutate_bytes_once(rng, &mut out, b"");
     }
     out
+}
+
+/// Applies 1..=`max_edits` edits to a protobuf message: mostly per wire field (drop, repeat, another
+/// wire type, invalid UTF-8, an unknown field, odd numbers, the same inside a nested message), some
+/// raw byte edits.
+pub fn mutate_protobuf(rng: &mut Rng, sample: &[u8], max_edits: usize) -> Vec<u8> {
+    let mut buf = sample.to_vec();
+    for _ in 0..rng.usize(1..=max_edits.max(1)) {
+        if rng.u8(0..10) == 0 {
+            mutate_bytes_once(rng, &mut buf, sample);
+        } else {
+            buf = mutate_message(rng, &buf, 0);
+        }
+    }
+    buf
+}
+
+fn mutate_message(rng: &mut Rng, msg: &[u8], depth: usize) -> Vec<u8> {
+    let fields: Vec<Field<'_>> = match Fields::new(msg).collect::<Result<Vec<_>, _>>() {
+        Ok(f) if !f.is_empty() => f,
+        _ => return msg.to_vec(),
+    };
+    let pick = rng.usize(..fields.len());
+    let mut out = Vec::with_capacity(msg.len() + 16);
+    for (i, f) in fields.iter().enumerate() {
+        if i == pick {
+            mutate_field(rng, &mut out, f, depth);
+        } else {
+            out.extend_from_slice(f.raw);
+        }
+    }
+    out
+}
+
+fn key(out: &mut Vec<u8>, tag: u32, wire_type: u64) {
+    put_varint(out, (u64::from(tag) << 3) | wire_type);
+}
+
+fn mutate_field(rng: &mut Rng, out: &mut Vec<u8>, f: &Field<'_>, depth: usize) {
+    match (rng.u8(0..8), f.value) {
+        (0, _) => {}
+        (1, _) => {
+            out.extend_from_slice(f.raw);
+            out.extend_from_slice(f.raw);
+        }
+        (2, Wire::Bytes(b)) => {
+            key(out, f.tag, [0, 1, 5][rng.usize(0..3)]);
+            put_varint(out, b.len() as u64);
+            out.extend_from_slice(&[0; 8][..rng.usize(0..=8)]);
+        }
+        (2, _) => put_bytes(out, f.tag, &random_bytes(rng, 6)),
+        (3 | 4, Wire::Bytes(b)) if depth < 6 => {
+            put_bytes(out, f.tag, &mutate_message(rng, b, depth + 1));
+        }
+        (5, Wire::Bytes(b)) => {
+            let mut b = b.to_vec();
+            let at = rng.usize(..=b.len());
+            b.insert(at, [0xff, 0xc0, 0x80, 0xed][rng.usize(0..4)]);
+            put_bytes(out, f.tag, &b);
+        }
+        (6, _) => {
+            out.extend_from_slice(f.raw);
+            key(out, rng.u32(1..3000), [0, 2][rng.usize(0..2)]);
+            put_varint(out, rng.u64(0..8));
+            out.extend(random_bytes(rng, 8));
+        }
+        _ => {
+            key(out, f.tag, 0);
+            let odd = [
+                0,
+                1,
+                0x7fff_ffff,
+                0x8000_0000,
+                u64::from(u32::MAX),
+                u64::MAX,
+            ];
+            put_varint(out, odd[rng.usize(..odd.len())]);
+        }
+    }
 }

@@ -5,14 +5,18 @@
 //! trip where the parser promises one.
 
 use super::corpus::Corpus;
-use super::mutate::{mutate_bytes, mutate_json, mutate_text, random_bytes};
+use super::mutate::{mutate_bytes, mutate_json, mutate_protobuf, mutate_text, random_bytes};
 use clap::CommandFactory;
 use fastrand::Rng;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_proxy_rs::cluster::convert;
 use kube_proxy_rs::cluster::decode::{Decoded, Lenient};
+use kube_proxy_rs::cluster::listwatch::Encoding;
+use kube_proxy_rs::cluster::listwatch::frames::{Framer, Framing};
+use kube_proxy_rs::cluster::listwatch::request::{decode_event, decode_page};
 use kube_proxy_rs::cluster::model::IpFamily;
+use kube_proxy_rs::cluster::proto::Protobuf;
 use kube_proxy_rs::config::{defaults, duration::GoDuration, file, flags, options, validate};
 use kube_proxy_rs::kernel::conntrack::netlink as ct;
 use kube_proxy_rs::kernel::ipset::{cli as ipset_cli, entry, save};
@@ -25,6 +29,7 @@ use netlink_packet_core::NetlinkDeserializable;
 use netlink_packet_generic::GenlMessage;
 use netlink_packet_netfilter::NetfilterMessageInner;
 use netlink_packet_netfilter::conntrack::ConntrackMessage;
+use prost::Message;
 use std::fmt::Display;
 
 /// One fuzz target.
@@ -82,6 +87,21 @@ pub const TARGETS: &[Target] = &[
         name: "endpointslice_convert",
         generate: gen_slice,
         check: check_slice,
+    },
+    Target {
+        name: "service_protobuf",
+        generate: gen_pb_service,
+        check: check_pb_service,
+    },
+    Target {
+        name: "endpointslice_protobuf",
+        generate: gen_pb_slice,
+        check: check_pb_slice,
+    },
+    Target {
+        name: "watch_protobuf",
+        generate: gen_pb_stream,
+        check: check_pb_stream,
     },
 ];
 
@@ -684,4 +704,97 @@ fn check_slice(buf: &[u8]) -> Result<(), String> {
         Ok(None) => Ok(()),
         Err(e) => named("slice_info", e),
     }
+}
+
+fn gen_pb(rng: &mut Rng, samples: &[Vec<u8>]) -> Vec<u8> {
+    let sample = choose(rng, samples);
+    if rng.u8(0..20) == 0 {
+        random_bytes(rng, 128)
+    } else {
+        mutate_protobuf(rng, sample, 3)
+    }
+}
+
+fn gen_pb_service(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
+    gen_pb(rng, &c.pb_services)
+}
+
+fn gen_pb_slice(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
+    gen_pb(rng, &c.pb_slices)
+}
+
+fn gen_pb_stream(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
+    let sample = choose(rng, &c.pb_streams);
+    mutate_bytes(rng, sample.clone(), sample, 4)
+}
+
+/// The watcher's protobuf decode of one object: pruned, per object. Whatever the strict decode of
+/// the whole `k8s-pb` message accepts, the lenient one reads too; what it rejects has a reason.
+fn lenient_pb<K: Protobuf>(kind: &str, buf: &[u8]) -> Result<Option<K>, String> {
+    let strict_ok = K::Message::decode(buf).is_ok();
+    match Decoded::<K>::from_protobuf(buf) {
+        Decoded::Object(k) => Ok(Some(k)),
+        Decoded::Unreadable(u) if strict_ok => Err(format!(
+            "{kind}: the strict protobuf decode accepts what the lenient one rejects: {}",
+            u.error
+        )),
+        Decoded::Unreadable(u) => named(kind, &u.error).map(|()| None),
+    }
+}
+
+fn check_pb_service(buf: &[u8]) -> Result<(), String> {
+    let Some(svc) = lenient_pb::<Service>("Service", buf)? else {
+        return Ok(());
+    };
+    match convert::service_ports(&svc) {
+        Ok(s) => s
+            .warnings
+            .iter()
+            .try_for_each(|w| named("service warning", w)),
+        Err(e) => named("service_ports", e),
+    }
+}
+
+fn check_pb_slice(buf: &[u8]) -> Result<(), String> {
+    let Some(slice) = lenient_pb::<EndpointSlice>("EndpointSlice", buf)? else {
+        return Ok(());
+    };
+    match convert::slice_info(&slice) {
+        Ok(Some(info)) => {
+            for p in &info.ports {
+                let _ = info.endpoints_for(p).count();
+            }
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => named("slice_info", e),
+    }
+}
+
+/// A protobuf list body (it starts with the magic) or a watch stream, fed to the framer in small
+/// chunks: no panic, every error has a message.
+fn check_pb_stream(buf: &[u8]) -> Result<(), String> {
+    if buf.starts_with(&kube_proxy_rs::cluster::proto::MAGIC) {
+        return match decode_page::<Service>(Encoding::Protobuf, buf) {
+            Ok(page) => page.items.iter().try_for_each(|d| match d {
+                Decoded::Unreadable(u) => named("list item", &u.error),
+                Decoded::Object(_) => Ok(()),
+            }),
+            Err(e) => named("list", e),
+        };
+    }
+    let mut framer = Framer::new(Framing::LengthPrefixed);
+    for chunk in buf.chunks(7) {
+        framer.push(chunk);
+        while let Some(frame) = framer.next_frame() {
+            match frame {
+                Ok(f) => match decode_event::<EndpointSlice>(Encoding::Protobuf, &f) {
+                    Ok(_) => {}
+                    Err(e) => named("watch event", e)?,
+                },
+                Err(e) => return named("framing", e),
+            }
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,266 @@
+//! One list page or one watch request: the request (URL and query from kube's request builder, our
+//! `Accept` header), the response's status, and its body decoded by the encoding it announces.
+
+use super::frames::{Framer, Framing};
+use super::media::{Encoding, MediaTypes};
+use crate::cluster::decode::{Decoded, Lenient};
+use crate::cluster::proto::{Protobuf, envelope};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use http::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_TYPE, HeaderValue};
+use http_body_util::BodyExt;
+use kube::Resource;
+use kube::api::{ListParams, WatchParams};
+use kube::client::Body;
+use kube::core::{ObjectList, WatchEvent};
+use thiserror::Error;
+
+/// A status the API server answered with (an HTTP error, or a watch ERROR event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiStatus {
+    /// HTTP status code (410 = the resourceVersion is too old).
+    pub code: u16,
+    /// `reason` (e.g. `Expired`).
+    pub reason: String,
+    /// `message`.
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.code, self.reason, self.message)
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Error)]
+pub enum RequestError {
+    /// The request could not be built or sent, or the connection failed.
+    #[error(transparent)]
+    Client(#[from] kube::Error),
+    /// The API server answered with an error status.
+    #[error("the API server answered {0}")]
+    Api(ApiStatus),
+    /// The body could not be decoded.
+    #[error("unreadable {encoding} response: {message}")]
+    Decode {
+        /// The body's encoding.
+        encoding: Encoding,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// One list page.
+#[derive(Debug)]
+pub struct Page<K> {
+    /// The list's resourceVersion (empty = not given).
+    pub resource_version: String,
+    /// The continue token (empty = last page).
+    pub continue_token: String,
+    /// The items, each decoded on its own.
+    pub items: Vec<Decoded<K>>,
+    /// The page's encoding.
+    pub encoding: Encoding,
+}
+
+/// One watch event.
+#[derive(Debug)]
+pub enum WatchItem<K> {
+    /// ADDED or MODIFIED.
+    Apply(Decoded<K>),
+    /// DELETED.
+    Delete(Decoded<K>),
+    /// BOOKMARK: the resourceVersion reached.
+    Bookmark(String),
+    /// ERROR.
+    Error(ApiStatus),
+}
+
+/// A stream of watch events, ending when the server ends the watch.
+pub type Events<K> = BoxStream<'static, Result<WatchItem<K>, RequestError>>;
+
+/// A kind the list-watch loop can read in both encodings.
+pub trait Watched:
+    Lenient + Protobuf + Resource<DynamicType = ()> + Clone + Send + 'static
+{
+}
+impl<K: Lenient + Protobuf + Resource<DynamicType = ()> + Clone + Send + 'static> Watched for K {}
+
+fn with_accept(
+    mut req: http::Request<Vec<u8>>,
+    media: &MediaTypes,
+) -> Result<http::Request<Body>, RequestError> {
+    let accept = HeaderValue::from_str(media.accept()).map_err(|e| {
+        RequestError::Client(kube::Error::BuildRequest(
+            kube::core::request::Error::Validation(e.to_string()),
+        ))
+    })?;
+    req.headers_mut().insert(ACCEPT, accept);
+    Ok(req.map(Body::from))
+}
+
+/// Sends `req`; an error status becomes [`RequestError::Api`] with the server's `Status`.
+async fn send(
+    client: &kube::Client,
+    req: http::Request<Body>,
+) -> Result<(Encoding, Body), RequestError> {
+    let res = client.send(req).await?;
+    let encoding = Encoding::of(
+        res.headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok()),
+    );
+    let code = res.status();
+    if code.is_success() {
+        return Ok((encoding, res.into_body()));
+    }
+    let body = res.into_body().collect().await?.to_bytes();
+    Err(RequestError::Api(status_of(code.as_u16(), encoding, &body)))
+}
+
+/// The `Status` of an error body, or the body's text when it is none.
+fn status_of(code: u16, encoding: Encoding, body: &[u8]) -> ApiStatus {
+    let read = match encoding {
+        Encoding::Protobuf => envelope::open(body)
+            .ok()
+            .and_then(|u| envelope::status(u.raw).ok())
+            .map(|s| (s.reason.unwrap_or_default(), s.message.unwrap_or_default())),
+        Encoding::Json => serde_json::from_slice::<kube::core::Status>(body)
+            .ok()
+            .map(|s| (s.reason, s.message)),
+    };
+    let (reason, message) = read.unwrap_or_else(|| {
+        (
+            String::new(),
+            String::from_utf8_lossy(body).trim().to_string(),
+        )
+    });
+    ApiStatus {
+        code,
+        reason,
+        message,
+    }
+}
+
+/// Lists one page of `K`.
+pub async fn list<K: Watched>(
+    client: &kube::Client,
+    media: &MediaTypes,
+    params: &ListParams,
+) -> Result<Page<K>, RequestError> {
+    let req = kube::core::Request::new(K::url_path(&(), None))
+        .list(params)
+        .map_err(kube::Error::BuildRequest)?;
+    let (encoding, body) = send(client, with_accept(req, media)?).await?;
+    let body = body.collect().await?.to_bytes();
+    decode_page(encoding, &body).map_err(|message| RequestError::Decode { encoding, message })
+}
+
+/// Decodes a list body; each item is decoded on its own, so only a malformed list fails.
+pub fn decode_page<K: Watched>(encoding: Encoding, body: &[u8]) -> Result<Page<K>, String> {
+    match encoding {
+        Encoding::Json => {
+            let list: ObjectList<Decoded<K>> =
+                serde_json::from_slice(body).map_err(|e| e.to_string())?;
+            Ok(Page {
+                resource_version: list.metadata.resource_version.unwrap_or_default(),
+                continue_token: list.metadata.continue_.unwrap_or_default(),
+                items: list.items,
+                encoding,
+            })
+        }
+        Encoding::Protobuf => {
+            let unknown = envelope::open(body).map_err(|e| e.to_string())?;
+            let (meta, items) = envelope::list_items(unknown.raw).map_err(|e| e.to_string())?;
+            Ok(Page {
+                resource_version: meta.resource_version.unwrap_or_default(),
+                continue_token: meta.r#continue.unwrap_or_default(),
+                items: items.into_iter().map(Decoded::from_protobuf).collect(),
+                encoding,
+            })
+        }
+    }
+}
+
+/// Starts a watch of `K` from `version`; the events are decoded as they arrive.
+pub async fn watch<K: Watched>(
+    client: &kube::Client,
+    media: &MediaTypes,
+    params: &WatchParams,
+    version: &str,
+) -> Result<(Encoding, Events<K>), RequestError> {
+    let req = kube::core::Request::new(K::url_path(&(), None))
+        .watch(params, version)
+        .map_err(kube::Error::BuildRequest)?;
+    let mut req = with_accept(req, media)?;
+    // As kube's client does: no compressed watch streams.
+    req.headers_mut()
+        .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    let (encoding, body) = send(client, req).await?;
+    Ok((encoding, events(encoding, body).boxed()))
+}
+
+/// The body of a watch response as decoded events.
+fn events<K: Watched>(
+    encoding: Encoding,
+    body: Body,
+) -> impl Stream<Item = Result<WatchItem<K>, RequestError>> + Send {
+    let framing = match encoding {
+        Encoding::Json => Framing::Lines,
+        Encoding::Protobuf => Framing::LengthPrefixed,
+    };
+    Framer::new(framing)
+        .frames(body.into_data_stream())
+        .map(move |frame| match frame {
+            Ok(frame) => decode_event(encoding, &frame)
+                .map_err(|message| RequestError::Decode { encoding, message }),
+            Err(e) => Err(e),
+        })
+}
+
+/// Decodes one watch event frame.
+pub fn decode_event<K: Watched>(encoding: Encoding, frame: &[u8]) -> Result<WatchItem<K>, String> {
+    match encoding {
+        Encoding::Json => json_event(frame),
+        Encoding::Protobuf => protobuf_event(frame),
+    }
+}
+
+fn json_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, String> {
+    match serde_json::from_slice::<WatchEvent<Decoded<K>>>(frame) {
+        Ok(WatchEvent::Added(k) | WatchEvent::Modified(k)) => Ok(WatchItem::Apply(k)),
+        Ok(WatchEvent::Deleted(k)) => Ok(WatchItem::Delete(k)),
+        Ok(WatchEvent::Bookmark(b)) => Ok(WatchItem::Bookmark(b.metadata.resource_version)),
+        Ok(WatchEvent::Error(s)) => Ok(WatchItem::Error(ApiStatus {
+            code: s.code,
+            reason: s.reason,
+            message: s.message,
+        })),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn protobuf_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, String> {
+    let (kind, object) = envelope::watch_event(frame).map_err(|e| e.to_string())?;
+    let raw = envelope::open(object).map_err(|e| e.to_string())?.raw;
+    match kind.as_str() {
+        "ADDED" | "MODIFIED" => Ok(WatchItem::Apply(Decoded::from_protobuf(raw))),
+        "DELETED" => Ok(WatchItem::Delete(Decoded::from_protobuf(raw))),
+        "BOOKMARK" => {
+            let marker = Decoded::<K>::from_protobuf(raw);
+            Ok(WatchItem::Bookmark(
+                marker.meta().resource_version.clone().unwrap_or_default(),
+            ))
+        }
+        "ERROR" => {
+            let s = envelope::status(raw).map_err(|e| e.to_string())?;
+            Ok(WatchItem::Error(ApiStatus {
+                code: s.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500),
+                reason: s.reason.unwrap_or_default(),
+                message: s.message.unwrap_or_default(),
+            }))
+        }
+        other => Err(format!("unknown watch event type {other:?}")),
+    }
+}
