@@ -234,7 +234,7 @@ impl TrafficMetrics {
         match dump {
             Ok(stats) => render(out, &index.totals(&stats)),
             Err(e) => {
-                tracing::warn!(error = %e, "reading IPVS traffic counters");
+                tracing::warn!(error = %e, "Failed to read the IPVS traffic counters");
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
         }

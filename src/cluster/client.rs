@@ -41,7 +41,7 @@ pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
     let mut config = match (kubeconfig, master) {
         (None, None) => {
             tracing::info!(
-                "neither kubeconfig file nor master URL was specified, using in-cluster config"
+                "Neither kubeconfig file nor master URL was specified, falling back to in-cluster config"
             );
             kube::Config::incluster().context("loading in-cluster config")?
         }
@@ -64,8 +64,8 @@ pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
         && ct != "application/json"
     {
         tracing::info!(
-            content_type = ct,
-            "requests use application/json (the configured content type is not used)"
+            contentType = ct,
+            "Requests use application/json (the configured content type is not used)"
         );
     }
     Ok(config)

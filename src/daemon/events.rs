@@ -61,7 +61,7 @@ impl Events {
                 };
                 let regarding = p.regarding.as_ref().unwrap_or(&node_ref);
                 if let Err(e) = recorder.publish(&ev, regarding).await {
-                    tracing::warn!(reason = %ev.reason, error = %e, "could not publish event");
+                    tracing::warn!(reason = %ev.reason, error = %e, "Could not publish an event");
                 }
             }
         });

@@ -51,7 +51,7 @@ pub fn graceful_interval() -> Duration {
         Ok(v) => match GoDuration::parse(v.trim()) {
             Ok(d) if !d.to_std().is_zero() => d.to_std(),
             _ => {
-                tracing::warn!(value = %v, "ignoring invalid {GRACEFUL_INTERVAL_ENV}");
+                tracing::warn!(value = %v, "Ignoring invalid {GRACEFUL_INTERVAL_ENV}");
                 CHECK_INTERVAL
             }
         },
@@ -73,7 +73,8 @@ fn bind_address(what: &str, s: &str) -> anyhow::Result<Option<SocketAddr>> {
 fn set_oom_score(value: Option<i32>) {
     let Some(v) = value else { return };
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", v.to_string()) {
-        tracing::warn!(value = v, error = %e, "could not set oom_score_adj");
+        // Upstream logs this at V(2) too.
+        tracing::debug!(value = v, error = %e, "Failed to apply OOMScore");
     }
 }
 
@@ -82,7 +83,7 @@ async fn wait_for_signal() -> Stop {
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            tracing::error!(error = %e, "Cannot install the SIGTERM handler");
             return std::future::pending().await;
         }
     };
@@ -107,7 +108,7 @@ fn watch_node(
         while rx.changed().await.is_ok() {
             let cur = rx.borrow_and_update().clone();
             let Some(info) = cur else {
-                tracing::warn!("the Node object is gone");
+                tracing::warn!("The Node object is gone");
                 health.set_node_eligible(false);
                 continue;
             };
@@ -155,12 +156,12 @@ async fn connect(options: &Options) -> anyhow::Result<Cluster> {
 
     let mut initial = node::wait_for_node(&client, node_name, node::NODE_WAIT).await;
     if initial.is_none() {
-        tracing::warn!(node = %node_name, "the Node object was not found; continuing without it");
+        tracing::warn!(node = %node_name, "The Node object was not found; continuing without it");
     }
     let node_cidr_mode = c.local_mode() == Some(LocalMode::NodeCidr);
     if node_cidr_mode {
         while initial.as_ref().is_none_or(|n| n.pod_cidrs.is_empty()) {
-            tracing::info!(node = %node_name, "waiting for the Node's podCIDRs (detectLocalMode NodeCIDR)");
+            tracing::info!(node = %node_name, "Waiting for the Node's podCIDRs (detectLocalMode NodeCIDR)");
             initial = node::wait_for_node(&client, node_name, Duration::from_secs(5)).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -181,15 +182,52 @@ fn kernel(
 ) -> anyhow::Result<(Arc<Mutex<Proxier>>, Vec<IpFamily>, bool)> {
     let backend = backends::iptables_backend()?;
     let mut iptables = IptablesCli::with_backend(backend);
-    tracing::info!(backend = %backend, "using iptables backend");
+    tracing::info!(backend = %backend, "Using iptables backend");
     let v6 = backends::ipv6_supported(&mut iptables);
     let families = node::families(node_ips, v6);
     let random_fully = iptables.supports_random_fully();
-    tracing::info!(node = %options.node_name, ?node_ips, ?families, "starting IPVS proxier");
+    log_proxier_start(options, node_ips, &families);
     let mut kernel = backends::real_backends(iptables)?;
     backends::prepare(options, &mut kernel)?;
     let proxier = Arc::new(Mutex::new(Proxier::new(kernel)));
     Ok((proxier, families, random_fully))
+}
+
+/// Upstream's lines announcing the proxier: the node IPs, the stack mode, "Using ipvs Proxier", and the
+/// scheduler default per family.
+fn log_proxier_start(options: &Options, node_ips: &[IpAddr], families: &[IpFamily]) {
+    if !node_ips.is_empty() {
+        let ips: Vec<String> = node_ips.iter().map(ToString::to_string).collect();
+        tracing::info!(NodeIPs = ?crate::logging::json(&ips), "Successfully retrieved NodeIPs");
+    }
+    let primary = families.first().map_or("IPv4", |f| f.label());
+    if families.len() > 1 {
+        tracing::info!(
+            "primary ipFamily" = primary,
+            "kube-proxy running in dual-stack mode"
+        );
+    } else {
+        tracing::info!(
+            ipFamily = primary,
+            "kube-proxy running in single-stack mode"
+        );
+    }
+    tracing::info!("Using ipvs Proxier");
+    for f in families {
+        if options.config.ipvs.scheduler.is_empty() {
+            tracing::info!(
+                ipFamily = f.label(),
+                "IPVS scheduler not specified, use rr by default"
+            );
+        }
+        tracing::debug!(
+            ipFamily = f.label(),
+            minSyncPeriod = %options.config.ipvs.min_sync_period,
+            syncPeriod = %options.config.ipvs.sync_period,
+            burstSyncs = 2,
+            "ipvs sync params"
+        );
+    }
 }
 
 /// Resolves when `rx` turns true.
@@ -216,6 +254,7 @@ async fn start_servers(
             metrics: metrics.clone(),
             proxy_mode: "ipvs".to_string(),
             configz: serde_json::to_value(c).unwrap_or_default(),
+            zpages: Arc::new(crate::component::zpages::ZPages::for_process()),
         };
         let hard_fail = c.bind_address_hard_fail;
         servers.push(start_metrics_server(addr, state, hard_fail, stopped(stop.clone())).await?);
@@ -376,8 +415,8 @@ async fn stop_sync_loop(stop: tokio_watch::Sender<bool>, task: JoinHandle<()>) {
     let _ = stop.send(true);
     if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
         tracing::warn!(
-            grace = ?STOP_GRACE,
-            "a sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
+            grace = %crate::logging::go_duration(STOP_GRACE),
+            "A sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
         );
     }
 }
@@ -397,11 +436,11 @@ async fn trim_heap() {
     let start = std::time::Instant::now();
     let r = tokio::task::spawn_blocking(|| crate::malloc::trim_if_wasteful(TRIM_MIN_FREE)).await;
     if let Ok(Some(s)) = r {
-        tracing::info!(
-            in_use_mib = s.in_use >> 20,
-            free_mib = s.free >> 20,
-            took = ?start.elapsed(),
-            "returned free heap memory to the kernel"
+        tracing::debug!(
+            inUseMiB = s.in_use >> 20,
+            freeMiB = s.free >> 20,
+            elapsed = %crate::logging::go_duration(start.elapsed()),
+            "Returned free heap memory to the kernel"
         );
     }
 }
@@ -413,6 +452,9 @@ fn metrics_and_health(
     initial: Option<&NodeInfo>,
 ) -> anyhow::Result<(Arc<Metrics>, Arc<ProxyHealth>)> {
     let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
+    metrics
+        .register_component(&options.config.feature_gates)
+        .map_err(|e| anyhow!("creating metrics: {e}"))?;
     for &f in families {
         metrics.init_family(f);
     }
@@ -438,7 +480,7 @@ fn stop_result(stop: Stop) -> anyhow::Result<()> {
         Stop::Signal(sig) => {
             tracing::info!(
                 signal = sig,
-                "stopping; IPVS and iptables rules are left in place"
+                "Stopping; IPVS and iptables rules are left in place"
             );
             Ok(())
         }
@@ -493,14 +535,14 @@ fn spawn_graceful_check(proxier: Arc<Mutex<Proxier>>, interval: Duration) {
             })
             .await;
             match r {
-                Ok(c) if c.deleted > 0 || c.failures > 0 => tracing::info!(
+                Ok(c) if c.deleted > 0 || c.failures > 0 => tracing::debug!(
                     deleted = c.deleted,
                     pending = c.pending,
                     failures = c.failures,
-                    "graceful termination check"
+                    "Graceful termination check"
                 ),
                 Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "graceful termination check panicked"),
+                Err(e) => tracing::error!(error = %e, "Graceful termination check panicked"),
             }
         }
     });
