@@ -27,7 +27,11 @@ fn parse_flag_line(line: &str) -> Result<FlagLine, String> {
             "{line:?} starts neither with 6 spaces nor with '  -x, '"
         ))?;
     let name: String = rest.chars().take_while(|c| *c != ' ').collect();
-    let gap = line.find("   ").ok_or(format!("no gap in {line:?}"))?;
+    let from = line.find("--").ok_or("no --")?;
+    let gap = from
+        + line[from..]
+            .find("   ")
+            .ok_or(format!("no gap in {line:?}"))?;
     let left = line[..gap].to_string();
     let column = gap + line[gap..].len() - line[gap..].trim_start().len();
     let default = line

@@ -159,10 +159,10 @@ fn check_json_rules(line: &str) {
         assert_eq!(pos, 3, "{line}");
         assert!(v["v"].is_u64(), "{line}");
     }
-    if let Some(pos) = k.iter().position(|k| k == "err") {
-        if !k.contains(&"v".to_string()) {
-            assert_eq!(pos, k.len() - 1, "err last on an error line: {line}");
-        }
+    if let Some(pos) = k.iter().position(|k| k == "err")
+        && !k.contains(&"v".to_string())
+    {
+        assert_eq!(pos, k.len() - 1, "err last on an error line: {line}");
     }
 }
 

@@ -50,10 +50,10 @@ pub fn negotiate(accept: Option<&str>, kind: &str) -> Negotiated {
         .collect();
     ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
     for (_, r) in ranges {
-        if r.matches("application", "json") {
-            if let Some(v) = r.structured_version(kind) {
-                return Negotiated::Json(v);
-            }
+        if r.matches("application", "json")
+            && let Some(v) = r.structured_version(kind)
+        {
+            return Negotiated::Json(v);
         }
         if r.matches("text", "plain") && !r.params.contains_key("as") {
             return Negotiated::Text;

@@ -194,10 +194,10 @@ fn zpage(
         Negotiated::Text => text(StatusCode::OK, "text/plain; charset=utf-8", text_body()),
         Negotiated::Json(version) => {
             let mut r = text(StatusCode::OK, "application/json", json_body(version));
-            if version == "v1alpha1" {
-                if let Ok(w) = HeaderValue::from_str(&zpages::deprecation_warning(page)) {
-                    r.headers_mut().insert(header::WARNING, w);
-                }
+            if version == "v1alpha1"
+                && let Ok(w) = HeaderValue::from_str(&zpages::deprecation_warning(page))
+            {
+                r.headers_mut().insert(header::WARNING, w);
             }
             r
         }

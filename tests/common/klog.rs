@@ -125,8 +125,10 @@ pub fn parse(line: &str) -> Result<Line, String> {
         digits(&time[at..], n)?;
     }
     // The pid is right-aligned in seven columns (wider pids push the rest right).
-    let after_time = line.get(22..).ok_or("short")?;
-    let pid_field = after_time.strip_prefix(' ').ok_or("no space before pid")?;
+    if b[16] != b' ' {
+        return Err("no space before the pid".into());
+    }
+    let pid_field = line.get(22..).ok_or("short")?;
     let pid_end = pid_field.trim_start().find(' ').ok_or("no pid")?
         + (pid_field.len() - pid_field.trim_start().len());
     let pid_text = &pid_field[..pid_end];

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 pub mod apiserver;
+pub mod dashboard;
 pub mod e2e;
 pub mod klog;
 pub mod netns;
