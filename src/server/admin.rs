@@ -259,7 +259,8 @@ where
     match bind_tcp(addr) {
         Ok(listener) => {
             let local_addr = listener.local_addr().ok();
-            tracing::debug!(server, address = ?local_addr, "Serving");
+            let address = local_addr.map(|a| a.to_string()).unwrap_or_default();
+            tracing::debug!(server, address, "Serving");
             let task = tokio::spawn(serve(server, listener, router, shutdown));
             Ok(ServerHandle { local_addr, task })
         }
