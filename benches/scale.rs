@@ -263,6 +263,8 @@ impl Daemon {
             format!("--nodeport-addresses={}", scale::NODE_PORT_CIDR),
             format!("--ipvs-min-sync-period={min_sync}"),
             format!("--ipvs-sync-period={sync_period}"),
+            // JSON lines carry epoch timestamps (`ts`, milliseconds), which the breakdowns below read.
+            "--logging-format=json".into(),
         ];
         let mut args = args;
         // `KPRS_BENCH_CONTENT_TYPE=application/json` compares the JSON watch path (default: protobuf).
@@ -978,11 +980,10 @@ fn churn_run(
     Ok(res)
 }
 
-/// Unix time of a daemon log line (tracing's default format starts with an RFC 3339 UTC timestamp).
+/// Unix time of a daemon log line (the JSON format's `ts`, milliseconds since the epoch).
 fn line_time(line: &str) -> Option<f64> {
-    let ts = line.split_whitespace().next()?;
-    let t: k8s_openapi::jiff::Timestamp = ts.parse().ok()?;
-    Some(t.as_microsecond() as f64 / 1e6)
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    Some(v["ts"].as_f64()? / 1e3)
 }
 
 /// Where the cold start's seconds went, from the daemon's log: process start → proxier started (flags,
@@ -996,7 +997,7 @@ fn cold_breakdown(log: &Path, started: SystemTime, synced: f64) -> String {
             .and_then(line_time)
     };
     let start = unix(started);
-    let proxier = at("starting IPVS proxier");
+    let proxier = at("Using ipvs Proxier");
     let first = at("starting the first sync");
     let report = text
         .lines()

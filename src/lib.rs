@@ -3,10 +3,12 @@
 pub mod app;
 pub mod cluster;
 pub mod codepages;
+pub mod component;
 pub mod config;
 pub mod daemon;
 pub mod explain;
 pub mod kernel;
+pub mod logging;
 pub mod malloc;
 pub mod metrics;
 pub mod net;

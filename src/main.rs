@@ -1,36 +1,8 @@
 //! `kube-proxy` binary: parse flags and configuration, set up logging, then run.
 
-use kube_proxy_rs::config::{self, Invocation, Options};
+use kube_proxy_rs::config::{self, Invocation};
+use kube_proxy_rs::logging;
 use std::process::ExitCode;
-use tracing_subscriber::EnvFilter;
-
-/// Map klog-style verbosity to a tracing level: 0-1 info, 2-4 debug, 5+ trace.
-fn level_for(verbosity: u32) -> &'static str {
-    match verbosity {
-        0 | 1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    }
-}
-
-fn init_logging(options: &Options) {
-    let logging = &options.config.logging;
-    // --v raises the verbosity of this program only; libraries stay at info unless
-    // KUBE_PROXY_LOG (an EnvFilter directive) says otherwise.
-    let level = level_for(logging.verbosity);
-    let filter = EnvFilter::try_from_env("KUBE_PROXY_LOG").unwrap_or_else(|_| {
-        EnvFilter::new(format!("info,kube_proxy_rs={level},kube_proxy={level}"))
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if logging.format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
 
 /// `kube-proxy explain [NAMESPACE/NAME]`: the local kube-proxy's explanation, printed.
 fn explain() -> ExitCode {
@@ -69,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    init_logging(&options);
+    logging::init(&logging::Settings::from_config(&options.config.logging));
     for warning in &options.warnings {
         tracing::warn!("{warning}");
     }
@@ -88,7 +60,10 @@ fn main() -> ExitCode {
     match kube_proxy_rs::app::run(*options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // Upstream's two lines: the proxy server's, then component-base's `cli.Run`.
+            let err = format!("{err:#}");
+            tracing::error!(error = %err, "Error running ProxyServer");
+            tracing::error!(error = %err, "command failed");
             ExitCode::FAILURE
         }
     }

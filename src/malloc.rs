@@ -42,7 +42,8 @@ pub fn mark(point: &str) {
     }
     if let Some(s) = stats() {
         let mib = |b: u64| format!("{:.1}", b as f64 / 1048576.0);
-        tracing::debug!(target: MARK_TARGET, point, in_use_mib = %mib(s.in_use), free_mib = %mib(s.free), "heap");
+        // V(4): several marks per sync; `KUBE_PROXY_LOG` (no V filter) shows them whenever the target is on.
+        tracing::debug!(target: MARK_TARGET, v = 4, point, inUseMiB = %mib(s.in_use), freeMiB = %mib(s.free), "Heap");
     }
 }
 

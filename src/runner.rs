@@ -253,7 +253,7 @@ impl Runner {
                     })
                     .await;
                     if let Err(e) = result {
-                        tracing::error!(error = %e, "sync function panicked");
+                        tracing::error!(error = %e, "Sync function panicked");
                     }
                 }
             },

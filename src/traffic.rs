@@ -149,7 +149,7 @@ impl TrafficMetrics {
                 render(out, &totals(&index.owners(), &stats));
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading IPVS traffic counters");
+                tracing::warn!(error = %e, "Failed to read the IPVS traffic counters");
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -721,7 +721,7 @@ fn clusterip_body() {
         // 9. The config file changes: kube-proxy exits non-zero (upstream's behaviour).
         let mut daemon = Daemon::spawn(&bin, &cfg_args, &dir.join("kube-proxy-3.log"));
         assert!(
-            daemon.wait_log(Duration::from_secs(60), "starting IPVS proxier"),
+            daemon.wait_log(Duration::from_secs(60), "Using ipvs Proxier"),
             "{}",
             daemon.log()
         );

@@ -4,8 +4,8 @@ mod common;
 
 use common::apiserver::Kind;
 use common::e2e::{
-    ABC, E2e, KernelState, NODE, Options, abc_pods, boot, client, distinct, has_vs, ip, ipvs,
-    ipvs0_addrs, real_servers, service, slice,
+    ABC, E2e, KernelState, METRICS, NODE, Options, abc_pods, boot, client, distinct, has_vs,
+    http_get, ip, ipvs, ipvs0_addrs, metric_sum, real_servers, service, slice,
 };
 use common::uml::sh;
 use serde_json::json;
@@ -118,6 +118,8 @@ uml_test!(restart_under_traffic_keeps_state, boot(), {
     load_cluster(&e);
     e.start_daemon();
     e.wait_ipvs("cluster programmed", converged);
+    let missing_rest_client = component_pages_and_metrics(&mut e);
+    e.wait_ipvs("cluster programmed", converged);
     let before = KernelState::read();
     println!("kernel state before the restart:\n{before:#?}");
 
@@ -175,7 +177,96 @@ uml_test!(restart_under_traffic_keeps_state, boot(), {
     );
     assert!(ok > 20 && np_ok > 20, "too few requests: {ok}, {np_ok}");
     assert!(e.daemon_exit().is_none(), "daemon died:\n{}", e.log());
+    // Last, so that the checks above run in any case: the dashboard's API-client panels need the
+    // rest_client_* metrics of the API-client branch.
+    assert!(
+        missing_rest_client.is_empty(),
+        "kubernetes-mixin dashboard series missing from /metrics: {missing_rest_client:#?}"
+    );
 });
+
+/// The real daemon as a Kubernetes component (issue 21 sections 3 and 4): its log lines are klog's
+/// (the familiar start-up lines among them), /metrics serves every series the kubernetes-mixin
+/// kube-proxy dashboard queries (an EndpointSlice change with a trigger time first, so that network
+/// programming has a sample), /statusz and /flagz answer in upstream's text format. Returns the
+/// dashboard's rest_client_* series still missing (asserted by the caller at the end).
+fn component_pages_and_metrics(e: &mut E2e) -> Vec<String> {
+    let trigger = |eps| {
+        let mut s = slice("web", "TCP", 8080, eps);
+        s["metadata"]["annotations"] = json!({
+            "endpoints.kubernetes.io/last-change-trigger-time":
+                kube_proxy_rs::server::clock::format_rfc3339_nano(Some(std::time::SystemTime::now()))
+        });
+        s
+    };
+    e.apply(trigger(&ABC[..2]));
+    e.wait_ipvs("web down to two endpoints", |t| {
+        real_servers(t, "-t", "10.96.0.10:80").len() == 2
+    });
+    e.apply(trigger(ABC));
+    e.wait_for(
+        "a network programming sample",
+        Duration::from_secs(60),
+        |e| {
+            metric_sum(
+                &e.metrics(),
+                "kubeproxy_network_programming_duration_seconds_count",
+            ) > 0.0
+        },
+    );
+    let metrics = e.metrics();
+    let own = common::dashboard::missing(&metrics, common::dashboard::QUERIES);
+    assert!(
+        own.is_empty(),
+        "dashboard series missing: {own:#?}\n{metrics}"
+    );
+    for series in ["kubernetes_build_info{", "kubernetes_feature_enabled{"] {
+        assert!(metrics.contains(series), "{series}\n{metrics}");
+    }
+
+    let statusz = http_get(METRICS.parse().unwrap(), "/statusz").expect("/statusz");
+    assert_eq!(statusz.status, 200);
+    assert!(
+        statusz.body.starts_with("\nkube-proxy statusz\nWarning: "),
+        "{}",
+        statusz.body
+    );
+    let flagz = http_get(METRICS.parse().unwrap(), "/flagz").expect("/flagz");
+    assert!(
+        flagz.body.starts_with("\nkube-proxy flagz\n"),
+        "{}",
+        flagz.body
+    );
+    let config = e.config_path.display().to_string();
+    let flag_value = |name: &str| {
+        flagz.body.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            [": ", ":", "=", " "]
+                .iter()
+                .find_map(|d| rest.strip_prefix(d))
+        })
+    };
+    assert_eq!(
+        flag_value("config"),
+        Some(config.as_str()),
+        "{}",
+        flagz.body
+    );
+    assert_eq!(flag_value("v"), Some("2"), "{}", flagz.body);
+
+    let log = e.log();
+    let lines: Vec<common::klog::Line> = common::klog::entries(&log)
+        .iter()
+        .map(|l| common::klog::parse(l).unwrap_or_else(|err| panic!("{l:?}: {err}\n{log}")))
+        .collect();
+    for m in ["Version info", "Using ipvs Proxier", "Caches are synced"] {
+        assert!(
+            lines.iter().any(|l| l.message == m),
+            "no {m:?} line:\n{log}"
+        );
+    }
+    common::dashboard::missing(&metrics, common::dashboard::REST_CLIENT_QUERIES)
+}
 
 // The API server closes every watch and compacts its history while objects change: the daemon relists
 // and converges to the new state.

@@ -3,6 +3,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube_proxy_rs::cluster::model::{IpFamily, ServiceName};
+use kube_proxy_rs::component::zpages::ZPages;
 use kube_proxy_rs::metrics::{Metrics, TrafficPolicy};
 use kube_proxy_rs::server::clock::format_rfc3339_nano;
 use kube_proxy_rs::server::{
@@ -40,8 +41,13 @@ impl Resp {
 
 /// Sends `GET path` with `Connection: close` and reads the whole answer.
 async fn get(addr: SocketAddr, path: &str) -> Resp {
+    get_with(addr, path, "").await
+}
+
+/// GET with extra header lines (each ending in `\r\n`).
+async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> Resp {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).await.unwrap();
@@ -284,6 +290,7 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
         proxy_mode: "ipvs".into(),
         configz: config.clone(),
         explain: None,
+        zpages: Arc::new(ZPages::for_process()),
     };
     let server = start_metrics_server(loopback0(), state, true, std::future::pending())
         .await
@@ -443,6 +450,7 @@ async fn bind_failure_errors_with_hard_fail_and_retries_without() {
         proxy_mode: "ipvs".into(),
         configz: Value::Null,
         explain: None,
+        zpages: Arc::new(ZPages::for_process()),
     };
 
     let err = start_metrics_server(addr, state(), true, std::future::pending())
@@ -608,4 +616,82 @@ async fn service_health_listeners_follow_services_and_endpoints() {
         .expect("idle connection closed")
         .unwrap_or(0);
     assert_eq!(n, 0);
+}
+
+/// `/statusz` and `/flagz` on the metrics server: text by default and for `*/*`, the structured
+/// `config.k8s.io` objects when asked for them, 406 for JSON without `as`/`g`/`v` (upstream 1.36).
+#[tokio::test]
+async fn statusz_and_flagz_negotiate_like_upstream() {
+    let mut flags = BTreeMap::new();
+    flags.insert("v".to_string(), "2".to_string());
+    flags.insert("cleanup".to_string(), "false".to_string());
+    let zpages = ZPages {
+        component: "kube-proxy".into(),
+        started: std::time::SystemTime::now() - Duration::from_secs(61),
+        flags,
+    };
+    let state = MetricsServerState {
+        metrics: Arc::new(Metrics::new().unwrap()),
+        proxy_mode: "ipvs".into(),
+        configz: Value::Null,
+        zpages: Arc::new(zpages),
+        explain: None,
+    };
+    let server = start_metrics_server(loopback0(), state, true, std::future::pending())
+        .await
+        .unwrap();
+    let addr = server.local_addr.unwrap();
+
+    for accept in ["", "Accept: */*\r\n", "Accept: text/plain\r\n"] {
+        let r = get_with(addr, "/statusz", accept).await;
+        assert_eq!(r.status, 200, "{accept}");
+        assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+        assert!(
+            r.body.starts_with(
+                "\nkube-proxy statusz\nWarning: This endpoint is not meant to be machine parseable"
+            ),
+            "{}",
+            r.body
+        );
+        assert!(r.body.contains("\nUp"), "{}", r.body);
+        assert!(r.body.contains("0 hr 01 min 0"), "{}", r.body);
+    }
+    let beta = "Accept: application/json;v=v1beta1;g=config.k8s.io;as=Statusz\r\n";
+    let r = get_with(addr, "/statusz", beta).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(r.header("warning").is_none());
+    let s = r.json();
+    assert_eq!(s["kind"], "Statusz");
+    assert_eq!(s["apiVersion"], "config.k8s.io/v1beta1");
+    assert_eq!(s["metadata"]["name"], "kube-proxy");
+    assert!(s["uptimeSeconds"].as_u64().unwrap() >= 61);
+    let alpha = "Accept: application/json;v=v1alpha1;g=config.k8s.io;as=Statusz\r\n";
+    let r = get_with(addr, "/statusz", alpha).await;
+    assert_eq!(r.json()["apiVersion"], "config.k8s.io/v1alpha1");
+    assert!(r.header("warning").unwrap().starts_with("299 - "));
+    let r = get_with(addr, "/statusz", "Accept: application/json\r\n").await;
+    assert_eq!(r.status, 406);
+    assert_eq!(r.json()["reason"], "NotAcceptable");
+
+    let r = get(addr, "/flagz").await;
+    assert_eq!(r.status, 200);
+    let lines: Vec<&str> = r.body.lines().collect();
+    assert_eq!(lines[1], "kube-proxy flagz");
+    assert!(
+        lines[3].starts_with("cleanup") && lines[3].ends_with("false"),
+        "{}",
+        r.body
+    );
+    assert!(
+        lines[4].starts_with('v') && lines[4].ends_with('2'),
+        "{}",
+        r.body
+    );
+    let flagz = "Accept: application/json;v=v1beta1;g=config.k8s.io;as=Flagz\r\n";
+    let f = get_with(addr, "/flagz", flagz).await.json();
+    assert_eq!(f["kind"], "Flagz");
+    assert_eq!(f["flags"]["v"], "2");
+    // A structured kind of the other page is not acceptable.
+    assert_eq!(get_with(addr, "/flagz", beta).await.status, 406);
 }

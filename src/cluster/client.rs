@@ -39,7 +39,7 @@ pub async fn load_config(opts: &ClientOptions) -> anyhow::Result<kube::Config> {
     let mut config = match (kubeconfig, master) {
         (None, None) => {
             tracing::info!(
-                "neither kubeconfig file nor master URL was specified, using in-cluster config"
+                "Neither kubeconfig file nor master URL was specified, falling back to in-cluster config"
             );
             kube::Config::incluster().context("loading in-cluster config")?
         }

@@ -154,7 +154,7 @@ pub fn node_info(node: &Node) -> NodeInfo {
             Ok(ip) if !target.contains(&ip) => target.push(ip),
             Ok(_) => {}
             Err(_) => {
-                tracing::warn!(node = %name, address = %addr.address, "ignoring invalid node address")
+                tracing::warn!(node = %name, address = %addr.address, "Ignoring an invalid node address")
             }
         }
     }
@@ -167,7 +167,7 @@ pub fn node_info(node: &Node) -> NodeInfo {
         for c in cidrs {
             match c.parse::<IpNet>() {
                 Ok(net) => info.pod_cidrs.push(net),
-                Err(_) => tracing::warn!(node = %name, cidr = %c, "ignoring invalid podCIDR"),
+                Err(_) => tracing::warn!(node = %name, cidr = %c, "Ignoring an invalid podCIDR"),
             }
         }
         info.to_be_deleted = spec
@@ -424,7 +424,7 @@ impl Reporter {
 
     /// Reports one rejected object: a warning, the counter, and the notifier's callback (Event, metric).
     fn invalid(&self, e: &ConvertError) {
-        tracing::warn!(kind = %e.kind, error = %e, "ignoring invalid object");
+        tracing::warn!(kind = %e.kind, error = %e, "Ignoring an invalid object");
         self.invalid.fetch_add(1, Ordering::Relaxed);
         (self.notifier.invalid_object)(e);
     }
@@ -573,12 +573,15 @@ async fn run_watcher<K, H>(
     H: Handler<K>,
 {
     let start = std::time::Instant::now();
+    let controller = controller_name(H::KIND);
+    tracing::info!("Starting {controller} controller");
+    tracing::info!(controller, "Waiting for caches to sync");
     let mut stream = list_watch::<K>(api, config).default_backoff().boxed();
     while let Some(item) = stream.next().await {
         let event = match item {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(kind = %H::KIND, error = %e, "watch failed, backing off and relisting");
+                tracing::warn!(kind = %H::KIND, error = %e, "Watch failed, backing off and relisting");
                 continue;
             }
         };
@@ -587,10 +590,24 @@ async fn run_watcher<K, H>(
             dispatch(&mut handler, &reporter, prev, cur)
         });
         if cache.listed() && !was_listed {
-            tracing::info!(kind = %H::KIND, objects = cache.len(), took = ?start.elapsed(), "initial list done");
+            tracing::info!(
+                controller,
+                objects = cache.len(),
+                elapsed = %crate::logging::go_duration(start.elapsed()),
+                "Caches are synced"
+            );
             listed.send_replace(true);
             handler.listed();
         }
+    }
+}
+
+/// The name upstream's informers log for the watcher of `kind` (`service config`, ...).
+fn controller_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Service => "service config",
+        ObjectKind::EndpointSlice => "endpoint slice config",
+        ObjectKind::Node => "node config",
     }
 }
 

@@ -130,60 +130,53 @@ where
     out
 }
 
-const AFTER_HELP: &str = "Flags marked as ignored with --config have no effect when a configuration file is given; \
-only --hostname-override, --master, the logging flags and the action flags (--cleanup, --init-only, \
---write-config-to) apply on top of the file.";
-
 /// kube-proxy's flags (Linux set, plus accepted legacy flags).
 #[derive(Debug, Default, Clone, Parser)]
 #[command(
     name = "kube-proxy",
     about = "kube-proxy-rs: the Kubernetes network proxy (IPVS mode) for each node.",
-    long_about = "kube-proxy-rs runs on every node and programs IPVS virtual servers, ipsets and iptables \
-rules so that Service cluster IPs, NodePorts, external IPs and load-balancer IPs reach their endpoints. \
-It is a drop-in replacement for kube-proxy in IPVS mode and reads the same flags and configuration file.",
+    long_about = super::help::LONG_ABOUT,
     disable_version_flag = true,
     args_override_self = true,
-    allow_negative_numbers = true,
-    after_help = AFTER_HELP
+    allow_negative_numbers = true
 )]
 pub struct Flags {
     /// Path of a KubeProxyConfiguration file; when given, most other flags are ignored.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "string")]
     pub config: Option<PathBuf>,
     /// Write the fully defaulted configuration to this file and exit.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "string")]
     pub write_config_to: Option<PathBuf>,
     /// Remove the rules this proxy created (IPVS, ipsets, iptables) and exit.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub cleanup: Option<bool>,
     /// Do the steps needing full root privileges, then exit; a later run then only needs CAP_NET_ADMIN.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub init_only: Option<bool>,
     /// Not in upstream (kube-proxy-rs only): export per-Service IPVS traffic counters on /metrics, read from
-    /// the kernel at each scrape (default false). Also applies with --config; the file has no such field.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    /// the kernel at each scrape. Also applies with --config; the file has no such field.
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ipvs_traffic_metrics: Option<bool>,
     /// Not in upstream (kube-proxy-rs only): remove a draining TCP real server (weight 0 after its endpoint
     /// left) once it has drained this long, even if connections remain (e.g. 10m; default 0: never, as
     /// upstream). Also applies with --config; the file has no such field.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub ipvs_max_drain_time: Option<GoDuration>,
-    /// Print version information and exit (`--version=raw` prints it bare).
-    #[arg(long, value_name = "true|false|raw", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Print version information and exit (--version=raw prints it bare).
+    #[arg(long, value_name = "version", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub version: Option<String>,
 
-    /// Feature gates as comma-separated Name=true|false pairs; any gate name is accepted. Ignored with --config.
+    /// Feature gates as comma-separated Name=true|false pairs; any gate name is accepted, none changes behaviour. Ignored with --config.
     #[arg(long, value_name = "mapStringBool", action = ArgAction::Append, value_parser = parse_feature_gates)]
     pub feature_gates: Vec<Vec<(String, bool)>>,
     /// kubeconfig file with the API server location and credentials (empty: in-cluster config). Ignored with --config.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "string")]
     pub kubeconfig: Option<String>,
     /// API server address; overrides the one in the kubeconfig.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "string")]
     pub master: Option<String>,
     /// Content type used for requests to the API server. Ignored with --config.
-    #[arg(long, value_name = "TYPE")]
+    #[arg(long, value_name = "string")]
     pub kube_api_content_type: Option<String>,
     /// Client burst towards the API server. Ignored with --config.
     #[arg(long, value_name = "int32")]
@@ -193,25 +186,25 @@ pub struct Flags {
     pub kube_api_qps: Option<f32>,
 
     /// Node name to use instead of the host name (also applies with --config).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "string")]
     pub hostname_override: Option<String>,
     /// Override of the node's primary IP (nothing binds to it despite the name). Ignored with --config.
-    #[arg(long, value_name = "IP")]
+    #[arg(long, value_name = "ip")]
     pub bind_address: Option<String>,
-    /// ip:port of the health check server (default 0.0.0.0:10256; empty disables). Ignored with --config.
+    /// ip:port of the health check server; empty disables it. Ignored with --config.
     #[arg(long, value_name = "ipport")]
     pub healthz_bind_address: Option<String>,
-    /// ip:port of the metrics server (default 127.0.0.1:10249; empty disables). Ignored with --config.
+    /// ip:port of the metrics server; empty disables it. Ignored with --config.
     #[arg(long, value_name = "ipport")]
     pub metrics_bind_address: Option<String>,
     /// Exit with an error when a server port cannot be bound. Ignored with --config.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub bind_address_hard_fail: Option<bool>,
     /// Accepted for compatibility; no profiling endpoints are served. Ignored with --config.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub profiling: Option<bool>,
     /// Previous minor version (e.g. 1.16) whose hidden metrics should still be shown. Ignored with --config.
-    #[arg(long, value_name = "VERSION")]
+    #[arg(long, value_name = "string")]
     pub show_hidden_metrics_for_version: Option<String>,
     /// Proxy mode; only 'ipvs' is implemented (empty also means ipvs here). Ignored with --config.
     #[arg(long, value_name = "ProxyMode", value_parser = parse_proxy_mode)]
@@ -221,10 +214,10 @@ pub struct Flags {
     #[arg(long, value_name = "int32")]
     pub iptables_masquerade_bit: Option<i32>,
     /// SNAT all traffic sent to Service cluster IPs (some CNI plugins need it). Ignored with --config.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub masquerade_all: Option<bool>,
     /// iptables mode only: allow NodePorts on localhost (no effect in IPVS mode).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub iptables_localhost_nodeports: Option<bool>,
     /// iptables mode only: full resync interval (no effect in IPVS mode).
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
@@ -240,13 +233,13 @@ pub struct Flags {
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub ipvs_min_sync_period: Option<GoDuration>,
     /// IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, twos; empty means rr). Ignored with --config.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "string")]
     pub ipvs_scheduler: Option<String>,
     /// Comma-separated CIDRs whose IPVS services are never deleted by syncs (--cleanup still flushes IPVS). Ignored with --config.
     #[arg(long, value_name = "strings", action = ArgAction::Append)]
     pub ipvs_exclude_cidrs: Vec<String>,
     /// Set arp_ignore=1 and arp_announce=2 (strict ARP). Ignored with --config.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ipvs_strict_arp: Option<bool>,
     /// IPVS idle TCP timeout; 0 keeps the kernel's value. Ignored with --config.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
@@ -262,13 +255,13 @@ pub struct Flags {
     #[arg(long, value_name = "LocalMode")]
     pub detect_local_mode: Option<String>,
     /// Bridge whose traffic is local with --detect-local-mode=BridgeInterface. Ignored with --config.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "string")]
     pub pod_bridge_interface: Option<String>,
     /// Interface name prefix whose traffic is local with --detect-local-mode=InterfaceNamePrefix. Ignored with --config.
-    #[arg(long, value_name = "PREFIX")]
+    #[arg(long, value_name = "string")]
     pub pod_interface_name_prefix: Option<String>,
     /// Pod CIDR of the cluster (a comma-separated IPv4,IPv6 pair for dual-stack), for ClusterCIDR detection. Ignored with --config.
-    #[arg(long, value_name = "CIDRS")]
+    #[arg(long, value_name = "string")]
     pub cluster_cidr: Option<String>,
     /// CIDRs and/or 'primary', 'localhost', 'all' limiting the node IPs that accept NodePorts (unset: all). Ignored with --config.
     #[arg(long, value_name = "strings", action = ArgAction::Append)]
@@ -290,7 +283,7 @@ pub struct Flags {
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub conntrack_tcp_timeout_close_wait: Option<GoDuration>,
     /// Make conntrack accept out-of-window TCP packets (nf_conntrack_tcp_be_liberal=1). Ignored with --config.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub conntrack_tcp_be_liberal: Option<bool>,
     /// Conntrack timeout of unreplied UDP flows (0 leaves it alone). Ignored with --config.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
@@ -303,32 +296,32 @@ pub struct Flags {
     pub config_sync_period: Option<GoDuration>,
 
     /// Deprecated: port of the health check server (0 disables); use --healthz-bind-address.
-    #[arg(long, value_name = "int32", value_parser = parse_port)]
+    #[arg(long, value_name = "int32", hide = true, value_parser = parse_port)]
     pub healthz_port: Option<i32>,
     /// Deprecated: port of the metrics server (0 disables); use --metrics-bind-address.
-    #[arg(long, value_name = "int32", value_parser = parse_port)]
+    #[arg(long, value_name = "int32", hide = true, value_parser = parse_port)]
     pub metrics_port: Option<i32>,
 
-    /// Log format: text (default) or json.
-    #[arg(long, value_name = "FORMAT", value_parser = parse_logging_format)]
+    /// Log format: text (klog) or json.
+    #[arg(long, value_name = "string", value_parser = parse_logging_format)]
     pub logging_format: Option<String>,
-    /// Longest time between log flushes.
+    /// Longest time between log flushes (lines are written unbuffered here).
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub log_flush_frequency: Option<GoDuration>,
-    /// Log verbosity level.
+    /// Log verbosity: V(N) messages and lower are printed.
     #[arg(short = 'v', long = "v", value_name = "Level")]
     pub v: Option<u32>,
-    /// Per-file verbosity as comma-separated pattern=N pairs.
+    /// Per-file verbosity as comma-separated pattern=N pairs (file base names without .rs; text and JSON formats).
     #[arg(long, value_name = "pattern=N,...", action = ArgAction::Append, value_parser = parse_vmodule)]
     pub vmodule: Vec<Vec<VModuleItem>>,
     /// JSON format: errors to stderr, info to stdout.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub log_json_split_stream: Option<bool>,
     /// JSON format with split streams: info buffer size.
     #[arg(long, value_name = "quantity")]
     pub log_json_info_buffer_size: Option<String>,
     /// Text format: errors to stderr, info to stdout.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub log_text_split_stream: Option<bool>,
     /// Text format with split streams: info buffer size.
     #[arg(long, value_name = "quantity")]
@@ -341,37 +334,37 @@ pub struct Flags {
     #[arg(long, value_name = "duration", hide = true, value_parser = parse_duration)]
     pub udp_timeout: Option<GoDuration>,
     /// Legacy klog flags: accepted and ignored (logging goes to stderr).
-    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(value_name = "bool", long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub add_dir_header: Option<bool>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(value_name = "bool", long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub alsologtostderr: Option<bool>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(value_name = "bool", long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub logtostderr: Option<bool>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(value_name = "bool", long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub one_output: Option<bool>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(value_name = "bool", long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub skip_headers: Option<bool>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    #[arg(value_name = "bool", long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub skip_log_headers: Option<bool>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true)]
+    #[arg(value_name = "traceLocation", long, hide = true)]
     pub log_backtrace_at: Option<String>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true)]
+    #[arg(value_name = "string", long, hide = true)]
     pub log_dir: Option<String>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true)]
+    #[arg(value_name = "string", long, hide = true)]
     pub log_file: Option<String>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true)]
+    #[arg(value_name = "uint", long, hide = true)]
     pub log_file_max_size: Option<u64>,
     /// Legacy klog flag: accepted and ignored.
-    #[arg(long, hide = true)]
+    #[arg(value_name = "severity", long, hide = true)]
     pub stderrthreshold: Option<String>,
 }
 

@@ -20,6 +20,7 @@ pub mod duration;
 pub mod file;
 pub mod flags;
 pub mod go_yaml;
+pub mod help;
 pub mod options;
 pub mod settings;
 pub mod types;

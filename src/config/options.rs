@@ -283,7 +283,7 @@ where
                 ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             ) =>
         {
-            return Ok(Invocation::Help(e.render().to_string()));
+            return Ok(Invocation::Help(super::help::help_text()));
         }
         Err(e) => return Err(ConfigError::Flags(clap_error_text(&e))),
     };

@@ -31,12 +31,15 @@ pub fn iptables_backend() -> anyhow::Result<Backend> {
         Ok("legacy") => {
             tracing::info!(
                 backend = "legacy",
-                "iptables backend forced by {BACKEND_ENV}"
+                "The iptables backend is forced by {BACKEND_ENV}"
             );
             Ok(Backend::Legacy)
         }
         Ok("nft") => {
-            tracing::info!(backend = "nft", "iptables backend forced by {BACKEND_ENV}");
+            tracing::info!(
+                backend = "nft",
+                "The iptables backend is forced by {BACKEND_ENV}"
+            );
             Ok(Backend::Nft)
         }
         Ok("") | Err(_) => Ok(detect_backend().backend),
@@ -49,7 +52,7 @@ pub fn iptables_backend() -> anyhow::Result<Backend> {
 /// tools found on `PATH` tell; otherwise (or when that fails) `ip6tables-save -t nat` has to work.
 pub fn ipv6_supported(iptables: &mut IptablesCli) -> bool {
     if !std::path::Path::new("/proc/net/if_inet6").exists() {
-        tracing::info!("kernel has no IPv6 support, running single-stack IPv4");
+        tracing::info!(ipFamily = "IPv6", "No kernel support for family");
         return false;
     }
     let tools = iptables.binaries(IpFamily::V6);
@@ -60,7 +63,7 @@ pub fn ipv6_supported(iptables: &mut IptablesCli) -> bool {
     match iptables.save(IpFamily::V6, "nat") {
         Ok(_) => true,
         Err(e) => {
-            tracing::warn!(error = %e, "ip6tables does not work, running single-stack IPv4");
+            tracing::info!(ipFamily = "IPv6", error = %e, "No iptables support for family");
             false
         }
     }
@@ -126,13 +129,23 @@ pub fn prepare(options: &Options, backends: &mut Backends) -> anyhow::Result<Sta
         &cfg,
     )
     .context("preparing the node")?;
+    log_prepare_report(&report);
+    Ok(report)
+}
+
+/// Logs the settings node preparation changed (upstream's "Set sysctl" lines) and its warnings.
+fn log_prepare_report(report: &StartupReport) {
     for (path, old, new) in &report.changed {
-        tracing::info!(path, old, new, "changed kernel setting");
+        tracing::info!(
+            entry = path.as_str(),
+            value = *new,
+            old = *old,
+            "Set sysctl"
+        );
     }
     for w in &report.warnings {
         tracing::warn!("{w}");
     }
-    Ok(report)
 }
 
 /// `--init-only`: node preparation, nothing else.
@@ -141,13 +154,8 @@ pub fn init_only(options: &Options) -> anyhow::Result<()> {
     let cfg = startup_config(options);
     let report = prepare_node(&mut ProcSysctl::new(), &mut SysfsHashsize, &mut ipvs, &cfg)
         .context("preparing the node")?;
-    for (path, old, new) in &report.changed {
-        tracing::info!(path, old, new, "changed kernel setting");
-    }
-    for w in &report.warnings {
-        tracing::warn!("{w}");
-    }
-    tracing::info!("initialisation done (--init-only)");
+    log_prepare_report(&report);
+    tracing::info!("System initialized and --init-only specified");
     Ok(())
 }
 
@@ -180,7 +188,7 @@ pub fn cleanup() -> anyhow::Result<()> {
     match cleanup_every_mode(backends, &families) {
         Ok(report) => {
             log_report(&report);
-            tracing::info!(removed = report.removed.len(), "cleanup done");
+            tracing::info!(removed = report.removed.len(), "Cleanup done");
             Ok(())
         }
         Err(e) => {
@@ -201,12 +209,12 @@ pub fn cleanup_other_modes() {
 
 fn log_report(report: &CleanupReport) {
     for r in &report.removed {
-        tracing::info!("removed {r}");
+        tracing::info!(item = %r, "Removed");
     }
     for k in &report.kept {
-        tracing::warn!("left in place: {k}");
+        tracing::warn!(item = %k, "Left in place");
     }
     for f in &report.failures {
-        tracing::error!("cleanup failure: {f}");
+        tracing::error!(error = %f, "Cleanup failed");
     }
 }

@@ -55,7 +55,7 @@ pub fn graceful_interval() -> Duration {
         Ok(v) => match GoDuration::parse(v.trim()) {
             Ok(d) if !d.to_std().is_zero() => d.to_std(),
             _ => {
-                tracing::warn!(value = %v, "ignoring invalid {GRACEFUL_INTERVAL_ENV}");
+                tracing::warn!(value = %v, "Ignoring invalid {GRACEFUL_INTERVAL_ENV}");
                 CHECK_INTERVAL
             }
         },
@@ -77,7 +77,8 @@ fn bind_address(what: &str, s: &str) -> anyhow::Result<Option<SocketAddr>> {
 fn set_oom_score(value: Option<i32>) {
     let Some(v) = value else { return };
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", v.to_string()) {
-        tracing::warn!(value = v, error = %e, "could not set oom_score_adj");
+        // Upstream logs this at V(2) too.
+        tracing::debug!(value = v, error = %e, "Failed to apply OOMScore");
     }
 }
 
@@ -86,7 +87,7 @@ async fn wait_for_signal() -> Stop {
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            tracing::error!(error = %e, "Cannot install the SIGTERM handler");
             return std::future::pending().await;
         }
     };
@@ -111,7 +112,7 @@ fn watch_node(
         while rx.changed().await.is_ok() {
             let cur = rx.borrow_and_update().clone();
             let Some(info) = cur else {
-                tracing::warn!("the Node object is gone");
+                tracing::warn!("The Node object is gone");
                 health.set_node_eligible(false);
                 continue;
             };
@@ -176,12 +177,12 @@ async fn connect(options: &Options) -> anyhow::Result<Cluster> {
 
     let mut initial = node::wait_for_node(&client, node_name, node::NODE_WAIT).await;
     if initial.is_none() {
-        tracing::warn!(node = %node_name, "the Node object was not found; continuing without it");
+        tracing::warn!(node = %node_name, "The Node object was not found; continuing without it");
     }
     let node_cidr_mode = options.settings.local_detection == LocalDetection::NodeCidr;
     if node_cidr_mode {
         while initial.as_ref().is_none_or(|n| n.pod_cidrs.is_empty()) {
-            tracing::info!(node = %node_name, "waiting for the Node's podCIDRs (detectLocalMode NodeCIDR)");
+            tracing::info!(node = %node_name, "Waiting for the Node's podCIDRs (detectLocalMode NodeCIDR)");
             initial = node::wait_for_node(&client, node_name, Duration::from_secs(5)).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -202,15 +203,52 @@ fn kernel(
 ) -> anyhow::Result<(Arc<Mutex<Proxier>>, Vec<IpFamily>, bool)> {
     let backend = backends::iptables_backend()?;
     let mut iptables = IptablesCli::with_backend(backend);
-    tracing::info!(backend = %backend, "using iptables backend");
+    tracing::info!(backend = %backend, "Using iptables backend");
     let v6 = backends::ipv6_supported(&mut iptables);
     let families = node::families(node_ips, v6);
     let random_fully = iptables.supports_random_fully();
-    tracing::info!(node = %options.node_name, ?node_ips, ?families, "starting IPVS proxier");
+    log_proxier_start(options, node_ips, &families);
     let mut kernel = backends::real_backends(iptables)?;
     backends::prepare(options, &mut kernel)?;
     let proxier = Arc::new(Mutex::new(Proxier::new(kernel)));
     Ok((proxier, families, random_fully))
+}
+
+/// Upstream's lines announcing the proxier: the node IPs, the stack mode, "Using ipvs Proxier", and the
+/// scheduler default per family.
+fn log_proxier_start(options: &Options, node_ips: &[IpAddr], families: &[IpFamily]) {
+    if !node_ips.is_empty() {
+        let ips: Vec<String> = node_ips.iter().map(ToString::to_string).collect();
+        tracing::info!(NodeIPs = ?crate::logging::json(&ips), "Successfully retrieved NodeIPs");
+    }
+    let primary = families.first().map_or("IPv4", |f| f.label());
+    if families.len() > 1 {
+        tracing::info!(
+            "primary ipFamily" = primary,
+            "kube-proxy running in dual-stack mode"
+        );
+    } else {
+        tracing::info!(
+            ipFamily = primary,
+            "kube-proxy running in single-stack mode"
+        );
+    }
+    tracing::info!("Using ipvs Proxier");
+    for f in families {
+        if options.config.ipvs.scheduler.is_empty() {
+            tracing::info!(
+                ipFamily = f.label(),
+                "IPVS scheduler not specified, use rr by default"
+            );
+        }
+        tracing::debug!(
+            ipFamily = f.label(),
+            minSyncPeriod = %options.config.ipvs.min_sync_period,
+            syncPeriod = %options.config.ipvs.sync_period,
+            burstSyncs = 2,
+            "ipvs sync params"
+        );
+    }
 }
 
 /// Resolves when `rx` turns true.
@@ -238,6 +276,7 @@ async fn start_servers(
             proxy_mode: "ipvs".to_string(),
             configz: serde_json::to_value(c).unwrap_or_default(),
             explain: Some(explain),
+            zpages: Arc::new(crate::component::zpages::ZPages::for_process()),
         };
         let hard_fail = c.bind_address_hard_fail;
         servers.push(start_metrics_server(addr, state, hard_fail, stopped(stop.clone())).await?);
@@ -409,8 +448,8 @@ async fn stop_sync_loop(stop: tokio_watch::Sender<bool>, task: JoinHandle<()>) {
     let _ = stop.send(true);
     if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
         tracing::warn!(
-            grace = ?STOP_GRACE,
-            "a sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
+            grace = %crate::logging::go_duration(STOP_GRACE),
+            "A sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
         );
     }
 }
@@ -430,11 +469,11 @@ async fn trim_heap() {
     let start = std::time::Instant::now();
     let r = tokio::task::spawn_blocking(|| crate::malloc::trim_if_wasteful(TRIM_MIN_FREE)).await;
     if let Ok(Some(s)) = r {
-        tracing::info!(
-            in_use_mib = s.in_use >> 20,
-            free_mib = s.free >> 20,
-            took = ?start.elapsed(),
-            "returned free heap memory to the kernel"
+        tracing::debug!(
+            inUseMiB = s.in_use >> 20,
+            freeMiB = s.free >> 20,
+            elapsed = %crate::logging::go_duration(start.elapsed()),
+            "Returned free heap memory to the kernel"
         );
     }
 }
@@ -477,6 +516,9 @@ fn observers(
     let state = StateMetrics::register(&metrics, published.drains.clone())
         .map_err(|e| anyhow!("creating metrics: {e}"))?;
     let index = &published.index;
+    metrics
+        .register_component(&options.config.feature_gates)
+        .map_err(|e| anyhow!("creating metrics: {e}"))?;
     for &f in families {
         metrics.init_family(f);
     }
@@ -505,7 +547,7 @@ fn stop_result(stop: Stop) -> anyhow::Result<()> {
         Stop::Signal(sig) => {
             tracing::info!(
                 signal = sig,
-                "stopping; IPVS and iptables rules are left in place"
+                "Stopping; IPVS and iptables rules are left in place"
             );
             Ok(())
         }
@@ -570,15 +612,15 @@ fn spawn_graceful_check(
                 state.forced_drains(c.forced as u64);
             }
             match r {
-                Ok(c) if c.deleted > 0 || c.failures > 0 => tracing::info!(
+                Ok(c) if c.deleted > 0 || c.failures > 0 => tracing::debug!(
                     deleted = c.deleted,
                     forced = c.forced,
                     pending = c.pending,
                     failures = c.failures,
-                    "graceful termination check"
+                    "Graceful termination check"
                 ),
                 Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "graceful termination check panicked"),
+                Err(e) => tracing::error!(error = %e, "Graceful termination check panicked"),
             }
         }
     });

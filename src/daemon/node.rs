@@ -25,10 +25,10 @@ pub async fn wait_for_node(
         match api.get_opt(name).await {
             Ok(Some(Decoded::Object(node))) => return Some(node_info(&node)),
             Ok(Some(Decoded::Unreadable(u))) => {
-                tracing::warn!(node = name, error = %u.error, "cannot read the Node object")
+                tracing::warn!(node = name, error = %u.error, "Cannot read the Node object")
             }
-            Ok(None) => tracing::info!(node = name, "waiting for the Node object"),
-            Err(e) => tracing::warn!(node = name, error = %e, "cannot get the Node object"),
+            Ok(None) => tracing::info!(node = name, "Waiting for the Node object"),
+            Err(e) => tracing::warn!(node = name, error = %e, "Cannot get the Node object"),
         }
         if tokio::time::Instant::now() >= deadline {
             return None;
@@ -71,7 +71,9 @@ pub fn node_ips(info: Option<&NodeInfo>, bind_address: &str) -> Vec<IpAddr> {
         ips.insert(0, bind);
     }
     if ips.is_empty() {
-        tracing::warn!("could not determine the node IP; assuming 127.0.0.1");
+        tracing::info!(
+            "Can't determine this node's IP, assuming loopback; if this is incorrect, please set the --bind-address flag"
+        );
         ips.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
     ips

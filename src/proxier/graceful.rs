@@ -147,7 +147,7 @@ impl GracefulTermination {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(service = %vs, error = %e, "graceful termination: dump failed");
+                    tracing::error!(virtualServer = %vs, error = %e, "Failed to list real servers for graceful termination");
                     out.failures += 1;
                     continue;
                 }
@@ -179,7 +179,7 @@ impl GracefulTermination {
                         false
                     }
                     Err(e) => {
-                        tracing::warn!(service = %vs, %addr, port, error = %e, "graceful delete failed");
+                        tracing::error!(virtualServer = %vs, %addr, port, error = %e, "Failed to delete real server");
                         out.failures += 1;
                         true
                     }

@@ -1,17 +1,18 @@
 //! The healthz server (`/healthz`, `/livez`; default 0.0.0.0:10256) and the metrics server (`/metrics`,
-//! `/healthz`, `/proxyMode`, `/configz`, `/debug/services`; default 127.0.0.1:10249), on axum.
+//! `/healthz`, `/proxyMode`, `/configz`, `/statusz`, `/flagz`, `/debug/services`; default 127.0.0.1:10249), on axum.
 //!
 //! Bind failures follow `bindAddressHardFail`: with it the start function returns the error so the daemon
 //! can exit; without it the failure is logged and binding is retried every 5 s in the background, as
 //! upstream does.
 
+use crate::component::zpages::{self, Negotiated, ZPages};
 use crate::metrics::Metrics;
 use crate::server::healthz::{HealthResponse, ProxyHealth};
 use crate::server::http::{self, Limits};
 use crate::server::listen::bind_tcp;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use std::future::Future;
@@ -59,6 +60,8 @@ pub struct MetricsServerState {
     pub configz: serde_json::Value,
     /// Answers `/debug/services` (`None`: not served).
     pub explain: Option<Arc<crate::explain::Explainer>>,
+    /// What `/statusz` and `/flagz` show.
+    pub zpages: Arc<ZPages>,
 }
 
 const NOSNIFF: (header::HeaderName, HeaderValue) = (
@@ -156,6 +159,58 @@ async fn configz(State(s): State<MetricsServerState>) -> Response {
     text(StatusCode::OK, "application/json", body)
 }
 
+// --- `/statusz` and `/flagz` (component-base z-pages, upstream 1.36's formats) ---
+
+async fn statusz(State(s): State<MetricsServerState>, headers: HeaderMap) -> Response {
+    let z = &s.zpages;
+    zpage(
+        &headers,
+        "statusz",
+        "Statusz",
+        || z.statusz_text(),
+        |v| z.statusz_json(v),
+    )
+}
+
+async fn flagz(State(s): State<MetricsServerState>, headers: HeaderMap) -> Response {
+    let z = &s.zpages;
+    zpage(
+        &headers,
+        "flagz",
+        "Flagz",
+        || z.flagz_text(),
+        |v| z.flagz_json(v),
+    )
+}
+
+/// Answers a z-page in the form the `Accept` header negotiates.
+fn zpage(
+    headers: &HeaderMap,
+    page: &str,
+    kind: &str,
+    text_body: impl FnOnce() -> String,
+    json_body: impl FnOnce(&str) -> String,
+) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    match zpages::negotiate(accept, kind) {
+        Negotiated::Text => text(StatusCode::OK, "text/plain; charset=utf-8", text_body()),
+        Negotiated::Json(version) => {
+            let mut r = text(StatusCode::OK, "application/json", json_body(version));
+            if version == "v1alpha1"
+                && let Ok(w) = HeaderValue::from_str(&zpages::deprecation_warning(page))
+            {
+                r.headers_mut().insert(header::WARNING, w);
+            }
+            r
+        }
+        Negotiated::NotAcceptable => text(
+            StatusCode::NOT_ACCEPTABLE,
+            "application/json",
+            zpages::not_acceptable_body(),
+        ),
+    }
+}
+
 /// Router of the metrics server.
 pub fn metrics_router(state: MetricsServerState) -> Router {
     let explain = state.explain.clone();
@@ -165,6 +220,8 @@ pub fn metrics_router(state: MetricsServerState) -> Router {
         .route("/healthz/ping", any(ok))
         .route("/proxyMode", any(proxy_mode))
         .route("/configz", any(configz))
+        .route("/statusz", any(statusz))
+        .route("/flagz", any(flagz))
         .with_state(state);
     match explain {
         Some(e) => router.merge(crate::explain::http::router(e)),
@@ -183,7 +240,7 @@ async fn serve(
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(server, error = %e, "cannot register listener");
+            tracing::error!(server, error = %e, "Cannot register the listener");
             return;
         }
     };
@@ -209,7 +266,8 @@ where
     match bind_tcp(addr) {
         Ok(listener) => {
             let local_addr = listener.local_addr().ok();
-            tracing::info!(server, address = ?local_addr, "serving");
+            let address = local_addr.map(|a| a.to_string()).unwrap_or_default();
+            tracing::debug!(server, address, "Serving");
             let task = tokio::spawn(serve(server, listener, router, shutdown));
             Ok(ServerHandle { local_addr, task })
         }
@@ -222,7 +280,7 @@ where
             if hard_fail {
                 return Err(err);
             }
-            tracing::error!(error = %err, "will retry in {BIND_RETRY:?}");
+            tracing::error!(error = %err, retryIn = %crate::logging::go_duration(BIND_RETRY), "Failed to start server");
             let task = tokio::spawn(async move {
                 loop {
                     tokio::select! {
@@ -231,12 +289,12 @@ where
                     }
                     match bind_tcp(addr) {
                         Ok(listener) => {
-                            tracing::info!(server, address = %addr, "serving after retry");
+                            tracing::info!(server, address = %addr, "Serving after retry");
                             serve(server, listener, router, shutdown).await;
                             return;
                         }
                         Err(e) => {
-                            tracing::error!(server, address = %addr, error = %e, "bind failed, will retry")
+                            tracing::error!(server, address = %addr, error = %e, "Failed to start server")
                         }
                     }
                 }

@@ -135,8 +135,8 @@ async fn serve_connection<S, B>(
     let age = tokio::time::sleep(limits.max_connection_age);
     tokio::select! {
         _ = conn.as_mut() => {}
-        _ = close.notified() => tracing::debug!("closing the oldest connection: too many open"),
-        _ = age => tracing::debug!("closing a connection: too old"),
+        _ = close.notified() => tracing::debug!(v = 3, "Closing the oldest connection: too many open"),
+        _ = age => tracing::debug!(v = 3, "Closing a connection: too old"),
         _ = stopped(&mut stop) => {
             conn.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(limits.shutdown_grace, conn).await;
@@ -181,7 +181,7 @@ pub async fn serve<S, B, F>(
                 }
                 Err(e) => {
                     // Out of descriptors or similar: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    tracing::warn!(error = %e, "Accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }

@@ -126,7 +126,7 @@ async fn accept_loop(
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(service = %shared.service, error = %e, "cannot register health-check listener");
+            tracing::error!(service = %shared.service, error = %e, "Cannot register the healthcheck listener");
             return;
         }
     };
@@ -185,7 +185,7 @@ impl ServiceHealthServer {
             })?;
             bound.push(l);
         }
-        tracing::info!(service = %name, port, "opening health check");
+        tracing::debug!(service = %name, port, "Opening healthcheck");
         let endpoints = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
             service: name.clone(),
@@ -232,13 +232,13 @@ impl ServiceHealthServer {
                 .collect()
         };
         for (name, inst) in closing {
-            tracing::info!(service = %name, port = inst.port, "closing health check");
+            tracing::debug!(service = %name, port = inst.port, "Closing healthcheck");
             for l in &inst.listeners {
                 let _ = l.stop.send(true);
             }
             for l in inst.listeners {
                 if let Err(e) = l.task.await {
-                    tracing::warn!(service = %name, address = %l.address, error = %e, "health-check task ended abnormally");
+                    tracing::warn!(service = %name, address = %l.address, error = %e, "Healthcheck task ended abnormally");
                 }
             }
         }
@@ -253,7 +253,7 @@ impl ServiceHealthServer {
                     self.services().insert(name.clone(), inst);
                 }
                 Err(f) => {
-                    tracing::error!(service = %name, port, error = %f.error, "failed to start health check");
+                    tracing::error!(service = %name, port, error = %f.error, "Failed to start healthcheck");
                     failures.push(f);
                 }
             }

@@ -112,7 +112,7 @@ impl Publisher {
                     reason = %w.key.reason,
                     error = %truncate(&error, 256),
                     ?outcome,
-                    "could not publish event"
+                    "Could not publish an event"
                 );
                 outcome
             }

@@ -318,7 +318,7 @@ fn assemble(parts: Vec<ListPart>) -> Listing {
                 Some(text) => {
                     slot.2.insert(text);
                 }
-                None => tracing::debug!(set = %part.set, elem = ?e, "ipset entry not rendered"),
+                None => tracing::debug!(set = %part.set, elem = ?e, "Ipset entry not rendered"),
             }
         }
     }
@@ -392,7 +392,7 @@ impl IpSets for NetlinkIpSets {
             };
             let set = op_set(op);
             let why = reason(&e, self.types.known.get(set).map(|k| k.0));
-            tracing::warn!(?op, error = %why, "the kernel refused an ipset entry");
+            tracing::error!(?op, error = %why, "The kernel refused an ipset entry");
             if e.errno() == Some(libc::ENOENT) {
                 self.types.forget(set);
             }

@@ -377,7 +377,7 @@ pub fn detect_backend() -> BackendDetection {
     let (legacy_rules, legacy_hint) = backend_state(Backend::Legacy);
     let (nft_rules, nft_hint) = backend_state(Backend::Nft);
     let d = decide_backend(legacy_rules, legacy_hint, nft_rules, nft_hint);
-    tracing::info!(backend = %d.backend, ?legacy_rules, ?nft_rules, reason = %d.reason, "iptables backend");
+    tracing::info!(backend = %d.backend, legacyRules = ?legacy_rules, nftRules = ?nft_rules, reason = %d.reason, "Detected iptables backend");
     d
 }
 

@@ -165,7 +165,7 @@ impl RtnetlinkLinks {
         let strict = sock.enable_strict_dumps();
         // Subscribed before anything is read, so no change can slip between a read and the subscription.
         let changes = ChangeWatch::new()
-            .map_err(|e| tracing::debug!(error = %e, "no rtnetlink notifications; local addresses are read every time"))
+            .map_err(|e| tracing::debug!(error = %e, "No rtnetlink notifications; local addresses are read every time"))
             .ok();
         Ok(RtnetlinkLinks {
             sock,

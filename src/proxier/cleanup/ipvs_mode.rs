@@ -179,7 +179,7 @@ fn cleanup_iptables(iptables: &mut dyn Iptables, family: IpFamily, r: &mut Clean
                     Ok(true) => r.removed.push(format!("{fam} {table} chain {chain}")),
                     Ok(false) | Err(KernelError::NotFound(_)) => {}
                     Err(e) if pass == 0 => {
-                        tracing::debug!(chain, error = %e, "chain delete failed, retrying");
+                        tracing::debug!(chain, error = %e, "Chain delete failed, retrying");
                         again.push(chain);
                     }
                     Err(e) => r.failures.push(format!("{fam} {table} chain {chain}: {e}")),

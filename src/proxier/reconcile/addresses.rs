@@ -13,12 +13,12 @@ impl Reconciler {
         match k.links.ensure_dummy(DUMMY_DEVICE) {
             Ok(created) => {
                 if created {
-                    tracing::info!("created {DUMMY_DEVICE}");
+                    tracing::debug!(interface = DUMMY_DEVICE, "Created dummy interface");
                 }
                 self.dummy_ok = true;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot create {DUMMY_DEVICE}");
+                tracing::error!(interface = DUMMY_DEVICE, error = %e, "Failed to create dummy interface");
                 report.fail(FailureKind::Address);
                 self.dummy_ok = false;
             }
@@ -70,7 +70,7 @@ impl Reconciler {
                         applied.addresses.insert(ip);
                     }
                     Err(e) => {
-                        tracing::warn!(%ip, error = %e, "binding address failed");
+                        tracing::error!(address = %ip, error = %e, "Failed to bind service address to dummy device");
                         report.fail(FailureKind::Address);
                     }
                 }
@@ -83,7 +83,7 @@ impl Reconciler {
                         applied.addresses.remove(&ip);
                     }
                     Err(e) => {
-                        tracing::warn!(%ip, error = %e, "unbinding address failed");
+                        tracing::error!(address = %ip, error = %e, "Failed to unbind service address from dummy interface");
                         report.fail(FailureKind::Address);
                     }
                 }

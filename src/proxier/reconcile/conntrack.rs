@@ -75,7 +75,7 @@ fn conntrack_family(
     let flows = match k.conntrack.udp_flows(family) {
         Ok(f) => f,
         Err(e) => {
-            tracing::warn!(family = family.label(), error = %e, "conntrack dump failed");
+            tracing::error!(ipFamily = family.label(), error = %e, "Failed to list conntrack entries");
             report.fail(FailureKind::Conntrack);
             return;
         }
@@ -96,7 +96,7 @@ fn conntrack_family(
             Ok(true) => report.conntrack_deleted += 1,
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(?flow, error = %e, "conntrack delete failed");
+                tracing::error!(?flow, error = %e, "Failed to delete conntrack flow");
                 report.fail(FailureKind::Conntrack);
             }
         }

@@ -67,7 +67,7 @@ impl Reconciler {
                         false => w.ipsets.create(&set.spec),
                     };
                     if let Err(e) = res {
-                        tracing::warn!(set = %name, error = %e, "ipset create failed");
+                        tracing::error!(ipSet = %name, error = %e, "Failed to ensure ip set");
                         w.report.fail(FailureKind::Ipset);
                         continue;
                     }
@@ -178,7 +178,7 @@ fn repair_set_types(
                 members.remove(&spec.name);
             }
             Err(e) => {
-                tracing::warn!(set = %spec.name, error = %e, "ipset of the wrong type not destroyed");
+                tracing::error!(ipSet = %spec.name, error = %e, "Failed to destroy an ip set of the wrong type");
                 report.fail(FailureKind::Ipset);
                 stuck.insert(spec.name.clone());
             }
@@ -292,7 +292,7 @@ fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) 
             report.ipset_entries.added += adds - rejected_adds;
             report.ipset_entries.deleted += (ops.len() - adds) - (r.rejected.len() - rejected_adds);
             for (op, why) in &r.rejected {
-                tracing::warn!(?op, reason = %why, "ipset entry rejected");
+                tracing::error!(?op, reason = %why, "Error adding entry to ipset");
             }
             // Invalid entries stay invalid: counted, not retried before the next full sync.
             *report
@@ -302,7 +302,7 @@ fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) 
             true
         }
         Err(e) => {
-            tracing::warn!(error = %e, ops = ops.len(), "ipset apply failed");
+            tracing::error!(error = %e, ops = ops.len(), "Failed to apply ipset changes");
             report.fail(FailureKind::Ipset);
             false
         }

@@ -85,8 +85,8 @@ impl Reconciler {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(family = family.label(), error = %e,
-                        "iptables-save failed; restoring without reading the tables");
+                    tracing::error!(ipFamily = family.label(), error = %e,
+                        "Failed to execute iptables-save; restoring without reading the tables");
                     report.fail(FailureKind::KernelDump);
                     restore_blind(k, f, applied, report);
                 }
@@ -131,7 +131,7 @@ impl Restore<'_, '_> {
                     .extend(self.missing.iter().map(|(j, _)| (*j).clone()));
             }
             Err(e) => {
-                tracing::warn!(family = family.label(), error = %e, "iptables-restore failed");
+                tracing::error!(ipFamily = family.label(), error = %e, "Failed to execute iptables-restore");
                 report.fail(FailureKind::IptablesRestore);
                 applied.jumps_ok = false;
             }
@@ -152,8 +152,8 @@ fn read_tables(
     let view = k.iptables.inspect(family, tables);
     let before = view.as_ref().map(|v| v.fingerprint);
     if view.is_some_and(|v| none_of_ours(&v, tables, wanted, &f.desired.jumps)) {
-        tracing::debug!(
-            family = family.label(),
+        tracing::trace!(
+            ipFamily = family.label(),
             ?tables,
             "no chain of ours in the tables: iptables-save skipped"
         );
@@ -207,8 +207,8 @@ fn still_verified(k: &mut Backends, f: &FamilyInput<'_>, applied: &super::Applie
     };
     let tables: Vec<&str> = v.tables.iter().map(String::as_str).collect();
     let now = k.iptables.fingerprint(f.desired.family, &tables);
-    tracing::debug!(
-        family = f.desired.family.label(),
+    tracing::trace!(
+        ipFamily = f.desired.family.label(),
         ?tables,
         recorded = v.fingerprint,
         ?now,
@@ -226,8 +226,8 @@ fn verified(
     before: Option<u64>,
 ) -> Option<super::TablesVerified> {
     let after = k.iptables.fingerprint(f.desired.family, tables);
-    tracing::debug!(
-        family = f.desired.family.label(),
+    tracing::trace!(
+        ipFamily = f.desired.family.label(),
         ?tables,
         ?before,
         ?after,
@@ -257,7 +257,7 @@ fn restore_blind(
             applied.iptables_payload = Some(payload.clone());
         }
         Err(e) => {
-            tracing::warn!(family = family.label(), error = %e, "iptables-restore failed");
+            tracing::error!(ipFamily = family.label(), error = %e, "Failed to execute iptables-restore");
             report.fail(FailureKind::IptablesRestore);
         }
     }
@@ -308,8 +308,8 @@ fn ensure_jump(
                 .ensure_rule_at(family, jump.table, jump.chain, position, &jump.args())
         })
         .map_err(|e| {
-            tracing::warn!(family = family.label(), chain = jump.chain, target = jump.target,
-                error = %e, "jump rule failed");
+            tracing::error!(ipFamily = family.label(), chain = jump.chain, target = jump.target,
+                error = %e, "Failed to ensure chain jumps");
         })
 }
 

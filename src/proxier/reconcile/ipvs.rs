@@ -62,7 +62,7 @@ fn run_batch(ipvs: &mut dyn Ipvs, ops: &[IpvsOp]) -> Vec<KernelResult<()>> {
             r
         }
         Err(e) => {
-            tracing::warn!(error = %e, ops = ops.len(), "IPVS batch failed");
+            tracing::error!(error = %e, ops = ops.len(), "IPVS batch failed");
             ops.iter()
                 .map(|_| Err(KernelError::Invalid(format!("IPVS batch: {e}"))))
                 .collect()
@@ -264,7 +264,7 @@ impl Reconciler {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(service = %key, error = %e, "IPVS delete failed");
+                    tracing::error!(virtualServer = %key, error = %e, "Failed to delete service");
                     report.fail(FailureKind::IpvsService);
                     failed.insert(key);
                 }
@@ -377,7 +377,7 @@ impl<'a> ServiceBatch<'a> {
                 (IpvsOp::AddService(_), Err(KernelError::Exists(_))) => {
                     // The kernel has it although we did not know: converge and read it back.
                     if let Err(e) = ipvs.update_service(&ready.dvs.service) {
-                        tracing::warn!(service = %ready.key, error = %e, "IPVS update failed");
+                        tracing::error!(virtualServer = %ready.key, error = %e, "Failed to update service");
                         service_write_failed(report, e);
                         continue;
                     }
@@ -386,7 +386,7 @@ impl<'a> ServiceBatch<'a> {
                     ready.dump = true;
                 }
                 (op, Err(e)) => {
-                    tracing::warn!(%op, error = %e, "IPVS service write failed");
+                    tracing::error!(virtualServer = %op, error = %e, "Failed to sync service");
                     // What we applied before (if anything) stays recorded: the retry compares with it.
                     service_write_failed(report, e);
                     continue;
@@ -449,7 +449,7 @@ fn current_destinations(
         return match ipvs.destinations(&r.key) {
             Ok(d) => Ok(Some(d)),
             Err(e) => {
-                tracing::warn!(service = %r.key, error = %e, "IPVS destination dump failed");
+                tracing::error!(virtualServer = %r.key, error = %e, "Failed to list IPVS destinations");
                 report.fail(FailureKind::KernelDump);
                 Err(())
             }
@@ -522,8 +522,8 @@ fn apply_dest_changes(
                 }
             }
             Err(e) => {
-                tracing::warn!(service = %p.vs, dest = %dk.0, port = dk.1, error = %e,
-                    "real server write failed");
+                tracing::error!(virtualServer = %p.vs, destination = %dk.0, port = dk.1, error = %e,
+                    "Failed to sync endpoint for service");
                 report.fail(FailureKind::IpvsDestination);
                 // Remember the kernel as it probably is, so the next sync retries.
                 if let Some(vs) = applied.get_mut(&p.vs) {

@@ -300,7 +300,7 @@ impl Reconciler {
                 snap.ipset_headers = s.headers;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "ipset save failed");
+                tracing::error!(error = %e, "Failed to list ip sets");
                 report.fail(FailureKind::KernelDump);
             }
         }
@@ -309,7 +309,7 @@ impl Reconciler {
         match k.ipvs.services() {
             Ok(s) => snap.services = Some(s),
             Err(e) => {
-                tracing::warn!(error = %e, "IPVS service dump failed");
+                tracing::error!(error = %e, "Failed to get IPVS services");
                 report.fail(FailureKind::KernelDump);
             }
         }
@@ -327,7 +327,7 @@ impl Reconciler {
             match k.links.addresses(crate::kernel::link::DUMMY_DEVICE) {
                 Ok(a) => snap.addresses = Some(a.into_iter().collect()),
                 Err(e) => {
-                    tracing::warn!(error = %e, "kube-ipvs0 address dump failed");
+                    tracing::error!(error = %e, "Error listing addresses binded to dummy interface");
                     report.fail(FailureKind::KernelDump);
                 }
             }

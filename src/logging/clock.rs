@@ -1,0 +1,168 @@
+//! The wall-clock parts of a log line: klog's local month, day and time of day with microseconds, and
+//! the JSON format's milliseconds since the epoch.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One instant, split the way klog's header prints it (local time, as Go's `time.Now()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Month, 1-12.
+    pub month: u32,
+    /// Day of the month, 1-31.
+    pub day: u32,
+    /// Hour, 0-23.
+    pub hour: u32,
+    /// Minute, 0-59.
+    pub minute: u32,
+    /// Second, 0-60.
+    pub second: u32,
+    /// Microseconds within the second.
+    pub micros: u32,
+}
+
+/// Seconds and nanoseconds since the epoch (before it: zero).
+fn since_epoch(t: SystemTime) -> (i64, u32) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    (
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        d.subsec_nanos(),
+    )
+}
+
+/// `t` in the local time zone (the `TZ` variable or `/etc/localtime`; UTC when neither says otherwise
+/// or the conversion fails).
+pub fn local(t: SystemTime) -> Stamp {
+    let (secs, nanos) = since_epoch(t);
+    let micros = nanos / 1000;
+    let secs_t = libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX);
+    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call; localtime_r is the re-entrant variant and writes
+    // only into `tm`.
+    let ok = !unsafe { libc::localtime_r(&secs_t, &mut tm) }.is_null();
+    if !ok {
+        return utc(secs, micros);
+    }
+    let part = |v: libc::c_int| u32::try_from(v).unwrap_or(0);
+    Stamp {
+        month: part(tm.tm_mon) + 1,
+        day: part(tm.tm_mday),
+        hour: part(tm.tm_hour),
+        minute: part(tm.tm_min),
+        second: part(tm.tm_sec),
+        micros,
+    }
+}
+
+/// `secs` since the epoch in UTC (civil-from-days, proleptic Gregorian calendar).
+pub fn utc(secs: i64, micros: u32) -> Stamp {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (_, month, day) = civil_from_days(days);
+    let part = |v: i64| u32::try_from(v).unwrap_or(0);
+    Stamp {
+        month,
+        day,
+        hour: part(rem / 3600),
+        minute: part(rem % 3600 / 60),
+        second: part(rem % 60),
+        micros,
+    }
+}
+
+/// Year, month and day of a day number counted from 1970-01-01.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `t` in Go's `time.UnixDate` layout (`Mon Jan _2 15:04:05 MST 2006`) in the local time zone, as
+/// upstream's `/statusz` prints its start time; UTC when the conversion fails.
+pub fn unix_date(t: SystemTime) -> String {
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (secs, _) = since_epoch(t);
+    let secs_t = libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX);
+    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call; localtime_r writes only into `tm`.
+    let ok = !unsafe { libc::localtime_r(&secs_t, &mut tm) }.is_null();
+    let idx = |v: libc::c_int| usize::try_from(v).unwrap_or(0);
+    if !ok || tm.tm_zone.is_null() {
+        let days = secs.div_euclid(86_400);
+        let s = utc(secs, 0);
+        let (year, _, _) = civil_from_days(days);
+        let wday = usize::try_from((days + 4).rem_euclid(7)).unwrap_or(0);
+        return format!(
+            "{} {} {:>2} {:02}:{:02}:{:02} UTC {year}",
+            DAYS[wday],
+            MONTHS[usize::try_from(s.month).unwrap_or(1).clamp(1, 12) - 1],
+            s.day,
+            s.hour,
+            s.minute,
+            s.second
+        );
+    }
+    // SAFETY: tm_zone points at a NUL-terminated zone abbreviation owned by the C library, valid until the
+    // next tzset; it is copied at once.
+    let zone = unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) }
+        .to_string_lossy()
+        .into_owned();
+    format!(
+        "{} {} {:>2} {:02}:{:02}:{:02} {zone} {}",
+        DAYS[idx(tm.tm_wday) % 7],
+        MONTHS[idx(tm.tm_mon) % 12],
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        i64::from(tm.tm_year) + 1900
+    )
+}
+
+/// Milliseconds since the epoch as a float (component-base's JSON `ts`).
+pub fn epoch_millis(t: SystemTime) -> f64 {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    // Nanoseconds fit a u64 until the year 2554; as upstream: nanoseconds / 1e6.
+    let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    nanos as f64 / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn utc_splits_a_known_instant() {
+        // 2024-11-26T20:57:55.089326Z
+        let s = utc(1_732_654_675, 89_326);
+        assert_eq!((s.month, s.day), (11, 26));
+        assert_eq!((s.hour, s.minute, s.second, s.micros), (20, 57, 55, 89_326));
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
+
+    #[test]
+    fn local_time_keeps_microseconds() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_732_654_675_089_326);
+        assert_eq!(local(t).micros, 89_326);
+    }
+
+    #[test]
+    fn epoch_millis_keeps_sub_millisecond_digits() {
+        // Upstream computes float64(nanos) / 1e6: the same rounding gives the same digits.
+        let t = UNIX_EPOCH + Duration::from_nanos(1_732_654_675_089_326_500);
+        assert_eq!(format!("{}", epoch_millis(t)), "1732654675089.3267");
+    }
+}
