@@ -3,8 +3,11 @@
 pub mod annotations;
 pub mod client;
 pub mod convert;
+pub mod deadline;
 pub mod decode;
 pub mod model;
+pub mod rest_metrics;
 pub mod select;
 pub mod tracker;
+pub mod transport;
 pub mod watch;

@@ -10,6 +10,7 @@ pub mod sync;
 pub mod watch_config;
 
 use crate::cluster::client::{ClientOptions, build_client};
+use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::model::IpFamily;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{GoDuration, LocalMode, Options};
@@ -137,17 +138,20 @@ struct Cluster {
     node_cidr_mode: bool,
 }
 
-/// Connects to the API server, announces the start and waits for the own Node (and, in NodeCIDR
-/// mode, for its podCIDRs).
-async fn connect(options: &Options) -> anyhow::Result<Cluster> {
+/// Connects to the API server (requests counted in `rest_metrics`), announces the start and waits for
+/// the own Node (at most [`node::NODE_WAIT`]) and, in NodeCIDR mode, for its podCIDRs.
+async fn connect(options: &Options, rest_metrics: &RestClientMetrics) -> anyhow::Result<Cluster> {
     let c = &options.config;
-    let client = build_client(&ClientOptions {
-        kubeconfig: Some(c.client_connection.kubeconfig.clone().into()),
-        master: options.master.clone(),
-        content_type: Some(c.client_connection.content_type.clone()),
-        qps: c.client_connection.qps,
-        burst: c.client_connection.burst,
-    })
+    let client = build_client(
+        &ClientOptions {
+            kubeconfig: Some(c.client_connection.kubeconfig.clone().into()),
+            master: options.master.clone(),
+            content_type: Some(c.client_connection.content_type.clone()),
+            qps: c.client_connection.qps,
+            burst: c.client_connection.burst,
+        },
+        rest_metrics,
+    )
     .await?;
     let node_name = &options.node_name;
     let events = events::Events::start(client.clone(), node_name);
@@ -155,7 +159,11 @@ async fn connect(options: &Options) -> anyhow::Result<Cluster> {
 
     let mut initial = node::wait_for_node(&client, node_name, node::NODE_WAIT).await;
     if initial.is_none() {
-        tracing::warn!(node = %node_name, "the Node object was not found; continuing without it");
+        tracing::warn!(
+            node = %node_name,
+            waited = ?node::NODE_WAIT,
+            "the Node object could not be read; continuing without it"
+        );
     }
     let node_cidr_mode = c.local_mode() == Some(LocalMode::NodeCidr);
     if node_cidr_mode {
@@ -267,13 +275,15 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let config_snapshot = options.config_path.as_deref().map(watch_config::snapshot);
     let c = &options.config;
     set_oom_score(c.oom_score_adj);
-    let cluster = connect(&options).await?;
-    let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
-    let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
-
-    let (metrics, health) = metrics_and_health(&options, &families, cluster.initial.as_ref())?;
+    // Health and metrics are served from the start, whatever the API server does.
+    let (metrics, health, rest_metrics) = metrics_and_health(&options)?;
     let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
     let servers = start_servers(&options, &metrics, &health, &server_stop_rx).await?;
+    let cluster = connect(&options, &rest_metrics).await?;
+    let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
+    let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
+    init_metrics(&options, &metrics, &families)?;
+    health.set_node_eligible(cluster.initial.as_ref().is_none_or(|n| n.eligible()));
     let settings =
         sync::SyncSettings::new(&options, node_ips.clone(), families.clone(), random_fully);
     let health_ips: Vec<IpAddr> = health_check_ips(&settings, &proxier);
@@ -306,7 +316,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     spawn_graceful_check(proxier.clone(), graceful_interval());
 
     for &f in &families {
-        health.updated(f);
+        health.loop_started(f);
     }
     let synced_for_trim = synced.clone();
     let sync_loop = sync::SyncLoop::new(
@@ -406,13 +416,22 @@ async fn trim_heap() {
     }
 }
 
-/// The metrics registry (families initialised) and the proxy health, the Node's eligibility set.
+/// The metrics registry, the proxy health and the API client's request metrics (in that registry).
 fn metrics_and_health(
     options: &Options,
-    families: &[IpFamily],
-    initial: Option<&NodeInfo>,
-) -> anyhow::Result<(Arc<Metrics>, Arc<ProxyHealth>)> {
+) -> anyhow::Result<(Arc<Metrics>, Arc<ProxyHealth>, RestClientMetrics)> {
     let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
+    let rest = RestClientMetrics::register(metrics.registry())
+        .map_err(|e| anyhow!("creating API client metrics: {e}"))?;
+    let health = Arc::new(ProxyHealth::with_system_clock(
+        options.config.sync_period() * 2,
+        metrics.clone(),
+    ));
+    Ok((metrics, health, rest))
+}
+
+/// Initialises the per-family series and, with `--ipvs-traffic-metrics`, the traffic counters.
+fn init_metrics(options: &Options, metrics: &Metrics, families: &[IpFamily]) -> anyhow::Result<()> {
     for &f in families {
         metrics.init_family(f);
     }
@@ -424,12 +443,7 @@ fn metrics_and_health(
             ipvs,
         ))));
     }
-    let health = Arc::new(ProxyHealth::with_system_clock(
-        options.config.sync_period() * 2,
-        metrics.clone(),
-    ));
-    health.set_node_eligible(initial.is_none_or(|n| n.eligible()));
-    Ok((metrics, health))
+    Ok(())
 }
 
 /// The daemon's result for why it stopped: `Ok` after a signal, an error naming the cause otherwise.

@@ -12,6 +12,7 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod faults;
 pub mod http;
 pub mod selector;
 pub mod store;
@@ -51,6 +52,7 @@ impl Default for Options {
 /// Handle of a running test API server; dropping it stops the server.
 pub struct TestApiServer {
     shared: Arc<Shared>,
+    faults: Arc<faults::Faults>,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -79,6 +81,8 @@ impl TestApiServer {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         let app_state = shared.clone();
+        let faults = Arc::new(faults::Faults::default());
+        let fault_state = faults.clone();
         let thread = std::thread::Builder::new()
             .name(format!("test-apiserver-{}", addr.port()))
             .spawn(move || {
@@ -104,7 +108,11 @@ impl TestApiServer {
                     let _ = ready_tx.send(Ok(()));
                     let app = axum::Router::new()
                         .fallback(http::handle)
-                        .with_state(app_state);
+                        .with_state(app_state)
+                        .layer(axum::middleware::from_fn_with_state(
+                            fault_state,
+                            faults::middleware,
+                        ));
                     tokio::select! {
                         r = axum::serve(listener, app) => {
                             if let Err(e) = r {
@@ -122,6 +130,7 @@ impl TestApiServer {
             .map_err(|_| anyhow!("test API server thread died"))??;
         Ok(TestApiServer {
             shared,
+            faults,
             addr,
             stop: Some(stop_tx),
             thread: Some(thread),
