@@ -85,7 +85,8 @@ async fn black_hole_requests_fail_at_their_deadline_and_are_counted() {
     );
     assert_eq!(api.swallowed_requests(), 1);
     let text = scrape(&registry);
-    let errors = format!("rest_client_requests_total{{code=\"<error>\",host=\"{host}\",method=\"GET\"}}");
+    let errors =
+        format!("rest_client_requests_total{{code=\"<error>\",host=\"{host}\",method=\"GET\"}}");
     assert_eq!(sample(&text, &errors), 1.0, "{text}");
 
     api.set_black_hole(false);
@@ -94,7 +95,8 @@ async fn black_hole_requests_fail_at_their_deadline_and_are_counted() {
     let text = scrape(&registry);
     let ok = format!("rest_client_requests_total{{code=\"200\",host=\"{host}\",method=\"GET\"}}");
     assert_eq!(sample(&text, &ok), 1.0, "{text}");
-    let count = format!("rest_client_request_duration_seconds_count{{host=\"{host}\",verb=\"GET\"}}");
+    let count =
+        format!("rest_client_request_duration_seconds_count{{host=\"{host}\",verb=\"GET\"}}");
     assert_eq!(sample(&text, &count), 2.0, "{text}");
     // component-base's buckets, the black-holed request in the 1-2 s one.
     let bucket = |le: &str| {
@@ -143,7 +145,8 @@ async fn stalled_watch_is_noticed_and_rewatched() {
     trackers.apply(&mut services, &mut endpoints);
     assert_eq!(services.len(), 1);
     assert!(
-        api.wait_until_async(Duration::from_secs(5), |a| a.open_watches(Kind::Service) == 1)
+        api.wait_until_async(Duration::from_secs(5), |a| a.open_watches(Kind::Service)
+            == 1)
             .await
     );
     let watches = api.watch_requests(Kind::Service);

@@ -118,11 +118,22 @@ uml_test!(black_hole_from_the_start, boot(), {
         spawned,
         "a watcher's request to fail at its deadline",
         Duration::from_secs(150),
-        |e| e.log().contains("no response from the API server within 30s"),
+        |e| {
+            e.log()
+                .contains("no response from the API server within 30s")
+        },
     );
-    let errors = metric_with(&e.metrics(), "rest_client_requests_total", "code=\"<error>\"");
+    let errors = metric_with(
+        &e.metrics(),
+        "rest_client_requests_total",
+        "code=\"<error>\"",
+    );
     assert!(errors >= 1.0, "{}", e.metrics());
-    assert!(e.api.swallowed_requests() >= 4, "{}", e.api.swallowed_requests());
+    assert!(
+        e.api.swallowed_requests() >= 4,
+        "{}",
+        e.api.swallowed_requests()
+    );
     assert!(!has_vs(&ipvs(), "-t", "10.96.0.10:80"));
     assert_eq!(status(&e, "/healthz"), Some(503));
 
@@ -196,7 +207,10 @@ uml_test!(stalled_watch_is_noticed_and_rewatched, boot(), {
         secs(programmed)
     );
     let lists_after = e.api.list_requests(Kind::Service) + e.api.list_requests(Kind::EndpointSlice);
-    assert_eq!(lists_after, lists, "re-watched from the resourceVersion, not relisted");
+    assert_eq!(
+        lists_after, lists,
+        "re-watched from the resourceVersion, not relisted"
+    );
     assert_eq!(status(&e, "/healthz"), Some(200));
     assert!(e.daemon_exit().is_none(), "daemon died:\n{}", e.log());
 });
@@ -207,7 +221,14 @@ fn client_ports(pod: &Pod, port: u16) -> Vec<u16> {
         .exec(&format!("ss -Htn state established '( sport = :{port} )'"))
         .expect("ss");
     out.lines()
-        .filter_map(|l| l.split_whitespace().last()?.rsplit_once(':')?.1.parse().ok())
+        .filter_map(|l| {
+            l.split_whitespace()
+                .last()?
+                .rsplit_once(':')?
+                .1
+                .parse()
+                .ok()
+        })
         .collect()
 }
 
@@ -269,10 +290,7 @@ uml_test!(half_open_connection_is_noticed, boot(), {
         secs(programmed)
     );
     let log = e.log();
-    let why: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("watch failed"))
-        .collect();
+    let why: Vec<&str> = log.lines().filter(|l| l.contains("watch failed")).collect();
     println!("{}", why.join("\n"));
     assert!(e.daemon_exit().is_none(), "daemon died:\n{log}");
 });

@@ -208,19 +208,28 @@ impl<B> DeadlineBody<B> {
         }
     }
 
-    /// The error of a timer that fired, if one did.
-    fn expired(&mut self, cx: &mut Context<'_>) -> Option<TimedOut> {
-        if let Some((sleep, e)) = self.deadline.as_mut()
-            && sleep.as_mut().poll(cx).is_ready()
-        {
-            return Some(*e);
-        }
-        if let Some((limit, sleep)) = self.idle.as_mut()
-            && sleep.as_mut().poll(cx).is_ready()
-        {
-            return Some(TimedOut::Idle(*limit));
-        }
-        None
+    /// The error of the absolute deadline, if it passed.
+    fn past_deadline(&mut self, cx: &mut Context<'_>) -> Option<TimedOut> {
+        let (sleep, e) = self.deadline.as_mut()?;
+        sleep.as_mut().poll(cx).is_ready().then_some(*e)
+    }
+
+    /// The error of the idle limit, if it passed.
+    fn idle_too_long(&mut self, cx: &mut Context<'_>) -> Option<TimedOut> {
+        let (limit, sleep) = self.idle.as_mut()?;
+        sleep
+            .as_mut()
+            .poll(cx)
+            .is_ready()
+            .then_some(TimedOut::Idle(*limit))
+    }
+
+    fn fail(&mut self, e: TimedOut) -> Poll<Option<Result<Frame<B::Data>, BoxError>>>
+    where
+        B: Body,
+    {
+        self.failed = true;
+        Poll::Ready(Some(Err(e.into())))
     }
 }
 
@@ -240,6 +249,10 @@ where
         if this.failed {
             return Poll::Ready(None);
         }
+        // The deadline first: a body that keeps trickling must still end at it.
+        if let Some(e) = this.past_deadline(cx) {
+            return this.fail(e);
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some((limit, sleep)) = this.idle.as_mut() {
@@ -251,11 +264,8 @@ where
             Poll::Ready(None) => return Poll::Ready(None),
             Poll::Pending => {}
         }
-        match this.expired(cx) {
-            Some(e) => {
-                this.failed = true;
-                Poll::Ready(Some(Err(e.into())))
-            }
+        match this.idle_too_long(cx) {
+            Some(e) => this.fail(e),
             None => Poll::Pending,
         }
     }
@@ -266,5 +276,154 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::channel::mpsc;
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::Bytes;
+    use std::convert::Infallible;
+    use tower::{Layer, Service, ServiceExt, service_fn};
+
+    type Chunks = StreamBody<mpsc::Receiver<Result<Frame<Bytes>, Infallible>>>;
+
+    /// A service answering at once with a body fed through the returned sender.
+    fn fed() -> (
+        impl Service<
+            hyper::Request<()>,
+            Response = hyper::Response<Chunks>,
+            Error = Infallible,
+            Future = std::future::Ready<Result<hyper::Response<Chunks>, Infallible>>,
+        >,
+        mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
+    ) {
+        let (tx, rx) = mpsc::channel(16);
+        let mut rx = Some(rx);
+        let svc = service_fn(move |_req| {
+            let body = StreamBody::new(rx.take().expect("one request"));
+            std::future::ready(Ok::<_, Infallible>(hyper::Response::new(body)))
+        });
+        (svc, tx)
+    }
+
+    fn get(uri: &str) -> hyper::Request<()> {
+        hyper::Request::get(uri).body(()).unwrap()
+    }
+
+    #[test]
+    fn request_kind_reads_the_query() {
+        let kind = |u: &str| RequestKind::of(&u.parse().unwrap());
+        assert_eq!(kind("/api/v1/services?limit=500"), RequestKind::Plain);
+        assert_eq!(kind("/api/v1/services"), RequestKind::Plain);
+        assert_eq!(
+            kind("/api/v1/services?watch=true&timeoutSeconds=412&allowWatchBookmarks=true"),
+            RequestKind::Watch {
+                timeout: Some(Duration::from_secs(412))
+            }
+        );
+        assert_eq!(
+            kind("/api/v1/nodes?watch=1"),
+            RequestKind::Watch { timeout: None }
+        );
+        assert_eq!(kind("/api/v1/nodes?watch=false"), RequestKind::Plain);
+    }
+
+    #[test]
+    fn watch_timeouts_spread_over_five_to_ten_minutes() {
+        let drawn: Vec<u32> = (0..200).map(|_| watch_timeout_seconds()).collect();
+        assert!(drawn.iter().all(|t| (300..600).contains(t)), "{drawn:?}");
+        let distinct: std::collections::BTreeSet<u32> = drawn.into_iter().collect();
+        assert!(distinct.len() > 50, "{distinct:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unanswered_request_fails_at_its_deadline() {
+        let silent = service_fn(|_req: hyper::Request<()>| {
+            std::future::pending::<Result<hyper::Response<http_body_util::Empty<Bytes>>, Infallible>>(
+            )
+        });
+        let svc = DeadlineLayer::default().layer(silent);
+        let start = Instant::now();
+        let Err(err) = svc.oneshot(get("/api/v1/nodes/n1")).await else {
+            panic!("answered");
+        };
+        assert_eq!(start.elapsed(), REQUEST_TIMEOUT);
+        assert_eq!(
+            err.downcast_ref::<TimedOut>(),
+            Some(&TimedOut::Response(REQUEST_TIMEOUT))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn body_must_complete_within_the_deadline() {
+        let (svc, mut tx) = fed();
+        let svc = DeadlineLayer::default().layer(svc);
+        let start = Instant::now();
+        let resp = svc.oneshot(get("/api/v1/services")).await.unwrap();
+        tx.try_send(Ok(Frame::data(Bytes::from_static(b"{"))))
+            .unwrap();
+        let err = resp.into_body().collect().await.unwrap_err();
+        assert_eq!(start.elapsed(), REQUEST_TIMEOUT);
+        assert_eq!(
+            err.downcast_ref::<TimedOut>(),
+            Some(&TimedOut::Body(REQUEST_TIMEOUT))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_lives_while_data_comes_and_dies_when_it_stops() {
+        let (svc, mut tx) = fed();
+        let svc = DeadlineLayer::default().layer(svc);
+        let resp = svc
+            .oneshot(get("/api/v1/services?watch=true&timeoutSeconds=600"))
+            .await
+            .unwrap();
+        let mut body = resp.into_body();
+        // A bookmark a minute for nine minutes: far past the request deadline, never idle.
+        for _ in 0..9 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            tx.try_send(Ok(Frame::data(Bytes::from_static(b"{}\n"))))
+                .unwrap();
+            assert!(body.frame().await.unwrap().is_ok());
+        }
+        let silent = Instant::now();
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(silent.elapsed(), WATCH_IDLE_LIMIT);
+        assert_eq!(
+            err.downcast_ref::<TimedOut>(),
+            Some(&TimedOut::Idle(WATCH_IDLE_LIMIT))
+        );
+        assert!(
+            body.frame().await.is_none(),
+            "the stream ends after the error"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_ends_past_its_timeout_seconds() {
+        let (svc, mut tx) = fed();
+        let svc = DeadlineLayer::default().layer(svc);
+        let start = Instant::now();
+        let resp = svc
+            .oneshot(get("/api/v1/services?watch=true&timeoutSeconds=60"))
+            .await
+            .unwrap();
+        let mut body = resp.into_body();
+        let err = loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let _ = tx.try_send(Ok(Frame::data(Bytes::from_static(b"{}\n"))));
+            match body.frame().await.unwrap() {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert!(start.elapsed() >= Duration::from_secs(60) + WATCH_DEADLINE_MARGIN);
+        assert_eq!(
+            err.downcast_ref::<TimedOut>(),
+            Some(&TimedOut::WatchDeadline(WATCH_DEADLINE_MARGIN))
+        );
     }
 }

@@ -199,3 +199,103 @@ where
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use tower::{Layer, Service, ServiceExt, service_fn};
+
+    fn text(registry: &Registry) -> String {
+        use prometheus::Encoder;
+        let mut buf = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&registry.gather(), &mut buf)
+            .unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Answers `/ok` 200, `/missing` 404, `/broken` with an error, `/slow` never.
+    fn server(
+        req: hyper::Request<()>,
+    ) -> Pin<Box<dyn Future<Output = Result<hyper::Response<Full<Bytes>>, BoxError>> + Send>> {
+        let path = req.uri().path().to_string();
+        Box::pin(async move {
+            let code = match path.as_str() {
+                "/ok" => 200,
+                "/missing" => 404,
+                "/broken" => return Err("connection refused".into()),
+                _ => std::future::pending().await,
+            };
+            let mut r = hyper::Response::new(Full::new(Bytes::from_static(b"{}")));
+            *r.status_mut() = hyper::StatusCode::from_u16(code).unwrap();
+            Ok(r)
+        })
+    }
+
+    #[tokio::test]
+    async fn counts_every_request_by_code_method_and_host() {
+        let registry = Registry::new();
+        let metrics = RestClientMetrics::register(&registry).unwrap();
+        let mut svc = metrics.layer("10.96.0.1:443").layer(service_fn(server));
+        let req = |m: &str, p: &str| hyper::Request::builder().method(m).uri(p).body(()).unwrap();
+        for (m, p) in [
+            ("GET", "/ok"),
+            ("GET", "/ok"),
+            ("POST", "/missing"),
+            ("GET", "/broken"),
+        ] {
+            if let Ok(r) = svc.ready().await.unwrap().call(req(m, p)).await {
+                r.into_body().collect().await.unwrap();
+            }
+        }
+        // A request abandoned before its answer (a deadline) counts as an error too.
+        let abandoned = svc.ready().await.unwrap().call(req("GET", "/slow"));
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(10), abandoned)
+                .await
+                .is_err()
+        );
+        // A watch is timed to its headers: its body is still open here.
+        let watch = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(req("GET", "/ok?watch=true"))
+            .await
+            .unwrap();
+        let t = text(&registry);
+        let host = "host=\"10.96.0.1:443\"";
+        let n = |code: &str, method: &str| {
+            value(
+                &t,
+                &format!(
+                    "rest_client_requests_total{{code=\"{code}\",{host},method=\"{method}\"}}"
+                ),
+            )
+        };
+        assert_eq!(n("200", "GET"), 3.0, "{t}");
+        assert_eq!(n("404", "POST"), 1.0, "{t}");
+        assert_eq!(n("<error>", "GET"), 2.0, "{t}");
+        let count = |verb: &str| {
+            value(
+                &t,
+                &format!("rest_client_request_duration_seconds_count{{{host},verb=\"{verb}\"}}"),
+            )
+        };
+        assert_eq!((count("GET"), count("POST")), (5.0, 1.0), "{t}");
+        let buckets: Vec<&str> = t
+            .lines()
+            .filter(|l| l.starts_with("rest_client_request_duration_seconds_bucket{host=\"10.96.0.1:443\",verb=\"POST\""))
+            .collect();
+        assert_eq!(buckets.len(), 13, "{buckets:?}");
+        drop(watch);
+    }
+}

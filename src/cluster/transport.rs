@@ -70,7 +70,11 @@ pub fn build(config: kube::Config, t: Transport<'_>) -> anyhow::Result<kube::Cli
         .layer(config.base_uri_layer())
         .option_layer(retry)
         .option_layer(config.auth_layer().context("API server credentials")?)
-        .layer(config.extra_headers_layer().context("API request headers")?)
+        .layer(
+            config
+                .extra_headers_layer()
+                .context("API request headers")?,
+        )
         .layer(t.metrics.layer(&host_label(&config)))
         .service(hyper);
     Ok(ClientBuilder::new(service, config.default_namespace.clone()).build())

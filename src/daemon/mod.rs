@@ -10,8 +10,8 @@ pub mod sync;
 pub mod watch_config;
 
 use crate::cluster::client::{ClientOptions, build_client};
-use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::model::IpFamily;
+use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{GoDuration, LocalMode, Options};
 use crate::kernel::iptables::Iptables;
