@@ -83,6 +83,22 @@ pub enum TimedOut {
     WatchDeadline(Duration),
 }
 
+/// `e` with its sources, `: `-separated, skipping a source whose text its parent already shows (hyper's
+/// "error reading a body from connection" says why only in its source: "Connection timed out").
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
 /// What the deadlines of one request depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
@@ -311,6 +327,24 @@ mod tests {
 
     fn get(uri: &str) -> hyper::Request<()> {
         hyper::Request::get(uri).body(()).unwrap()
+    }
+
+    #[test]
+    fn error_chain_shows_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "Connection timed out");
+        let outer = std::io::Error::other(io);
+        assert_eq!(error_chain(&outer), "Connection timed out");
+        #[derive(Debug, thiserror::Error)]
+        #[error("error reading a body from connection")]
+        struct Read(#[source] std::io::Error);
+        let e = Read(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "Connection timed out",
+        ));
+        assert_eq!(
+            error_chain(&e),
+            "error reading a body from connection: Connection timed out"
+        );
     }
 
     #[test]

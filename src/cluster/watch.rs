@@ -585,7 +585,7 @@ async fn run_watcher<K, H>(
         let event = match item {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(kind = %H::KIND, error = %e, "watch failed, backing off and relisting");
+                tracing::warn!(kind = %H::KIND, error = %deadline::error_chain(&e), "watch failed, backing off and relisting");
                 continue;
             }
         };
