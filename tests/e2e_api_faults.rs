@@ -4,8 +4,9 @@
 //!
 //! - a black hole from the start (accepts, never answers): `/healthz` and `/livez` answer at once, the
 //!   Node wait gives up after 30 s, `/healthz` turns 503 once the first sync is 2 × syncPeriod late, the
-//!   failed requests show in `rest_client_requests_total`; once the API server answers, the daemon
-//!   programs the cluster and turns healthy;
+//!   failed requests show in `rest_client_requests_total`; once the API server answers, the daemon reads
+//!   its Node and exits to be restarted with the Node's IPs, and the restarted daemon programs the cluster
+//!   and turns healthy;
 //! - a watch that stops sending without closing: noticed after the idle limit, re-watched, a change made
 //!   during the stall programmed;
 //! - a real half-open connection: the API server in its own network namespace, every flow open at that
@@ -144,35 +145,57 @@ uml_test!(black_hole_from_the_start, boot(), {
 
     e.api.set_black_hole(false);
     let lifted = Instant::now();
-    let programmed = timed(
-        &mut e,
-        lifted,
-        "web programmed once the API server answers",
-        FIRST_SYNC_TIMEOUT,
-        |_| has_vs(&ipvs(), "-t", "10.96.0.10:80"),
+    // It started without its Node's IPs (127.0.0.1); once the Node is read it exits so that the kubelet
+    // restarts it with the right ones (`daemon::watch_node`), before programming anything with the wrong.
+    let exited = exit_within(&mut e, Duration::from_secs(150));
+    let restarted_after = lifted.elapsed();
+    assert!(
+        e.log().contains("node IPs changed from [] to [10.0.0.10]"),
+        "{}",
+        e.log()
     );
-    let healthy = timed(
-        &mut e,
-        lifted,
-        "/healthz 200 again",
-        CONVERGE_TIMEOUT,
-        |e| status(e, "/healthz") == Some(200),
-    );
+    assert_eq!(exited.code(), Some(1), "{}", e.log());
+    e.kill_daemon();
+    let respawned = Instant::now();
+    e.start_daemon();
+    let programmed = respawned.elapsed();
+    assert!(has_vs(&ipvs(), "-t", "10.96.0.10:80"), "{}", ipvs());
+    let healthy = timed(&mut e, respawned, "/healthz 200", CONVERGE_TIMEOUT, |e| {
+        status(e, "/healthz") == Some(200)
+    });
     let ok = metric_with(&e.metrics(), "rest_client_requests_total", "code=\"200\"");
     assert!(ok >= 3.0, "lists and watches counted: {}", e.metrics());
     println!(
         "api-faults black hole from the start: /healthz served {} after spawn, 503 after {}, Node wait gave up \
-         after {}, first request deadline logged after {}, {errors} requests counted <error>; after the API server \
-         answered again: web programmed in {}, /healthz 200 in {}",
+         after {}, watchers' first lists failed at their deadline after {}, {errors} requests counted <error>; \
+         API server answering again: the daemon read its Node and exited to restart with its IPs {} later; \
+         restarted: first sync done in {}, /healthz 200 in {}",
         secs(served),
         secs(unhealthy),
         secs(gave_up),
         secs(failed),
+        secs(restarted_after),
         secs(programmed),
         secs(healthy)
     );
     assert!(e.daemon_exit().is_none(), "daemon died:\n{}", e.log());
 });
+
+/// Waits for the daemon to exit and returns its status; panics with its log after `timeout`.
+fn exit_within(e: &mut E2e, timeout: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(st) = e.daemon_exit() {
+            return st;
+        }
+        assert!(
+            Instant::now() < end,
+            "the daemon did not exit within {timeout:?}:\n{}",
+            e.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
 
 uml_test!(stalled_watch_is_noticed_and_rewatched, boot(), {
     let mut e = E2e::start(Options::default());

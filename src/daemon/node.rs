@@ -122,7 +122,8 @@ mod tests {
         let config = kube::Config::new(url.parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let start = tokio::time::Instant::now();
-        assert_eq!(wait_for_node(&client, "n1", NODE_WAIT).await, None);
+        let waited = tokio::time::timeout(NODE_WAIT * 4, wait_for_node(&client, "n1", NODE_WAIT));
+        assert_eq!(waited.await, Ok(None), "the wait never ended");
         assert_eq!(start.elapsed(), NODE_WAIT);
     }
 
