@@ -70,10 +70,8 @@ async fn black_hole_requests_fail_at_their_deadline_and_are_counted() {
 
     api.set_black_hole(true);
     let start = Instant::now();
-    let listed = tokio::time::timeout(
-        Duration::from_secs(10),
-        services.list(&ListParams::default()),
-    );
+    let params = ListParams::default();
+    let listed = tokio::time::timeout(Duration::from_secs(10), services.list(&params));
     let err = listed.await.expect("the request never ended").unwrap_err();
     let took = start.elapsed();
     println!("black-holed list failed after {took:?}: {err}");
