@@ -17,9 +17,7 @@
 mod common;
 
 use common::apiserver::{Kind, TestApiServer};
-use common::e2e::{
-    ABC, CONVERGE_TIMEOUT, E2e, FIRST_SYNC_TIMEOUT, Options, boot, has_vs, ipvs, service, slice,
-};
+use common::e2e::{ABC, CONVERGE_TIMEOUT, E2e, Options, boot, has_vs, ipvs, service, slice};
 use common::netns::Pod;
 use serde_json::json;
 use std::time::{Duration, Instant};

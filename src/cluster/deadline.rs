@@ -302,27 +302,22 @@ mod tests {
     use http_body_util::{BodyExt, StreamBody};
     use hyper::body::Bytes;
     use std::convert::Infallible;
-    use tower::{Layer, Service, ServiceExt, service_fn};
+    use tower::{Layer, ServiceExt, service_fn};
 
     type Chunks = StreamBody<mpsc::Receiver<Result<Frame<Bytes>, Infallible>>>;
 
+    type Feed = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
+    type Fed = tower::util::BoxService<hyper::Request<()>, hyper::Response<Chunks>, Infallible>;
+
     /// A service answering at once with a body fed through the returned sender.
-    fn fed() -> (
-        impl Service<
-            hyper::Request<()>,
-            Response = hyper::Response<Chunks>,
-            Error = Infallible,
-            Future = std::future::Ready<Result<hyper::Response<Chunks>, Infallible>>,
-        >,
-        mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
-    ) {
+    fn fed() -> (Fed, Feed) {
         let (tx, rx) = mpsc::channel(16);
         let mut rx = Some(rx);
         let svc = service_fn(move |_req| {
             let body = StreamBody::new(rx.take().expect("one request"));
             std::future::ready(Ok::<_, Infallible>(hyper::Response::new(body)))
         });
-        (svc, tx)
+        (tower::util::BoxService::new(svc), tx)
     }
 
     fn get(uri: &str) -> hyper::Request<()> {

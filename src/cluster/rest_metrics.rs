@@ -223,9 +223,7 @@ mod tests {
     }
 
     /// Answers `/ok` 200, `/missing` 404, `/broken` with an error, `/slow` never.
-    fn server(
-        req: hyper::Request<()>,
-    ) -> Pin<Box<dyn Future<Output = Result<hyper::Response<Full<Bytes>>, BoxError>> + Send>> {
+    fn server(req: hyper::Request<()>) -> BoxFuture<hyper::Response<Full<Bytes>>> {
         let path = req.uri().path().to_string();
         Box::pin(async move {
             let code = match path.as_str() {

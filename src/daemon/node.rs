@@ -114,9 +114,11 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {
-            let mut held = Vec::new();
             while let Ok((conn, _)) = listener.accept().await {
-                held.push(conn);
+                tokio::spawn(async move {
+                    let _held = conn;
+                    std::future::pending::<()>().await
+                });
             }
         });
         let config = kube::Config::new(url.parse().unwrap());
