@@ -2,7 +2,8 @@
 //!
 //! It serves list and watch of Services, EndpointSlices (discovery.k8s.io/v1) and Nodes with label and
 //! field selectors, pagination, resourceVersions, bookmarks, 410 "Expired" for compacted history, and records
-//! Events (events.k8s.io/v1 and core/v1). The server runs on its own thread with its own tokio runtime, so the
+//! Events (events.k8s.io/v1 and core/v1); it can also stall instead of failing (`faults`: a black hole that
+//! never answers, watches that go silent). The server runs on its own thread with its own tokio runtime, so the
 //! synchronous control handle works from plain threads and from async tests alike.
 //!
 //! ```ignore
