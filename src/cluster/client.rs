@@ -1,5 +1,8 @@
 //! Kubernetes client construction: in-cluster config, `--kubeconfig`, `--master`, and a QPS/burst limiter.
 
+use super::deadline::Deadlines;
+use super::rest_metrics::RestClientMetrics;
+use super::transport::{self, Transport};
 use crate::runner::TokenBucket;
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -73,15 +76,20 @@ pub fn effective_limits(qps: f32, burst: i32) -> (f64, u32) {
     (rate, burst.unsigned_abs())
 }
 
-/// Builds a client with the request rate limiter installed.
-pub async fn build_client(opts: &ClientOptions) -> anyhow::Result<kube::Client> {
+/// Builds a client with the request rate limiter, request deadlines, TCP keepalive and request metrics
+/// (counted in `metrics`) installed ([`super::transport`]).
+pub async fn build_client(
+    opts: &ClientOptions,
+    metrics: &RestClientMetrics,
+) -> anyhow::Result<kube::Client> {
     let config = load_config(opts).await?;
     let (rate, burst) = effective_limits(opts.qps, opts.burst);
-    let client = kube::client::ClientBuilder::try_from(config)
-        .context("building API client")?
-        .with_layer(&RateLimitLayer::new(rate, burst))
-        .build();
-    Ok(client)
+    let transport = Transport {
+        rate_limit: RateLimitLayer::new(rate, burst),
+        deadlines: Deadlines::default(),
+        metrics,
+    };
+    transport::build(config, transport).context("building API client")
 }
 
 /// Tower layer delaying requests to at most `rate` per second with `burst` back to back.

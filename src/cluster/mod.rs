@@ -2,11 +2,14 @@
 
 pub mod client;
 pub mod convert;
+pub mod deadline;
 pub mod decode;
 pub mod listwatch;
 pub mod model;
 pub mod proto;
+pub mod rest_metrics;
 pub mod select;
 pub mod service_options;
 pub mod tracker;
+pub mod transport;
 pub mod watch;

@@ -8,6 +8,7 @@
 //! kinds; a `Handler` per kind says what a change means.
 
 use super::convert::{ConvertError, InvalidReason, ObjectKind};
+use super::deadline;
 use super::decode::{Decoded, Unreadable};
 use super::listwatch::{ApiClient, Watched, list_watch};
 use super::model::{EndpointsMap, ServiceMap};
@@ -39,21 +40,27 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Taint the cluster autoscaler puts on nodes it is about to delete.
 pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
 
+/// Watch parameters every watcher starts from: a server-side timeout picked at random in 5–10 minutes
+/// ([`deadline::watch_timeout_seconds`]; the client-side limits are the transport's, see [`deadline`]).
+fn base_watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(deadline::watch_timeout_seconds())
+}
+
 /// Watch parameters for Services.
 pub fn service_watch_config() -> watcher::Config {
-    watcher::Config::default()
+    base_watch_config()
         .labels(PROXY_LABEL_SELECTOR)
         .fields(SERVICE_FIELD_SELECTOR)
 }
 
 /// Watch parameters for EndpointSlices.
 pub fn slice_watch_config() -> watcher::Config {
-    watcher::Config::default().labels(PROXY_LABEL_SELECTOR)
+    base_watch_config().labels(PROXY_LABEL_SELECTOR)
 }
 
 /// Watch parameters for the own Node.
 pub fn node_watch_config(node_name: &str) -> watcher::Config {
-    watcher::Config::default().fields(&format!("metadata.name={node_name}"))
+    base_watch_config().fields(&format!("metadata.name={node_name}"))
 }
 
 /// The change trackers, shared between the watchers and the sync loop.
@@ -581,7 +588,7 @@ async fn run_watcher<K, H>(
         let event = match item {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(kind = %H::KIND, error = %e, "Watch failed, backing off and relisting");
+                tracing::warn!(kind = %H::KIND, err = %deadline::error_chain(&e), "Watch failed, backing off and relisting");
                 continue;
             }
         };

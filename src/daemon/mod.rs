@@ -13,6 +13,7 @@ pub mod watch_config;
 use crate::cluster::client::{ClientOptions, build_client};
 use crate::cluster::listwatch::{ApiClient, MediaTypes};
 use crate::cluster::model::IpFamily;
+use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{GoDuration, LocalDetection, Options};
 use crate::explain::metrics::StateMetrics;
@@ -154,9 +155,9 @@ struct Cluster {
     node_cidr_mode: bool,
 }
 
-/// Connects to the API server, announces the start and waits for the own Node (and, in NodeCIDR
-/// mode, for its podCIDRs).
-async fn connect(options: &Options) -> anyhow::Result<Cluster> {
+/// Connects to the API server (requests counted in `rest_metrics`), announces the start and waits for
+/// the own Node (at most [`node::NODE_WAIT`]) and, in NodeCIDR mode, for its podCIDRs.
+async fn connect(options: &Options, rest_metrics: &RestClientMetrics) -> anyhow::Result<Cluster> {
     let c = &options.config;
     let client_options = ClientOptions {
         kubeconfig: Some(c.client_connection.kubeconfig.clone().into()),
@@ -164,12 +165,15 @@ async fn connect(options: &Options) -> anyhow::Result<Cluster> {
         qps: c.client_connection.qps,
         burst: c.client_connection.burst,
     };
-    let client = build_client(&client_options).await?;
+    let client = build_client(&client_options, rest_metrics).await?;
     // Events get a client of their own: the publisher's rate limit, not the watches'.
-    let events_client = build_client(&ClientOptions {
-        qps: -1.0,
-        ..client_options
-    })
+    let events_client = build_client(
+        &ClientOptions {
+            qps: -1.0,
+            ..client_options
+        },
+        rest_metrics,
+    )
     .await?;
     let node_name = &options.node_name;
     let events = events::Events::start(events_client, node_name);
@@ -177,7 +181,11 @@ async fn connect(options: &Options) -> anyhow::Result<Cluster> {
 
     let mut initial = node::wait_for_node(&client, node_name, node::NODE_WAIT).await;
     if initial.is_none() {
-        tracing::warn!(node = %node_name, "The Node object was not found; continuing without it");
+        tracing::warn!(
+            node = %node_name,
+            waited = ?node::NODE_WAIT,
+            "The Node object could not be read; continuing without it"
+        );
     }
     let node_cidr_mode = options.settings.local_detection == LocalDetection::NodeCidr;
     if node_cidr_mode {
@@ -328,18 +336,20 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let config_snapshot = options.config_path.as_deref().map(watch_config::snapshot);
     let c = &options.config;
     set_oom_score(c.oom_score_adj);
-    let cluster = connect(&options).await?;
-    let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
-    let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
-
-    proxier_lock(&proxier).set_max_drain(options.ipvs_max_drain_time);
+    // Health, metrics and the explanation are served from the start, whatever the API server does.
     let published = Published::default();
-    let obs = observers(&options, &families, cluster.initial.as_ref(), &published)?;
+    let obs = observers(&options, &published)?;
     let (metrics, health) = (obs.metrics.clone(), obs.health.clone());
-    cluster.events.attach_metrics(metrics.clone());
     let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
     let explainer = explainer(&options, &published);
     let servers = start_servers(&options, &obs, explainer, &server_stop_rx).await?;
+    let cluster = connect(&options, &obs.rest).await?;
+    cluster.events.attach_metrics(metrics.clone());
+    let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
+    let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
+    proxier_lock(&proxier).set_max_drain(options.ipvs_max_drain_time);
+    init_metrics(&options, &metrics, &families, &published)?;
+    health.set_node_eligible(cluster.initial.as_ref().is_none_or(|n| n.eligible()));
     let settings = sync::SyncSettings::new(
         &options.settings,
         &options.node_name,
@@ -377,7 +387,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     spawn_graceful_check(proxier.clone(), graceful_interval(), &published, &obs.state);
 
     for &f in &families {
-        health.updated(f);
+        health.loop_started(f);
     }
     let synced_for_trim = synced.clone();
     let sync_loop = sync::SyncLoop::new(sync::SyncParts {
@@ -484,7 +494,7 @@ fn explainer(options: &Options, published: &Published) -> Arc<Explainer> {
     let ipvs = match crate::kernel::ipvs::netlink::NetlinkIpvs::new() {
         Ok(i) => Some(Box::new(i) as Box<dyn crate::kernel::ipvs::Ipvs>),
         Err(e) => {
-            tracing::warn!(error = %e, "opening IPVS for /debug/services; it will show the plan only");
+            tracing::warn!(err = %e, "Opening IPVS for /debug/services failed; it will show the plan only");
             None
         }
     };
@@ -493,10 +503,12 @@ fn explainer(options: &Options, published: &Published) -> Arc<Explainer> {
     Arc::new(e)
 }
 
-/// What reports on the daemon: the metrics registry, the proxy health and the explanation's metrics.
+/// What reports on the daemon: the metrics registry, the proxy health, the API client's request
+/// metrics and the explanation's metrics (all in that registry).
 struct Observers {
     metrics: Arc<Metrics>,
     health: Arc<ProxyHealth>,
+    rest: RestClientMetrics,
     state: Arc<StateMetrics>,
 }
 
@@ -504,21 +516,37 @@ fn proxier_lock(p: &Mutex<Proxier>) -> std::sync::MutexGuard<'_, Proxier> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The metrics registry (families initialised, the explanation's metrics registered) and the proxy
-/// health, the Node's eligibility set.
-fn observers(
-    options: &Options,
-    families: &[IpFamily],
-    initial: Option<&NodeInfo>,
-    published: &Published,
-) -> anyhow::Result<Observers> {
+/// The metrics registry with every metric that exists before the families are known, and the proxy
+/// health.
+fn observers(options: &Options, published: &Published) -> anyhow::Result<Observers> {
     let metrics = Arc::new(Metrics::new().map_err(|e| anyhow!("creating metrics: {e}"))?);
+    let rest = RestClientMetrics::register(metrics.registry())
+        .map_err(|e| anyhow!("creating API client metrics: {e}"))?;
     let state = StateMetrics::register(&metrics, published.drains.clone())
         .map_err(|e| anyhow!("creating metrics: {e}"))?;
-    let index = &published.index;
     metrics
         .register_component(&options.config.feature_gates)
         .map_err(|e| anyhow!("creating metrics: {e}"))?;
+    let health = Arc::new(ProxyHealth::with_system_clock(
+        options.settings.sync_period * 2,
+        metrics.clone(),
+    ));
+    Ok(Observers {
+        metrics,
+        health,
+        rest,
+        state: Arc::new(state),
+    })
+}
+
+/// Initialises the per-family series and, with `--ipvs-traffic-metrics`, the traffic counters.
+fn init_metrics(
+    options: &Options,
+    metrics: &Metrics,
+    families: &[IpFamily],
+    published: &Published,
+) -> anyhow::Result<()> {
+    let index = &published.index;
     for &f in families {
         metrics.init_family(f);
     }
@@ -529,16 +557,7 @@ fn observers(
         let traffic = crate::traffic::TrafficMetrics::new(Box::new(ipvs), index.clone());
         metrics.enable_traffic(Arc::new(traffic));
     }
-    let health = Arc::new(ProxyHealth::with_system_clock(
-        options.settings.sync_period * 2,
-        metrics.clone(),
-    ));
-    health.set_node_eligible(initial.is_none_or(|n| n.eligible()));
-    Ok(Observers {
-        metrics,
-        health,
-        state: Arc::new(state),
-    })
+    Ok(())
 }
 
 /// The daemon's result for why it stopped: `Ok` after a signal, an error naming the cause otherwise.

@@ -12,26 +12,30 @@ use std::time::Duration;
 /// How long to wait for the Node object at start before falling back (upstream: 30 s).
 pub const NODE_WAIT: Duration = Duration::from_secs(30);
 
-/// Polls the API server for Node `name` until it exists or `timeout` passes.
+/// Polls the API server for Node `name` until it exists or `timeout` passes, whatever the API server
+/// does (each request has its own deadline too; one that never returns does not hold the wait).
 pub async fn wait_for_node(
     client: &kube::Client,
     name: &str,
     timeout: Duration,
 ) -> Option<NodeInfo> {
+    tokio::time::timeout(timeout, poll_node(client, name))
+        .await
+        .ok()
+}
+
+/// Gets Node `name` every 500 ms until it exists and can be read.
+async fn poll_node(client: &kube::Client, name: &str) -> NodeInfo {
     // Decoded leniently, as the Node watch does: fields kube-proxy does not read cannot fail it.
     let api: Api<Decoded<Node>> = Api::all(client.clone());
-    let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match api.get_opt(name).await {
-            Ok(Some(Decoded::Object(node))) => return Some(node_info(&node)),
+            Ok(Some(Decoded::Object(node))) => return node_info(&node),
             Ok(Some(Decoded::Unreadable(u))) => {
                 tracing::warn!(node = name, error = %u.error, "Cannot read the Node object")
             }
             Ok(None) => tracing::info!(node = name, "Waiting for the Node object"),
             Err(e) => tracing::warn!(node = name, error = %e, "Cannot get the Node object"),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return None;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -104,6 +108,27 @@ mod tests {
 
     fn ips(v: &[&str]) -> Vec<IpAddr> {
         v.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn node_wait_gives_up_on_a_silent_api_server() {
+        // Accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let _held = conn;
+                    std::future::pending::<()>().await
+                });
+            }
+        });
+        let config = kube::Config::new(url.parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let start = tokio::time::Instant::now();
+        let waited = tokio::time::timeout(NODE_WAIT * 4, wait_for_node(&client, "n1", NODE_WAIT));
+        assert_eq!(waited.await, Ok(None), "the wait never ended");
+        assert_eq!(start.elapsed(), NODE_WAIT);
     }
 
     #[test]

@@ -6,9 +6,16 @@
 //! requires the Node to be eligible (present, not being deleted, not tainted `ToBeDeletedByClusterAutoscaler`);
 //! `/livez` ignores the Node.
 //!
-//! Call contract for the sync loop (as upstream's proxier): [`ProxyHealth::updated`] once when the sync
+//! Call contract for the sync loop (as upstream's proxier): [`ProxyHealth::loop_started`] once when the sync
 //! loop of a family starts (so a loop whose syncs never succeed turns unhealthy), [`ProxyHealth::queued_update`]
 //! whenever a sync is requested, and [`ProxyHealth::updated`] after every successful sync.
+//!
+//! Start-up (beyond upstream, which answers 200 until the first sync whatever happens): the servers answer
+//! from the moment the process starts, and until the first successful sync the cluster's state counts as an
+//! update queued at process start. `/healthz` answers 503 once that first sync is `health_timeout` late
+//! (an API server that never answers, a first sync that never succeeds), so neither the kubelet's readiness
+//! probe nor a load balancer's health check believes a node whose rules were never programmed. `/livez`
+//! keeps upstream's rule: the process is alive and waiting, and a restart would not bring the API server back.
 
 use crate::cluster::model::IpFamily;
 use crate::metrics::Metrics;
@@ -54,11 +61,15 @@ struct State {
     last_updated: BTreeMap<IpFamily, SystemTime>,
     oldest_pending: BTreeMap<IpFamily, SystemTime>,
     node_eligible: bool,
+    /// A sync succeeded at least once ([`ProxyHealth::updated`]).
+    synced: bool,
 }
 
 /// Shared health state; wrap in an [`Arc`] and hand clones to the sync loop and the servers.
 pub struct ProxyHealth {
     clock: Arc<dyn Clock>,
+    /// When this state was created (the process start).
+    started: SystemTime,
     health_timeout: Duration,
     metrics: Arc<Metrics>,
     state: Mutex<State>,
@@ -105,6 +116,7 @@ impl ProxyHealth {
         metrics: Arc<Metrics>,
     ) -> ProxyHealth {
         ProxyHealth {
+            started: clock.now(),
             clock,
             health_timeout,
             metrics,
@@ -142,6 +154,26 @@ impl ProxyHealth {
         let mut s = self.state();
         s.oldest_pending.remove(&family);
         s.last_updated.insert(family, now);
+        s.synced = true;
+    }
+
+    /// The sync loop of `family` starts: it counts as updated now (upstream's `Updated` at the start of
+    /// `SyncLoop`), which is not a successful sync.
+    pub fn loop_started(&self, family: IpFamily) {
+        let now = self.clock.now();
+        let mut s = self.state();
+        s.oldest_pending.remove(&family);
+        s.last_updated.insert(family, now);
+    }
+
+    /// Whether no sync succeeded yet while the process started `health_timeout` or longer ago.
+    pub fn first_sync_overdue(&self) -> bool {
+        let late = self
+            .clock
+            .now()
+            .duration_since(self.started)
+            .is_ok_and(|d| d >= self.health_timeout);
+        late && !self.state().synced
     }
 
     /// Re-evaluates node eligibility from the current Node object (`None`: the Node does not exist).
@@ -222,10 +254,11 @@ impl ProxyHealth {
         serde_json::to_string(&json).unwrap_or_default()
     }
 
-    /// The `/healthz` answer (200 when the proxier is healthy and the node eligible, else 503), counted
-    /// in `kubeproxy_proxy_healthz_total`.
+    /// The `/healthz` answer (200 when the proxier is healthy, its first sync not overdue and the node
+    /// eligible, else 503), counted in `kubeproxy_proxy_healthz_total`.
     pub fn healthz(&self) -> HealthResponse {
-        let health = self.health();
+        let mut health = self.health();
+        health.healthy &= !self.first_sync_overdue();
         let eligible = self.node_eligible();
         let ok = health.healthy && eligible;
         let code = if ok { 200 } else { 503 };
@@ -309,6 +342,24 @@ mod tests {
         assert!(!h.is_healthy());
         h.updated(IpFamily::V6);
         assert!(h.is_healthy());
+    }
+
+    #[test]
+    fn overdue_first_sync_fails_healthz_not_livez() {
+        let (clock, h) = setup();
+        clock.advance(Duration::from_secs(30));
+        h.loop_started(IpFamily::V4);
+        clock.advance(Duration::from_secs(29));
+        assert_eq!((h.healthz().code, h.livez().code), (200, 200));
+        clock.advance(Duration::from_secs(1));
+        assert!(h.first_sync_overdue());
+        let r = h.healthz();
+        assert_eq!(r.code, 503, "{}", r.body);
+        assert!(r.body.contains("\"healthy\":false"), "{}", r.body);
+        assert_eq!(h.livez().code, 200);
+        h.updated(IpFamily::V4);
+        assert!(!h.first_sync_overdue());
+        assert_eq!(h.healthz().code, 200);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! field selectors, pagination, resourceVersions, bookmarks, 410 "Expired" for compacted history, and records
 //! Events (events.k8s.io/v1 and core/v1). Lists, watches and gets are served in JSON or, when the `Accept`
 //! header asks for it and [`Options::protobuf`] offers it, in protobuf made from the same stored objects
-//! (`proto.rs`: the `k8s\0` envelope, length-prefixed watch frames), as the real API server does. The server runs on its own thread with its own tokio runtime, so the
+//! (`proto.rs`: the `k8s\0` envelope, length-prefixed watch frames), as the real API server does. It can
+//! also stall instead of failing (`faults`: a black hole that never answers, watches that go silent). The
+//! server runs on its own thread with its own tokio runtime, so the
 //! synchronous control handle works from plain threads and from async tests alike.
 //!
 //! ```ignore
@@ -15,6 +17,7 @@
 #![allow(dead_code)]
 
 pub mod event_log;
+pub mod faults;
 pub mod http;
 pub mod proto;
 pub mod selector;
@@ -59,6 +62,7 @@ impl Default for Options {
 /// Handle of a running test API server; dropping it stops the server.
 pub struct TestApiServer {
     shared: Arc<Shared>,
+    faults: Arc<faults::Faults>,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -89,6 +93,8 @@ impl TestApiServer {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         let app_state = shared.clone();
+        let faults = Arc::new(faults::Faults::default());
+        let fault_state = faults.clone();
         let thread = std::thread::Builder::new()
             .name(format!("test-apiserver-{}", addr.port()))
             .spawn(move || {
@@ -114,7 +120,11 @@ impl TestApiServer {
                     let _ = ready_tx.send(Ok(()));
                     let app = axum::Router::new()
                         .fallback(http::handle)
-                        .with_state(app_state);
+                        .with_state(app_state)
+                        .layer(axum::middleware::from_fn_with_state(
+                            fault_state,
+                            faults::middleware,
+                        ));
                     tokio::select! {
                         r = axum::serve(listener, app) => {
                             if let Err(e) = r {
@@ -132,6 +142,7 @@ impl TestApiServer {
             .map_err(|_| anyhow!("test API server thread died"))??;
         Ok(TestApiServer {
             shared,
+            faults,
             addr,
             stop: Some(stop_tx),
             thread: Some(thread),

@@ -161,6 +161,17 @@ pub struct E2e {
 impl E2e {
     /// Sets up the node address, starts the API server with the Node object and writes the config files.
     pub fn start(opts: Options) -> E2e {
+        let api_opts = super::apiserver::Options {
+            protobuf: opts.api_protobuf,
+            ..Default::default()
+        };
+        let api =
+            TestApiServer::start_with("127.0.0.1:0", api_opts).expect("start test API server");
+        E2e::start_with_api(opts, api)
+    }
+
+    /// Like [`E2e::start`], with an API server started by the caller (e.g. in another network namespace).
+    pub fn start_with_api(opts: Options, api: TestApiServer) -> E2e {
         let dir = match &opts.dir {
             Some(d) => d.clone(),
             None => super::uml::guest_run_dir()
@@ -177,12 +188,6 @@ impl E2e {
         let bin = dir.join("kube-proxy");
         std::fs::copy(&opts.bin, &bin)
             .unwrap_or_else(|e| panic!("copy {} to {}: {e}", opts.bin.display(), bin.display()));
-        let api_opts = super::apiserver::Options {
-            protobuf: opts.api_protobuf,
-            ..Default::default()
-        };
-        let api =
-            TestApiServer::start_with("127.0.0.1:0", api_opts).expect("start test API server");
         api.apply_value(Kind::Node, node_json(&opts.node, &opts.node_ip))
             .expect("apply Node");
         let kubeconfig = dir.join("kubeconfig");
