@@ -22,6 +22,8 @@
 //! and `p99_ms`: the churn run with minSyncPeriod 1s; NA where not measured).
 #[path = "scale/churn.rs"]
 mod churn;
+#[path = "scale/iptcost.rs"]
+mod iptcost;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -66,6 +68,8 @@ struct Params {
     churn_rate: f64,
     /// The daemons log the heap at every step of a sync (`KPRS_BENCH_HEAP_MARKS=1`).
     heap_marks: bool,
+    /// The iptables-cost mode instead of the sizes (argument `iptables-cost`).
+    iptables_cost: Option<iptcost::Params>,
 }
 
 /// Whether the daemons log heap marks (set once in the guest from [`Params::heap_marks`]).
@@ -96,7 +100,10 @@ fn main() {
         .skip(1)
         .filter_map(|a| a.replace('_', "").parse().ok())
         .collect();
-    if sizes.is_empty() {
+    let iptables_cost = std::env::args()
+        .any(|a| a == "iptables-cost")
+        .then(iptcost::Params::from_env);
+    if sizes.is_empty() && iptables_cost.is_none() {
         sizes = vec![1_000, 10_000, 50_000];
     }
     // The change and no-op tests run once: at 10k if asked, else at the first N up to 20k.
@@ -119,6 +126,7 @@ fn main() {
         churn_secs: env_or("KPRS_BENCH_CHURN_SECS", 300),
         churn_rate: env_or("KPRS_BENCH_CHURN_RATE", 10.0),
         heap_marks: std::env::var("KPRS_BENCH_HEAP_MARKS").is_ok_and(|v| v == "1"),
+        iptables_cost,
     };
     std::fs::write(
         params_path(&name),
@@ -142,14 +150,18 @@ fn main() {
         "booting one UML guest (mem={mem}); progress: tail -f {}/uml-runs/{name}-*/guest-output.log",
         env!("CARGO_TARGET_TMPDIR")
     );
-    let budget = 600
-        + params
-            .sizes
-            .iter()
-            .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
-            .sum::<usize>() as u64
-            * 2
-        + 2 * (params.churn_secs + 120);
+    let budget = match &params.iptables_cost {
+        Some(p) => p.budget(),
+        None => {
+            600 + params
+                .sizes
+                .iter()
+                .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
+                .sum::<usize>() as u64
+                * 2
+                + 2 * (params.churn_secs + 120)
+        }
+    };
     common::uml::run(
         &name,
         common::uml::BootOptions {
@@ -162,7 +174,11 @@ fn main() {
     let _ = std::fs::remove_file(&daemon);
     // The run directory of this boot (its name is unique to the boot).
     let dir = common::uml::find_run_dir(&name);
-    match dir.map(|d| d.join("scale-results.txt")) {
+    let results = match params.iptables_cost {
+        Some(_) => iptcost::RESULTS,
+        None => "scale-results.txt",
+    };
+    match dir.map(|d| d.join(results)) {
         Some(f) => {
             println!("results ({}):", f.display());
             print!("{}", std::fs::read_to_string(&f).unwrap_or_default());
@@ -516,6 +532,9 @@ fn guest(name: &str) -> Result<()> {
         ipt * 1e3,
         ips * 1e3
     ));
+    if let Some(p) = &params.iptables_cost {
+        return iptcost::guest(&mut run, p);
+    }
     let mut rows = Vec::new();
     let mut change = None;
     for &n in &params.sizes {
