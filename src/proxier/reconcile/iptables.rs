@@ -54,6 +54,8 @@ impl Reconciler {
                     });
                     // Jumps we restored before that read as missing again: `-C` decides (then `-I`).
                     let recheck = placer.placing_order(&recheck);
+                    // Rules written since the read: the tables it showed are not the ones to keep.
+                    let one_read = one_read && recheck.is_empty();
                     let rechecked_ok = ensure_jumps(k, family, recheck, Some(&mut placer), report);
                     let missing: Vec<(&JumpRule, usize)> = placer
                         .placing_order(&missing)
