@@ -22,10 +22,10 @@
 //! and `p99_ms`: the churn run with minSyncPeriod 1s; NA where not measured).
 #[path = "scale/churn.rs"]
 mod churn;
-#[path = "scale/iptcost.rs"]
-mod iptcost;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "scale/iptcost.rs"]
+mod iptcost;
 
 use anyhow::{Context, Result, bail};
 use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};

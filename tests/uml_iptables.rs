@@ -622,8 +622,20 @@ fn declared(save: &str) -> BTreeMap<(String, String), String> {
 uml_test!(blob_decoder_prints_what_iptables_save_prints, {
     create_reference_sets();
     let cases = [
-        (IpFamily::V4, "iptables-legacy", REF_V4, IPVS_RULE_V4, DECODER_EXTRA_V4),
-        (IpFamily::V6, "ip6tables-legacy", REF_V6, IPVS_RULE_V6, DECODER_EXTRA_V6),
+        (
+            IpFamily::V4,
+            "iptables-legacy",
+            REF_V4,
+            IPVS_RULE_V4,
+            DECODER_EXTRA_V4,
+        ),
+        (
+            IpFamily::V6,
+            "ip6tables-legacy",
+            REF_V6,
+            IPVS_RULE_V6,
+            DECODER_EXTRA_V6,
+        ),
     ];
     let mut ipt = IptablesCli::with_backend(Backend::Legacy);
     for (family, tool, reference, ipvs_rule, extra) in cases {

@@ -961,7 +961,10 @@ uml_test!(iptables_save_runs_only_for_rules_the_blobs_do_not_show, {
     let r = p.sync_proxy_rules(scenario_input(true));
     assert_eq!(r.failure_count(), 0, "{r:#?}");
     assert_eq!(r.iptables_restores, 1, "{r:#?}");
-    assert_eq!(saved_families(&log, from), BTreeSet::from(["V4".to_string()]));
+    assert_eq!(
+        saved_families(&log, from),
+        BTreeSet::from(["V4".to_string()])
+    );
     assert_eq!(kernel_state(), programmed);
     let from = calls(&log).len();
     let r = p.sync_proxy_rules(scenario_input(true));

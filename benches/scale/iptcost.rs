@@ -160,7 +160,9 @@ fn probe(req: &Requests, family: IpFamily) -> Result<(usize, f64)> {
 /// for it) and describes it.
 fn condition(req: &Requests) -> Result<String> {
     if Path::new("/sys/module/bpfilter").exists() {
-        bail!("bpfilter is loaded: IPv4 x_tables calls do not ask for it (condition not reproduced)");
+        bail!(
+            "bpfilter is loaded: IPv4 x_tables calls do not ask for it (condition not reproduced)"
+        );
     }
     if super::scale::run_ok("/sbin/modprobe -q -- bpfilter").is_ok() {
         bail!("`modprobe bpfilter` succeeds in this guest: module autoload does not fail");
@@ -169,7 +171,9 @@ fn condition(req: &Requests) -> Result<String> {
     let (v6, v6_ms) = probe(req, IpFamily::V6)?;
     let asked = req.all().last().map(|(_, a)| a.clone()).unwrap_or_default();
     if v4 == 0 {
-        bail!("an IPv4 x_tables getsockopt made no module request: this kernel has no bpfilter autoload");
+        bail!(
+            "an IPv4 x_tables getsockopt made no module request: this kernel has no bpfilter autoload"
+        );
     }
     Ok(format!(
         "one IPv4 x_tables getsockopt: {v4} module request(s) ({asked}), {v4_ms:.1} ms; IPv6: {v6}, {v6_ms:.1} ms"

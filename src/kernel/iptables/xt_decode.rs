@@ -331,7 +331,9 @@ fn target_words(
             let value = format!("0x{:x}/0x{:x}", flags?, u32_at(data, 4)?);
             j(&["-j", "MARK", "--set-xmark", &value])
         }
-        ("MASQUERADE", 0, 24, IpFamily::V4) if flags == Some(1) => masquerade(u32_at(data, 4)?, goto),
+        ("MASQUERADE", 0, 24, IpFamily::V4) if flags == Some(1) => {
+            masquerade(u32_at(data, 4)?, goto)
+        }
         ("MASQUERADE", 0, 40, IpFamily::V6) => masquerade(flags?, goto),
         _ => None,
     }
@@ -515,7 +517,11 @@ mod tests {
         let forward = b.entry(&[], &[], verdict(DROP));
         let output = b.entry(&[], &[], verdict(ACCEPT));
         b.entry(&[], &[], error("KUBE-X"));
-        let ip: [(usize, &[u8]); 3] = [(0, &[10, 0, 0, 0]), (8, &[255, 0, 0, 0]), (83, &[INV_SRCIP])];
+        let ip: [(usize, &[u8]); 3] = [
+            (0, &[10, 0, 0, 0]),
+            (8, &[255, 0, 0, 0]),
+            (83, &[INV_SRCIP]),
+        ];
         let first = b.entry(&ip, &[cm], verdict(DROP));
         b.entry(&[], &[ext("tcp", 0, &[0; 16])], verdict(ACCEPT));
         b.entry(&[], &[], verdict(RETURN));
@@ -572,7 +578,12 @@ mod tests {
         src[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
         let mut mask = [0u8; 16];
         mask[..8].fill(0xff);
-        let ip: [(usize, &[u8]); 4] = [(0, &src), (32, &mask), (128, &6u16.to_ne_bytes()), (131, &[1])];
+        let ip: [(usize, &[u8]); 4] = [
+            (0, &src),
+            (32, &mask),
+            (128, &6u16.to_ne_bytes()),
+            (131, &[1]),
+        ];
         let mut reject = 4u32.to_ne_bytes().to_vec();
         reject.extend([0; 4]);
         b.entry(&ip, &[], ext("REJECT", 0, &reject));

@@ -163,7 +163,11 @@ fn read_tables(
         }
     }
     let saved = k.iptables.save_tables(family, tables);
-    (before, saved.map(|s| KernelTables::parse(&s, family)), false)
+    (
+        before,
+        saved.map(|s| KernelTables::parse(&s, family)),
+        false,
+    )
 }
 
 /// The tables as the backend's read decoded them, when it decoded every one of `tables` and every rule
