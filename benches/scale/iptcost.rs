@@ -10,11 +10,13 @@
 //! processes run throughout. For `KPRS_BENCH_IPT_ROUNDS` (default 3) rounds, the daemon starts on an
 //! empty kernel with `KPRS_BENCH_IPT_SERVICES` (default 4) Services, syncPeriod `KPRS_BENCH_IPT_PERIOD`
 //! seconds (default 3), and runs its first full sync and `KPRS_BENCH_IPT_NOOPS` (default 6) periodic
-//! (no-op) full syncs. For each full sync it prints the daemon's own figures (sync duration, Iptables
-//! step, restores) and the module requests the kernel made during it; then the median and max of the
-//! Iptables step over first syncs and over no-op syncs, and one machine-readable line
-//! `iptables-cost-summary: first_median_ms=.. first_max_ms=.. noop_median_ms=.. noop_max_ms=..
-//! noop_requests_median=.. noop_requests_max=..`.
+//! (no-op) full syncs. `KPRS_BENCH_IPT_BASELINE=<kube-proxy binary>` runs that daemon too, in the same
+//! boot, alternating with this one round by round (before/after figures under the same load). For each
+//! full sync it prints the daemon's own figures (sync duration, Iptables step, restores) and the module
+//! requests the kernel made during it; then, per daemon, the median and max of the Iptables step over
+//! first syncs and over no-op syncs, and one machine-readable line `iptables-cost-summary: daemon=..
+//! first_median_ms=.. first_max_ms=.. noop_median_ms=.. noop_max_ms=.. noop_requests_median=..
+//! noop_requests_max=..`.
 
 use super::{Daemon, Run, flush_kernel, line_time, load, unix};
 use anyhow::{Context, Result, bail};
@@ -33,12 +35,21 @@ pub struct Params {
     pub noops: usize,
     pub hogs: usize,
     pub period_s: u64,
+    /// Another daemon binary to run alternately (a private copy, see [`Params::from_env`]).
+    pub baseline: Option<PathBuf>,
 }
 
 impl Params {
-    /// The defaults, overridden by `KPRS_BENCH_IPT_*`.
-    pub fn from_env() -> Params {
+    /// The defaults, overridden by `KPRS_BENCH_IPT_*`; `KPRS_BENCH_IPT_BASELINE` is copied next to
+    /// `private` (other builds may replace it while the bench runs).
+    pub fn from_env(private: &Path) -> Params {
+        let baseline = std::env::var_os("KPRS_BENCH_IPT_BASELINE").map(|src| {
+            let dst = private.with_extension("baseline");
+            std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {src:?}: {e}"));
+            dst
+        });
         Params {
+            baseline,
             services: super::env_or("KPRS_BENCH_IPT_SERVICES", 4),
             rounds: super::env_or("KPRS_BENCH_IPT_ROUNDS", 3),
             noops: super::env_or("KPRS_BENCH_IPT_NOOPS", 6),
@@ -49,7 +60,8 @@ impl Params {
 
     /// Seconds the host allows the boot.
     pub fn budget(&self) -> u64 {
-        600 + self.rounds as u64 * (240 + self.noops as u64 * (self.period_s + 60))
+        let daemons = 1 + u64::from(self.baseline.is_some());
+        600 + daemons * self.rounds as u64 * (240 + self.noops as u64 * (self.period_s + 60))
     }
 }
 
@@ -183,6 +195,8 @@ fn condition(req: &Requests) -> Result<String> {
 /// One full sync as the daemon reported it, with the module requests made during it.
 #[derive(Debug, Clone)]
 struct FullSync {
+    /// `this` or `baseline`.
+    daemon: &'static str,
     round: usize,
     index: usize,
     duration_ms: f64,
@@ -214,7 +228,7 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// The full syncs in a daemon log, in order.
-fn full_syncs(log: &Path, round: usize, req: &Requests) -> Vec<FullSync> {
+fn full_syncs(log: &Path, (daemon, round): (&'static str, usize), req: &Requests) -> Vec<FullSync> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter(|l| l.contains("sync report") && l.contains("full: true"))
@@ -225,6 +239,7 @@ fn full_syncs(log: &Path, round: usize, req: &Requests) -> Vec<FullSync> {
             let iptables_ms = debug_duration_ms(field(l, "Iptables: ")?)?;
             let restores = field(l, "iptables_restores: ")?.parse().ok()?;
             Some(FullSync {
+                daemon,
                 round,
                 index,
                 duration_ms,
@@ -236,18 +251,25 @@ fn full_syncs(log: &Path, round: usize, req: &Requests) -> Vec<FullSync> {
         .collect()
 }
 
-/// One round: an empty kernel, the daemon's first full sync and `p.noops` periodic ones.
-fn round(run: &mut Run, p: &Params, req: &Requests, r: usize) -> Result<Vec<FullSync>> {
+/// One round of one daemon (`name`, binary `exe`): an empty kernel, the daemon's first full sync and
+/// `p.noops` periodic ones.
+fn round(
+    run: &mut Run,
+    p: &Params,
+    req: &Requests,
+    (name, exe): (&'static str, &Path),
+    r: usize,
+) -> Result<Vec<FullSync>> {
     flush_kernel()?;
-    let log = run.dir.join(format!("kube-proxy-iptcost-{r}.log"));
+    let log = run.dir.join(format!("kube-proxy-iptcost-{name}-{r}.log"));
     let period = format!("{}s", p.period_s);
-    let mut d = Daemon::spawn(&run.daemon, &run.kubeconfig, (&period, "0s"), &log)?;
+    let mut d = Daemon::spawn(exe, &run.kubeconfig, (&period, "0s"), &log)?;
     let want = 1 + p.noops;
     let cap = Duration::from_secs(180 + p.noops as u64 * (p.period_s + 60));
     let deadline = Instant::now() + cap;
     loop {
         d.check_alive()?;
-        if full_syncs(&log, r, req).len() >= want {
+        if full_syncs(&log, (name, r), req).len() >= want {
             break;
         }
         if Instant::now() > deadline {
@@ -256,10 +278,13 @@ fn round(run: &mut Run, p: &Params, req: &Requests, r: usize) -> Result<Vec<Full
         std::thread::sleep(Duration::from_millis(200));
     }
     d.stop()?;
-    let syncs: Vec<FullSync> = full_syncs(&log, r, req).into_iter().take(want).collect();
+    let syncs: Vec<FullSync> = full_syncs(&log, (name, r), req)
+        .into_iter()
+        .take(want)
+        .collect();
     for s in &syncs {
         run.log(&format!(
-            "round {r} full sync {}: sync {:.1} ms, Iptables step {:.1} ms, {} restore(s), {} module request(s)",
+            "{name} round {r} full sync {}: sync {:.1} ms, Iptables step {:.1} ms, {} restore(s), {} module request(s)",
             s.index, s.duration_ms, s.iptables_ms, s.restores, s.requests
         ));
     }
@@ -274,7 +299,7 @@ fn median_max(v: &[f64]) -> (f64, f64) {
     (super::scale::percentile(&s, 50.0), max)
 }
 
-/// The results table and summary line.
+/// The results table and, per daemon, the summary.
 fn results(p: &Params, condition: &str, syncs: &[FullSync]) -> Result<String> {
     let mut t = String::new();
     writeln!(
@@ -285,21 +310,32 @@ fn results(p: &Params, condition: &str, syncs: &[FullSync]) -> Result<String> {
     writeln!(t, "condition: {condition}")?;
     writeln!(
         t,
-        "{:>5} | {:>4} | {:>12} | {:>15} | {:>8} | {:>15}",
-        "round", "sync", "sync [ms]", "Iptables [ms]", "restores", "module requests"
+        "{:>8} | {:>5} | {:>4} | {:>12} | {:>15} | {:>8} | {:>15}",
+        "daemon", "round", "sync", "sync [ms]", "Iptables [ms]", "restores", "module requests"
     )?;
     for s in syncs {
         writeln!(
             t,
-            "{:>5} | {:>4} | {:>12.1} | {:>15.1} | {:>8} | {:>15}",
-            s.round, s.index, s.duration_ms, s.iptables_ms, s.restores, s.requests
+            "{:>8} | {:>5} | {:>4} | {:>12.1} | {:>15.1} | {:>8} | {:>15}",
+            s.daemon, s.round, s.index, s.duration_ms, s.iptables_ms, s.restores, s.requests
         )?;
     }
+    for daemon in ["baseline", "this"] {
+        let mine: Vec<&FullSync> = syncs.iter().filter(|s| s.daemon == daemon).collect();
+        if !mine.is_empty() {
+            summary(&mut t, daemon, &mine)?;
+        }
+    }
+    Ok(t)
+}
+
+/// One daemon's medians and maxima, in words and as the machine-readable line.
+fn summary(t: &mut String, daemon: &str, syncs: &[&FullSync]) -> Result<()> {
     let pick = |first: bool, f: fn(&FullSync) -> f64| -> Vec<f64> {
         syncs
             .iter()
             .filter(|s| (s.index == 0) == first)
-            .map(f)
+            .map(|s| f(s))
             .collect()
     };
     let (fm, fx) = median_max(&pick(true, |s| s.iptables_ms));
@@ -308,14 +344,14 @@ fn results(p: &Params, condition: &str, syncs: &[FullSync]) -> Result<String> {
     let (frm, frx) = median_max(&pick(true, |s| s.requests as f64));
     writeln!(
         t,
-        "Iptables step: first full sync median {fm:.1} ms, max {fx:.1} ms ({frm:.0}/{frx:.0} module requests); \
-         no-op full syncs median {nm:.1} ms, max {nx:.1} ms ({rm:.0}/{rx:.0} module requests, median/max)"
+        "{daemon}: Iptables step of the first full sync median {fm:.1} ms, max {fx:.1} ms ({frm:.0}/{frx:.0} module requests); \
+         of no-op full syncs median {nm:.1} ms, max {nx:.1} ms ({rm:.0}/{rx:.0} module requests, median/max)"
     )?;
     writeln!(
         t,
-        "iptables-cost-summary: first_median_ms={fm:.1} first_max_ms={fx:.1} noop_median_ms={nm:.1} noop_max_ms={nx:.1} noop_requests_median={rm:.0} noop_requests_max={rx:.0}"
+        "iptables-cost-summary: daemon={daemon} first_median_ms={fm:.1} first_max_ms={fx:.1} noop_median_ms={nm:.1} noop_max_ms={nx:.1} noop_requests_median={rm:.0} noop_requests_max={rx:.0}"
     )?;
-    Ok(t)
+    Ok(())
 }
 
 /// The whole mode, in the guest: writes [`RESULTS`] into the run directory.
@@ -328,9 +364,19 @@ pub fn guest(run: &mut Run, p: &Params) -> Result<()> {
     std::thread::sleep(Duration::from_millis(500));
     let busy = condition(&req)?;
     run.log(&format!("with {} CPU hog(s): {busy}", p.hogs));
+    let this = run.daemon.clone();
+    let mut daemons = vec![("this", this.as_path())];
+    daemons.extend(p.baseline.as_deref().map(|b| ("baseline", b)));
     let mut syncs = Vec::new();
     for r in 0..p.rounds {
-        syncs.extend(round(run, p, &req, r)?);
+        // Alternate which daemon goes first, so neither always follows the same one.
+        let mut order = daemons.clone();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        for d in order {
+            syncs.extend(round(run, p, &req, d, r)?);
+        }
     }
     let text = results(p, &format!("{quiet}; with the hog(s): {busy}"), &syncs)?;
     std::fs::write(run.dir.join(RESULTS), &text)?;
