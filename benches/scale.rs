@@ -150,18 +150,7 @@ fn main() {
         "booting one UML guest (mem={mem}); progress: tail -f {}/uml-runs/{name}-*/guest-output.log",
         env!("CARGO_TARGET_TMPDIR")
     );
-    let budget = match &params.iptables_cost {
-        Some(p) => p.budget(),
-        None => {
-            600 + params
-                .sizes
-                .iter()
-                .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
-                .sum::<usize>() as u64
-                * 2
-                + 2 * (params.churn_secs + 120)
-        }
-    };
+    let budget = boot_budget(&params);
     common::uml::run(
         &name,
         common::uml::BootOptions {
@@ -194,6 +183,22 @@ fn main() {
             "no run directory for {name} under {}",
             common::uml::runs_base().display()
         ),
+    }
+}
+
+/// Seconds the host allows the one boot.
+fn boot_budget(params: &Params) -> u64 {
+    match &params.iptables_cost {
+        Some(p) => p.budget(),
+        None => {
+            600 + params
+                .sizes
+                .iter()
+                .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
+                .sum::<usize>() as u64
+                * 2
+                + 2 * (params.churn_secs + 120)
+        }
     }
 }
 
