@@ -2,6 +2,9 @@
 # Scale benchmark of the real daemon in one User-Mode Linux boot (issue "Scale", items 2 and 3).
 #
 #   scripts/bench-scale.sh [N...]      # default: 1000 10000 50000 services, 10 endpoints each
+#   scripts/bench-scale.sh iptables-cost   # the iptables step under a failing module autoload and a CPU
+#                                          # hog (benches/scale/iptcost.rs; KPRS_BENCH_IPT_BASELINE=binary
+#                                          # runs another daemon alternately in the same boot)
 #
 # Runs `cargo bench --bench scale`, which builds the daemon with the bench profile (= the release profile's
 # settings: opt-level 3, debug = 1; target/release/deps/kube_proxy-<hash>), copies this checkout's build to a

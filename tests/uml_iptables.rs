@@ -11,7 +11,7 @@ use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
 use kube_proxy_rs::kernel::iptables::Iptables;
 use kube_proxy_rs::kernel::iptables::cli::{Backend, IptablesCli, detect_backend};
 use kube_proxy_rs::kernel::iptables::fake::FakeIptables;
-use kube_proxy_rs::kernel::iptables::fingerprint;
+use kube_proxy_rs::kernel::iptables::{fingerprint, xt_decode};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// `iptables-save` of upstream v1.36.2 for the small scenario (tests/../reference/small-scenario).
@@ -393,7 +393,8 @@ fn check_family(ipt: &mut dyn Iptables, case: Case) {
     );
 }
 
-uml_test!(iptables_backend_on_real_kernel, {
+/// The sets the reference rules match on.
+fn create_reference_sets() {
     for s in [
         "KUBE-LOAD-BALANCER hash:ip,port",
         "KUBE-CLUSTER-IP hash:ip,port",
@@ -412,6 +413,10 @@ uml_test!(iptables_backend_on_real_kernel, {
     ] {
         sh(&format!("ipset create {s}"));
     }
+}
+
+uml_test!(iptables_backend_on_real_kernel, {
+    create_reference_sets();
 
     // IPv4 through the tools on PATH (legacy in the guest).
     let mut v4 = IptablesCli::new();
@@ -554,3 +559,119 @@ fn user_chains(saved: &str) -> BTreeSet<String> {
         })
         .collect()
 }
+
+/// Rules beyond the reference that the blob decoder reads (every form the planner writes, with and
+/// without `!`, and the entry's own conditions), and one it does not (`-m tcp`, in KUBE-EXTRA).
+const DECODER_EXTRA_V4: &str = "*filter
+:KUBE-EXTRA - [0:0]
+-A KUBE-EXTRA -i eth0 -o veth+ -j ACCEPT
+-A KUBE-EXTRA ! -i lo ! -o eth1 -j ACCEPT
+-A KUBE-EXTRA ! -d 10.1.0.0/16 ! -p udp -j RETURN
+-A KUBE-EXTRA -s 10.2.0.0/24
+-A KUBE-EXTRA -p sctp -g KUBE-NODE-PORT
+-A KUBE-EXTRA -p icmp -m set ! --match-set KUBE-LOOP-BACK dst,dst,src -j ACCEPT
+-A KUBE-EXTRA -m set --match-set KUBE-CLUSTER-IP src,dst -j DROP
+-A KUBE-EXTRA -m addrtype --src-type LOCAL,BROADCAST ! --dst-type LOCAL -j DROP
+-A KUBE-EXTRA -m mark --mark 0x1 -m mark ! --mark 0x10/0xf0 -j ACCEPT
+-A KUBE-EXTRA -m conntrack ! --ctstate INVALID,NEW,UNTRACKED -j ACCEPT
+-A KUBE-EXTRA -m ipvs --ipvs -j ACCEPT
+-A KUBE-EXTRA -m ipvs ! --vaddr 10.0.0.0/8 ! --vport 53 -j ACCEPT
+-A KUBE-EXTRA -m physdev --physdev-is-in -j REJECT --reject-with icmp-port-unreachable
+-A KUBE-EXTRA -p tcp --dport 22 -j ACCEPT
+-A INPUT -m comment --comment \"foreign with a \\\"quote\\\"\" -j ACCEPT
+COMMIT
+*nat
+:KUBE-X - [0:0]
+-A KUBE-X -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT
+-A KUBE-X -j MARK --set-xmark 0x4000/0xffffffff
+-A KUBE-X -j MASQUERADE
+-A KUBE-X -o eth9 -j MASQUERADE --random-fully
+COMMIT
+";
+
+const DECODER_EXTRA_V6: &str = "*filter
+:KUBE-EXTRA - [0:0]
+-A KUBE-EXTRA -s 2001:db8::/32 ! -d fd00::1/128 -p tcp -j REJECT --reject-with icmp6-port-unreachable
+-A KUBE-EXTRA -m set --match-set KUBE-6-CLUSTER-IP dst,dst -m conntrack --ctstate NEW -j RETURN
+-A KUBE-EXTRA -m ipvs --vproto 17 --vaddr fd00::50 --vport 53 -j DROP
+-A KUBE-EXTRA -p tcp --dport 22 -j ACCEPT
+COMMIT
+*nat
+:KUBE-X - [0:0]
+-A KUBE-X -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-X -j MASQUERADE --random-fully
+COMMIT
+";
+
+/// (table, chain) → policy of each chain an `*-save` text declares.
+fn declared(save: &str) -> BTreeMap<(String, String), String> {
+    let mut table = String::new();
+    let mut out = BTreeMap::new();
+    for line in save.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.to_string();
+        } else if let Some(decl) = line.strip_prefix(':') {
+            let mut w = decl.split_whitespace();
+            let name = w.next().unwrap().to_string();
+            out.insert((table.clone(), name), w.next().unwrap().to_string());
+        }
+    }
+    out
+}
+
+uml_test!(blob_decoder_prints_what_iptables_save_prints, {
+    create_reference_sets();
+    let cases = [
+        (
+            IpFamily::V4,
+            "iptables-legacy",
+            REF_V4,
+            IPVS_RULE_V4,
+            DECODER_EXTRA_V4,
+        ),
+        (
+            IpFamily::V6,
+            "ip6tables-legacy",
+            REF_V6,
+            IPVS_RULE_V6,
+            DECODER_EXTRA_V6,
+        ),
+    ];
+    let mut ipt = IptablesCli::with_backend(Backend::Legacy);
+    for (family, tool, reference, ipvs_rule, extra) in cases {
+        ipt.restore(family, reference).unwrap();
+        ipt.restore(family, &payload(reference, ipvs_rule)).unwrap();
+        ipt.restore(family, extra).unwrap();
+        sh(&format!("{tool} -P FORWARD DROP"));
+        let tables = ["filter", "nat", "mangle"];
+        let view = ipt.inspect(family, &tables).expect("legacy tables read");
+        let decoded = view.decoded.expect("every table's layout understood");
+        for table in tables {
+            let saved = sh(&format!("{tool}-save -t {table}"));
+            let d = &decoded[table];
+            // Every chain with its policy, every rule as iptables-save prints it, except the one the
+            // decoder does not know, which keeps its place and names its chain.
+            assert_eq!(declared(&d.text), declared(&saved), "{tool} {table}");
+            let (ours, theirs) = (chains(&d.text), chains(&saved));
+            assert_eq!(ours.len(), theirs.len());
+            for (key, rules) in &theirs {
+                let got = &ours[key];
+                assert_eq!(got.len(), rules.len(), "{key:?}: {got:#?}");
+                for (g, want) in got.iter().zip(rules) {
+                    if want.contains(" -m tcp ") {
+                        assert!(g.ends_with(xt_decode::UNDECODED_RULE), "{g}");
+                    } else {
+                        assert_eq!(g, want, "{tool} {key:?}");
+                    }
+                }
+            }
+            let undecoded: BTreeSet<String> = match table {
+                "filter" => BTreeSet::from(["KUBE-EXTRA".to_string()]),
+                _ => BTreeSet::new(),
+            };
+            assert_eq!(d.undecoded, undecoded, "{tool} {table}");
+        }
+        // The fingerprint of the same read is the cheap read's.
+        assert_eq!(Some(view.fingerprint), ipt.fingerprint(family, &tables));
+    }
+});

@@ -10,6 +10,7 @@ use kube_proxy_rs::kernel::conntrack::{Conntrack, ConntrackFlow};
 use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;
 use kube_proxy_rs::kernel::ipset::{IpSetSpec, IpSetType};
 use kube_proxy_rs::kernel::iptables::cli::{Backend, IptablesCli};
+use kube_proxy_rs::kernel::iptables::fingerprint;
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
 use kube_proxy_rs::kernel::ipvs::{IpvsDestination, IpvsService, IpvsServiceKey};
 use kube_proxy_rs::kernel::link::DUMMY_DEVICE;
@@ -914,9 +915,10 @@ fn saved_families(log: &Arc<Mutex<Log>>, from: usize) -> BTreeSet<String> {
         .collect()
 }
 
-uml_test!(iptables_save_runs_only_when_our_chains_exist, {
-    // One chain of ours in v4 only (a previous kube-proxy's leftover, or upstream's): the v4 tables are
-    // read with iptables-save, the fresh v6 ones are not, and the result is the reference all the same.
+uml_test!(iptables_save_runs_only_for_rules_the_blobs_do_not_show, {
+    // One chain of ours in v4 only (a previous kube-proxy's leftover, or upstream's): the v4 tables'
+    // blobs are decoded (no iptables-save), the fresh v6 ones show none of our chains, and the result is
+    // the reference all the same.
     sh("iptables -t nat -N KUBE-MARK-MASQ && iptables -t nat -A KUBE-MARK-MASQ -j RETURN");
     sh("iptables -t filter -N FOREIGN && iptables -t filter -A INPUT -s 192.0.2.1/32 -j FOREIGN");
     let log = Arc::new(Mutex::new(Log::default()));
@@ -924,7 +926,7 @@ uml_test!(iptables_save_runs_only_when_our_chains_exist, {
     let r = p.sync_proxy_rules(scenario_input(false));
     assert_eq!(r.failure_count(), 0, "{r:#?}");
     assert_eq!(r.iptables_restores, 2, "{r:#?}");
-    assert_eq!(saved_families(&log, 0), BTreeSet::from(["V4".to_string()]));
+    assert_eq!(saved_families(&log, 0), BTreeSet::new());
     let (_, _, mut ipt, ip6t, _) = kernel_state();
     assert_eq!(ip6t, reference_rules("ip6tables-save.txt"));
     // The foreign chain and its jump stay, below our jumps; without them v4 is the reference.
@@ -944,14 +946,129 @@ uml_test!(iptables_save_runs_only_when_our_chains_exist, {
     filter.retain(|l| *l != foreign_jump && l != ":FOREIGN - [0:0]");
     assert_eq!(ipt, reference_rules("iptables-save.txt"));
 
-    // A restart over the rules it wrote: both families are read with iptables-save, nothing is written.
+    // A restart over the rules it wrote: both families are decoded from their blobs, nothing is written.
     let programmed = kernel_state();
     let log = Arc::new(Mutex::new(Log::default()));
     let mut p = Proxier::new(backends(&log));
     let r = p.sync_proxy_rules(scenario_input(false));
     assert_eq!(r.failure_count(), 0, "{r:#?}");
     assert_eq!((r.iptables_restores, r.jumps_inserted), (0, 0), "{r:#?}");
-    let both = BTreeSet::from(["V4".to_string(), "V6".to_string()]);
-    assert_eq!(saved_families(&log, 0), both);
+    assert_eq!(saved_families(&log, 0), BTreeSet::new());
     assert_eq!(kernel_state(), programmed);
+
+    // A rule the decoder does not know (`-m tcp`) in a chain of ours: that family is read with
+    // iptables-save, the drift repaired; the next full sync decodes the blobs again.
+    sh("iptables -t nat -A KUBE-SERVICES -p tcp --dport 9 -j RETURN");
+    let from = calls(&log).len();
+    let r = p.sync_proxy_rules(scenario_input(true));
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
+    assert_eq!(r.iptables_restores, 1, "{r:#?}");
+    assert_eq!(
+        saved_families(&log, from),
+        BTreeSet::from(["V4".to_string()])
+    );
+    assert_eq!(kernel_state(), programmed);
+    let from = calls(&log).len();
+    let r = p.sync_proxy_rules(scenario_input(true));
+    assert_eq!(r.writes(), 0, "{r:#?}");
+    assert_eq!(saved_families(&log, from), BTreeSet::new());
+});
+
+/// The kernel's module requests, counted: `/proc/sys/kernel/modprobe` points at a wrapper (in the
+/// guest's tmpfs) that logs each one and runs the real modprobe, which fails (the guest's modules are
+/// outside `/lib/modules`, as in a harness that loads them with `modprobe -d`). Restored when dropped.
+struct ModuleRequests {
+    log: std::path::PathBuf,
+}
+
+impl ModuleRequests {
+    const SYSCTL: &str = "/proc/sys/kernel/modprobe";
+
+    fn install() -> ModuleRequests {
+        let dir = std::path::Path::new("/run/kprs-module-requests");
+        std::fs::create_dir_all(dir).unwrap();
+        let (wrapper, log) = (dir.join("modprobe"), dir.join("log"));
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> {}\nexec /sbin/modprobe \"$@\"\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        sh(&format!("chmod 755 {}", wrapper.display()));
+        std::fs::write(&log, "").unwrap();
+        std::fs::write(Self::SYSCTL, wrapper.display().to_string()).unwrap();
+        ModuleRequests { log }
+    }
+
+    /// Requests so far (each a `-q -- <module>` line).
+    fn all(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap();
+        text.lines().map(String::from).collect()
+    }
+
+    /// The requests made while `f` ran.
+    fn during<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<String>) {
+        let before = self.all().len();
+        let out = f();
+        (out, self.all()[before..].to_vec())
+    }
+}
+
+impl Drop for ModuleRequests {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::SYSCTL, "/sbin/modprobe");
+    }
+}
+
+uml_test!(no_op_full_syncs_make_one_module_request_per_ipv4_table, {
+    // The condition (issue 23): on this kernel (CONFIG_BPFILTER_UMH=m, bpfilter not loaded) every IPv4
+    // x_tables call first makes the kernel run `modprobe bpfilter`, which fails; an IPv6 one does not.
+    let req = ModuleRequests::install();
+    let (size, asked) = req.during(|| fingerprint::table_size(IpFamily::V4, "filter"));
+    assert!(size.is_some());
+    assert_eq!(
+        asked,
+        ["-q -- bpfilter"],
+        "an IPv4 x_tables call must make the kernel ask for bpfilter here, or the counts below prove nothing"
+    );
+    let (_, asked) = req.during(|| fingerprint::table_size(IpFamily::V6, "filter"));
+    assert!(asked.is_empty(), "{asked:?}");
+
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut p = Proxier::new(backends(&log));
+    let r = p.sync_proxy_rules(scenario_input(false));
+    assert_eq!((r.failure_count(), r.iptables_restores), (0, 2), "{r:#?}");
+    let programmed = kernel_state();
+    // The first periodic full sync after the restores reads each IPv4 table's size and entries (two
+    // calls per table), decodes the rules from them and starts no iptables-save.
+    let full = |p: &mut Proxier| {
+        let from = calls(&log).len();
+        let (r, asked) = req.during(|| p.sync_proxy_rules(scenario_input(true)));
+        assert_eq!(r.failure_count(), 0, "{r:#?}");
+        assert_eq!(saved_families(&log, from), BTreeSet::new());
+        (r, asked)
+    };
+    let (r, asked) = full(&mut p);
+    assert_eq!(r.writes(), 0, "{r:#?}");
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    // Then every no-op full sync: one call (one module request) per IPv4 table, nothing else.
+    for _ in 0..3 {
+        let (r, asked) = full(&mut p);
+        assert_eq!(r.writes(), 0, "{r:#?}");
+        assert_eq!(asked, ["-q -- bpfilter"; 2], "{r:#?}");
+    }
+    // Drift (a jump deleted) is still seen, from the decoded blobs, and the jump put back (`-C`, `-I`:
+    // this proxier restored it before).
+    sh(
+        "iptables -t nat -D OUTPUT -m comment --comment 'kubernetes service portals' -j KUBE-SERVICES",
+    );
+    let (r, _) = full(&mut p);
+    assert_eq!((r.iptables_restores, r.jumps_inserted), (0, 1), "{r:#?}");
+    assert_eq!(kernel_state(), programmed);
+    let (r, asked) = full(&mut p);
+    assert_eq!((r.writes(), asked.len()), (0, 4), "{r:#?}");
+    let (r, asked) = full(&mut p);
+    assert_eq!((r.writes(), asked.len()), (0, 2), "{r:#?}");
 });

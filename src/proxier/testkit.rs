@@ -267,6 +267,9 @@ impl<T: Iptables> Iptables for Rec<T> {
     ) -> Option<crate::kernel::iptables::TablesView> {
         self.inner.inspect(family, tables)
     }
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        self.inner.fingerprint(family, tables)
+    }
 }
 
 impl<T: Links> Links for Rec<T> {

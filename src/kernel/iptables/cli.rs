@@ -96,8 +96,8 @@ pub struct IptablesCli {
     v4: Binaries,
     v6: Binaries,
     version: Option<Option<IptablesVersion>>,
-    /// Blob size of each table last fingerprinted (legacy only).
-    table_sizes: BTreeMap<(IpFamily, String), usize>,
+    /// Blob size of each table last read (legacy only).
+    hints: super::fingerprint::SizeHints,
 }
 
 impl Default for IptablesCli {
@@ -129,7 +129,7 @@ impl IptablesCli {
             v4,
             v6,
             version: None,
-            table_sizes: BTreeMap::new(),
+            hints: Default::default(),
         }
     }
 
@@ -154,14 +154,30 @@ impl IptablesCli {
         v
     }
 
+    /// The legacy tables' blobs ([`super::fingerprint::read`]); None for other tools.
+    fn read_blobs(
+        &mut self,
+        family: IpFamily,
+        tables: &[&str],
+        decode: bool,
+    ) -> Option<super::TablesView> {
+        if !self.binaries(family).save.contains("-legacy") {
+            return None;
+        }
+        super::fingerprint::read(family, tables, &mut self.hints, decode)
+    }
+
     fn run_cmd(
-        &self,
+        &mut self,
         family: IpFamily,
         table: &str,
         op: &str,
         chain: &str,
         args: &[String],
     ) -> KernelResult<Output> {
+        if matches!(op, "-N" | "-I" | "-A" | "-D" | "-F" | "-X") {
+            self.hints.written(family);
+        }
         let mut all: Vec<&str> = vec!["-w", WAIT_SECONDS, "-t", table, op, chain];
         all.extend(args.iter().map(String::as_str));
         exec::run(&self.binaries(family).cmd, &all, None)
@@ -214,6 +230,7 @@ impl Iptables for IptablesCli {
         {
             args.extend(["-w", WAIT_SECONDS]);
         }
+        self.hints.written(family);
         let out = exec::run(&restore, &args, Some(payload))?;
         if out.success() {
             return Ok(());
@@ -308,10 +325,12 @@ impl Iptables for IptablesCli {
     /// Legacy tools only: their tables are the kernel's x_tables, readable with `getsockopt` (nft tools
     /// and tools of unknown backend have none).
     fn inspect(&mut self, family: IpFamily, tables: &[&str]) -> Option<super::TablesView> {
-        if !self.binaries(family).save.contains("-legacy") {
-            return None;
-        }
-        super::fingerprint::read(family, tables, &mut self.table_sizes)
+        self.read_blobs(family, tables, true)
+    }
+
+    fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
+        self.read_blobs(family, tables, false)
+            .map(|v| v.fingerprint)
     }
 
     fn supports_random_fully(&mut self) -> bool {

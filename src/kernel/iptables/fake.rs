@@ -690,6 +690,7 @@ impl Iptables for FakeIptables {
         Some(super::TablesView {
             fingerprint: h.finish(),
             chains,
+            decoded: None,
         })
     }
 

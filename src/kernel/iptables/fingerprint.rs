@@ -8,6 +8,8 @@
 //! unexpected (no such table, a blob that does not walk) gives None and the caller saves as before.
 
 use super::TablesView;
+use super::xt_decode;
+use super::xt_matches::SetNames;
 use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -64,35 +66,72 @@ fn family_layout(family: IpFamily) -> (libc::c_int, libc::c_int, Layout) {
     }
 }
 
-/// The fingerprint of `tables` (in order) of one family and their user-defined chains; None when any
-/// cannot be read this way. `sizes` remembers each table's blob size: a table whose size is unchanged is
-/// read with one call instead of two (on kernels with `CONFIG_BPFILTER_UMH` every IPv4 call first tries
-/// to load the bpfilter helper module, which costs a process start).
+/// What the reader knows of each table's blob size, so that a table is read with one call
+/// (`IPT_SO_GET_ENTRIES` needs the exact size) instead of two (`IPT_SO_GET_INFO` first). On kernels with
+/// `CONFIG_BPFILTER_UMH`, every IPv4 call first makes the kernel try to load the bpfilter helper module,
+/// which costs a `modprobe` run.
+#[derive(Debug, Clone, Default)]
+pub struct SizeHints {
+    /// The size each table had when last read.
+    sizes: BTreeMap<(IpFamily, String), usize>,
+    /// Families whose tables were written since they were last read: their sizes are unknown.
+    written: BTreeSet<IpFamily>,
+}
+
+impl SizeHints {
+    /// Forgets the sizes of a family's tables (a write changed them): the next read asks their size
+    /// first instead of trying a stale one.
+    pub fn written(&mut self, family: IpFamily) {
+        self.sizes.retain(|(f, _), _| *f != family);
+        self.written.insert(family);
+    }
+
+    fn record(&mut self, family: IpFamily, table: &str, size: usize) {
+        self.sizes.insert((family, table.to_string()), size);
+    }
+
+    fn recorded(&self, family: IpFamily, table: &str) -> Option<usize> {
+        self.sizes.get(&(family, table.to_string())).copied()
+    }
+
+    /// A table never read nor written is most likely as the kernel creates it.
+    fn pristine_guess(&self, family: IpFamily, table: &str, l: Layout) -> Option<usize> {
+        if self.written.contains(&family) || self.recorded(family, table).is_some() {
+            return None;
+        }
+        pristine_size(table, l)
+    }
+}
+
+/// The fingerprint of `tables` (in order) of one family and their user-defined chains; with `decode`,
+/// also their rules as `iptables-save` prints them, decoded from the same blobs (see `xt_decode.rs`;
+/// None there when a table's layout is not understood). None when any table cannot be read this way.
+///
+/// Calls per table: one while `hints` knows its size (and, when decoding, only for a table as the kernel
+/// creates it); otherwise two (its size and hook offsets, then its entries).
 pub fn read(
     family: IpFamily,
     tables: &[&str],
-    sizes: &mut BTreeMap<(IpFamily, String), usize>,
+    hints: &mut SizeHints,
+    decode: bool,
 ) -> Option<TablesView> {
     let (af, level, layout) = family_layout(family);
     let fd = raw_socket(af)?;
     let mut h = DefaultHasher::new();
     let mut chains = BTreeMap::new();
+    let mut decoded = decode.then(BTreeMap::new);
+    let mut sets = KernelSetNames::default();
     for table in tables {
-        let key = (family, table.to_string());
-        // Never read yet: a fresh table's size (one call for the common cold start, three otherwise).
-        let hint = sizes
-            .get(&key)
-            .copied()
-            .or_else(|| pristine_size(table, layout));
-        let hinted = hint.and_then(|n| entries(&fd, level, table, n));
-        let mut blob = match hinted {
-            Some(b) => b,
-            None => {
-                let b = table_blob(&fd, level, table)?;
-                sizes.insert(key, b.len());
-                b
+        let (mut blob, hooks) = read_table(&fd, level, (family, table), layout, hints, decode)?;
+        if let Some(d) = decoded.as_mut() {
+            let one = hooks.and_then(|hk| xt_decode::decode(table, family, &blob, &hk, &mut sets));
+            match one {
+                Some(one) => {
+                    d.insert(table.to_string(), one);
+                }
+                None => decoded = None,
             }
-        };
+        }
         chains.insert(table.to_string(), walk(&mut blob, layout)?);
         table.hash(&mut h);
         blob.hash(&mut h);
@@ -100,7 +139,60 @@ pub fn read(
     Some(TablesView {
         fingerprint: h.finish(),
         chains,
+        decoded,
     })
+}
+
+/// One table's blob, with its hook offsets when they were read (or, for a table as the kernel creates
+/// it, known). With `decode`, the hook offsets are always there.
+fn read_table(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    (family, table): (IpFamily, &str),
+    l: Layout,
+    hints: &mut SizeHints,
+    decode: bool,
+) -> Option<(Vec<u8>, Option<xt_decode::Hooks>)> {
+    let guess = match decode {
+        true => hints.pristine_guess(family, table, l),
+        false => hints
+            .recorded(family, table)
+            .or_else(|| hints.pristine_guess(family, table, l)),
+    };
+    if let Some(blob) = guess.and_then(|n| entries(fd, level, table, n)) {
+        hints.record(family, table, blob.len());
+        let hooks = pristine_hooks(table, &blob, l);
+        if !decode || hooks.is_some() {
+            return Some((blob, hooks));
+        }
+    }
+    let info = table_info(fd, level, table)?;
+    let blob = entries(fd, level, table, info.size)?;
+    hints.record(family, table, blob.len());
+    Some((blob, Some(info.hooks)))
+}
+
+/// The hook offsets of a table holding only its built-in chains' policies and the end marker (one
+/// entry each, in hook order), or None for any other blob.
+fn pristine_hooks(table: &str, blob: &[u8], l: Layout) -> Option<xt_decode::Hooks> {
+    if Some(blob.len()) != pristine_size(table, l) {
+        return None;
+    }
+    let mut hooks = xt_decode::Hooks {
+        valid: 0,
+        entry: [0; 5],
+        underflow: [0; 5],
+    };
+    for (i, chain) in super::rules::builtin_chains(table)?.iter().enumerate() {
+        let h = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]
+            .iter()
+            .position(|c| c == chain)?;
+        let off = u32::try_from(i * (l.header + STANDARD_TARGET_SIZE)).ok()?;
+        hooks.valid |= 1 << h;
+        hooks.entry[h] = off;
+        hooks.underflow[h] = off;
+    }
+    Some(hooks)
 }
 
 /// `struct xt_standard_target` (header and verdict), aligned: a built-in chain's policy entry's target.
@@ -124,7 +216,7 @@ pub fn fresh_table_size(family: IpFamily, table: &str) -> Option<usize> {
 pub fn table_size(family: IpFamily, table: &str) -> Option<usize> {
     let (af, level, _) = family_layout(family);
     let fd = raw_socket(af)?;
-    table_info_size(&fd, level, table)
+    table_info(&fd, level, table).map(|i| i.size)
 }
 
 /// A raw socket of address family `af`, the handle the x_tables `getsockopt`s go through; None if it
@@ -140,21 +232,30 @@ fn raw_socket(af: libc::c_int) -> Option<OwnedFd> {
     Some(fd)
 }
 
-/// `IPT_SO_GET_INFO`'s size of one table's entries, or None.
-fn table_info_size(fd: &OwnedFd, level: libc::c_int, table: &str) -> Option<usize> {
+/// What `IPT_SO_GET_INFO` tells of a table: the size of its entries and its hook offsets.
+struct TableInfo {
+    size: usize,
+    hooks: xt_decode::Hooks,
+}
+
+/// `IPT_SO_GET_INFO` of one table, or None.
+fn table_info(fd: &OwnedFd, level: libc::c_int, table: &str) -> Option<TableInfo> {
     if table.len() >= 32 {
         return None;
     }
     let mut info = [0u8; INFO_LEN];
     info[..table.len()].copy_from_slice(table.as_bytes());
     getsockopt(fd, level, SO_GET_INFO, &mut info)?;
-    Some(u32::from_ne_bytes(info[80..84].try_into().ok()?) as usize)
-}
-
-/// The rule blob of one table (`size` bytes of entries), or None.
-fn table_blob(fd: &OwnedFd, level: libc::c_int, table: &str) -> Option<Vec<u8>> {
-    let size = table_info_size(fd, level, table)?;
-    entries(fd, level, table, size)
+    let word = |i: usize| u32::from_ne_bytes([info[i], info[i + 1], info[i + 2], info[i + 3]]);
+    let hooks = xt_decode::Hooks {
+        valid: word(32),
+        entry: std::array::from_fn(|h| word(36 + 4 * h)),
+        underflow: std::array::from_fn(|h| word(56 + 4 * h)),
+    };
+    Some(TableInfo {
+        size: word(80) as usize,
+        hooks,
+    })
 }
 
 /// The entries of a table of exactly `size` bytes (the kernel refuses any other size), or None.
@@ -168,6 +269,42 @@ fn entries(fd: &OwnedFd, level: libc::c_int, table: &str, size: usize) -> Option
     getsockopt(fd, level, SO_GET_ENTRIES, &mut buf)?;
     buf.drain(..ENTRIES_HEADER);
     Some(buf)
+}
+
+/// Set names by index from the kernel's ipset sockopt (`SO_IP_SET`, `IP_SET_OP_GET_BYINDEX`), as
+/// `iptables-save` reads them; on an IPv4 socket but outside the x_tables calls (no bpfilter load).
+#[derive(Default)]
+struct KernelSetNames {
+    fd: Option<OwnedFd>,
+    known: BTreeMap<u16, Option<String>>,
+}
+
+impl SetNames for KernelSetNames {
+    fn name(&mut self, index: u16) -> Option<String> {
+        if let Some(n) = self.known.get(&index) {
+            return n.clone();
+        }
+        if self.fd.is_none() {
+            self.fd = raw_socket(libc::AF_INET);
+        }
+        let name = self.fd.as_ref().and_then(|fd| set_name(fd, index));
+        self.known.insert(index, name.clone());
+        name
+    }
+}
+
+/// `struct ip_set_req_get_set`: op, version, then the name (in) or index (out) union of 32 bytes.
+fn set_name(fd: &OwnedFd, index: u16) -> Option<String> {
+    const SO_IP_SET: libc::c_int = 83;
+    const GET_BYINDEX: u32 = 7;
+    const PROTOCOL: u32 = 7;
+    let mut req = [0u8; 40];
+    req[0..4].copy_from_slice(&GET_BYINDEX.to_ne_bytes());
+    req[4..8].copy_from_slice(&PROTOCOL.to_ne_bytes());
+    req[8..10].copy_from_slice(&index.to_ne_bytes());
+    getsockopt(fd, libc::SOL_IP, SO_IP_SET, &mut req)?;
+    let name = c_str(&req[8..])?;
+    (!name.is_empty()).then(|| String::from_utf8(name.to_vec()).ok())?
 }
 
 fn getsockopt(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, buf: &mut [u8]) -> Option<()> {

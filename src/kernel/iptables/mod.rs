@@ -16,13 +16,15 @@ pub trait Iptables: Send {
     ) -> KernelResult<std::collections::BTreeMap<String, String>> {
         save_each(self, family, tables)
     }
-    /// `tables` as the kernel holds them, read without starting a process: their fingerprint and their
-    /// user-defined chains ([`TablesView`]). None where the backend cannot (the default, and the nft
-    /// backend): callers then read the tables with a save.
+    /// `tables` as the kernel holds them, read without starting a process: their fingerprint, their
+    /// user-defined chains and, where the backend can decode them, their rules ([`TablesView`]). None
+    /// where the backend cannot (the default, and the nft backend): callers then read the tables with a
+    /// save.
     fn inspect(&mut self, _family: IpFamily, _tables: &[&str]) -> Option<TablesView> {
         None
     }
-    /// The fingerprint of [`Iptables::inspect`] alone; equal values mean unchanged tables.
+    /// The fingerprint of [`Iptables::inspect`] alone (no rules decoded, so possibly fewer kernel calls);
+    /// equal values mean unchanged tables.
     fn fingerprint(&mut self, family: IpFamily, tables: &[&str]) -> Option<u64> {
         self.inspect(family, tables).map(|v| v.fingerprint)
     }
@@ -72,6 +74,9 @@ pub struct TablesView {
     pub fingerprint: u64,
     /// Table → the names of its user-defined chains (built-in chains are not listed).
     pub chains: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// Table → its rules decoded from the same read, as `iptables-save` prints them, when asked for
+    /// ([`Iptables::inspect`]) and every table's layout was understood.
+    pub decoded: Option<std::collections::BTreeMap<String, xt_decode::Decoded>>,
 }
 
 /// One [`Iptables::save`] per table, by table name.
@@ -93,6 +98,8 @@ pub mod exec;
 pub mod fake;
 pub mod fingerprint;
 pub mod rules;
+pub mod xt_decode;
+pub mod xt_matches;
 
 /// The payload line an `iptables-restore` error names (`Error occurred at line: N`, `line N failed`,
 /// `COMMIT expected at line N`), 1-based.

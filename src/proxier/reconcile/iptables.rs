@@ -42,7 +42,7 @@ impl Reconciler {
             // The payload parsed once: its tables, and its chains with their rules.
             let wanted = KernelTables::parse(&rules::split_tables(payload), family);
             let tables = tables_of(&wanted, f);
-            let (before, read) = read_tables(k, f, &tables, &wanted);
+            let (before, read, one_read) = read_tables(k, f, &tables, &wanted);
             match read {
                 Ok(kernel) => {
                     let (recheck, missing): (Vec<&JumpRule>, Vec<&JumpRule>) = f
@@ -57,6 +57,8 @@ impl Reconciler {
                     // Jumps we restored before that read as missing again: `-C` decides (then `-I`).
                     let recheck = placer.placing_order(&recheck);
                     let inserted = report.jumps_inserted;
+                    // Rules written since the read: the tables it showed are not the ones to keep.
+                    let one_read = one_read && recheck.is_empty();
                     let rechecked_ok = ensure_jumps(k, family, recheck, Some(&mut placer), report);
                     let reinserted = (report.jumps_inserted - inserted) as u64;
                     let missing: Vec<(&JumpRule, usize)> = placer
@@ -73,7 +75,7 @@ impl Reconciler {
                     if missing.is_empty() && plain_payload(payload) && kernel.holds(&wanted) {
                         applied.iptables_payload = Some(payload.clone());
                         applied.jumps_ok = rechecked_ok;
-                        applied.tables_verified = verified(k, f, &tables, before);
+                        applied.tables_verified = verified(k, f, &tables, before, one_read);
                     } else {
                         let text = with_jumps(payload, &missing, &wanted, &kernel);
                         let written = Restore {
@@ -139,28 +141,67 @@ impl Restore<'_, '_> {
     }
 }
 
-/// The fingerprint of `tables` (when the backend has one) and the tables as the kernel holds them: read
-/// with `iptables-save`, unless the backend's cheap read shows none of our chains in them (a fresh
-/// node), which is all a save would have told.
+/// The fingerprint of `tables` (when the backend has one), the tables as the kernel holds them, and
+/// whether both come from one read (the backend's cheap one). The tables are read with `iptables-save`
+/// unless that read shows none of our chains in them (a fresh node), which is all a save would have
+/// told, or decoded every chain we declare.
 fn read_tables(
     k: &mut Backends,
     f: &FamilyInput<'_>,
     tables: &[&str],
     wanted: &KernelTables,
-) -> (Option<u64>, crate::kernel::KernelResult<KernelTables>) {
+) -> (Option<u64>, crate::kernel::KernelResult<KernelTables>, bool) {
     let family = f.desired.family;
     let view = k.iptables.inspect(family, tables);
     let before = view.as_ref().map(|v| v.fingerprint);
-    if view.is_some_and(|v| none_of_ours(&v, tables, wanted, &f.desired.jumps)) {
-        tracing::trace!(
-            ipFamily = family.label(),
-            ?tables,
-            "no chain of ours in the tables: iptables-save skipped"
-        );
-        return (before, Ok(KernelTables::without_user_chains(tables)));
+    if let Some(v) = &view {
+        if none_of_ours(v, tables, wanted, &f.desired.jumps) {
+            tracing::trace!(
+                ipFamily = family.label(),
+                ?tables,
+                "no chain of ours in the tables: iptables-save skipped"
+            );
+            return (before, Ok(KernelTables::without_user_chains(tables)), true);
+        }
+        if let Some(kernel) = decoded_tables(v, tables, wanted, family) {
+            tracing::trace!(
+                ipFamily = family.label(),
+                ?tables,
+                "tables decoded from their blobs: iptables-save skipped"
+            );
+            return (before, Ok(kernel), true);
+        }
     }
     let saved = k.iptables.save_tables(family, tables);
-    (before, saved.map(|s| KernelTables::parse(&s, family)))
+    (
+        before,
+        saved.map(|s| KernelTables::parse(&s, family)),
+        false,
+    )
+}
+
+/// The tables as the backend's read decoded them, when it decoded every one of `tables` and every rule
+/// of each chain the payload declares (a chain holding a rule it could not decode is read with
+/// `iptables-save`, so a form the decoder lacks never reads as drift).
+fn decoded_tables(
+    view: &TablesView,
+    tables: &[&str],
+    wanted: &KernelTables,
+    family: IpFamily,
+) -> Option<KernelTables> {
+    let decoded = view.decoded.as_ref()?;
+    let mut texts = BTreeMap::new();
+    for t in tables {
+        let d = decoded.get(*t)?;
+        if wanted
+            .chains(t)
+            .is_some_and(|w| w.keys().any(|c| d.undecoded.contains(c)))
+        {
+            return None;
+        }
+        texts.insert(t.to_string(), d.text.clone());
+    }
+    Some(KernelTables::parse(&texts, family))
 }
 
 /// Whether `view` shows every one of `tables` (all with known built-in chains) holding no chain the
@@ -217,15 +258,20 @@ fn still_verified(k: &mut Backends, f: &FamilyInput<'_>, applied: &super::Applie
     v.jumps == f.desired.jumps && now == Some(v.fingerprint)
 }
 
-/// The evidence to keep after a save showed the tables holding the payload: only when the fingerprint
+/// The evidence to keep after a read showed the tables holding the payload: when the tables came from
+/// the read that gave `before` (`one_read`), that fingerprint; after a save, only when the fingerprint
 /// read before the save is still the one after it (nothing changed in between).
 fn verified(
     k: &mut Backends,
     f: &FamilyInput<'_>,
     tables: &[&str],
     before: Option<u64>,
+    one_read: bool,
 ) -> Option<super::TablesVerified> {
-    let after = k.iptables.fingerprint(f.desired.family, tables);
+    let after = match one_read {
+        true => before,
+        false => k.iptables.fingerprint(f.desired.family, tables),
+    };
     tracing::trace!(
         ipFamily = f.desired.family.label(),
         ?tables,
@@ -501,6 +547,7 @@ mod tests {
 
     fn view(tables: &[(&str, &[&str])]) -> TablesView {
         TablesView {
+            decoded: None,
             fingerprint: 1,
             chains: tables
                 .iter()
