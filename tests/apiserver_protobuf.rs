@@ -229,12 +229,18 @@ async fn same_objects_read_the_same_in_protobuf_and_json() {
     let mut node = rich_objects().pop().unwrap().1;
     node["metadata"]["labels"]["extra"] = json!("yes");
     api.apply_value(Kind::Node, node).unwrap();
+    // Every change seen: the Node label, svc-400 and its slice, svc-8 gone, and svc-7's edited slice
+    // (its endpoint not ready any more).
     let converged = |w: &mut Watchers| {
         let labelled = w.node().is_some_and(|n| n.labels.contains_key("extra"));
         let (s, e) = w.apply();
         let svc400 = s.keys().any(|k| k.name.as_str() == "svc-400");
         let eps400 = e.keys().any(|k| k.name.as_str() == "svc-400");
-        labelled && svc400 && eps400 && !s.keys().any(|k| k.name.as_str() == "svc-8")
+        let edited = e
+            .iter()
+            .filter(|(k, _)| k.name.as_str() == "svc-7")
+            .any(|(_, eps)| eps.iter().any(|ep| !ep.ready));
+        labelled && svc400 && eps400 && edited && !s.keys().any(|k| k.name.as_str() == "svc-8")
     };
     eventually("protobuf watchers converge", || converged(&mut proto)).await;
     eventually("JSON watchers converge", || converged(&mut json)).await;
