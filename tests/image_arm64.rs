@@ -70,17 +70,35 @@ fn index_holds_an_amd64_and_an_arm64_image() {
         .collect();
     assert_eq!(
         platforms,
-        ["linux/amd64", "linux/arm64", "unknown/unknown", "unknown/unknown"],
+        [
+            "linux/amd64",
+            "linux/arm64",
+            "unknown/unknown",
+            "unknown/unknown"
+        ],
         "the index: two images, then their attestations"
     );
     let expected_labels = [
-        ("org.opencontainers.image.source", cargo_toml_field("repository")),
-        ("org.opencontainers.image.version", env!("CARGO_PKG_VERSION").to_string()),
+        (
+            "org.opencontainers.image.source",
+            cargo_toml_field("repository"),
+        ),
+        (
+            "org.opencontainers.image.version",
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
         ("org.opencontainers.image.revision", git_head()),
-        ("org.opencontainers.image.licenses", cargo_toml_field("license")),
+        (
+            "org.opencontainers.image.licenses",
+            cargo_toml_field("license"),
+        ),
     ];
     for (key, want) in &expected_labels {
-        assert_eq!(index["annotations"][key], want.as_str(), "index annotation {key}");
+        assert_eq!(
+            index["annotations"][key],
+            want.as_str(),
+            "index annotation {key}"
+        );
     }
     for arch in ARCHS {
         let (_, config, rootfs) = unpack_platform(&dir, &index, arch);
@@ -95,9 +113,19 @@ fn index_holds_an_amd64_and_an_arm64_image() {
         }
         let license = std::fs::read(rootfs.join("usr/share/doc/kube-proxy-rs/LICENSE"))
             .unwrap_or_else(|e| panic!("{arch} image: /usr/share/doc/kube-proxy-rs/LICENSE: {e}"));
-        let repo_license = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/LICENSE")).expect("LICENSE");
-        assert!(license == repo_license, "{arch} image: LICENSE differs from the repository's");
-        for program in [BINARY, "/usr/sbin/xtables-legacy-multi", "/usr/sbin/xtables-nft-multi", "/usr/sbin/ipset", "/usr/bin/kmod"] {
+        let repo_license =
+            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/LICENSE")).expect("LICENSE");
+        assert!(
+            license == repo_license,
+            "{arch} image: LICENSE differs from the repository's"
+        );
+        for program in [
+            BINARY,
+            "/usr/sbin/xtables-legacy-multi",
+            "/usr/sbin/xtables-nft-multi",
+            "/usr/sbin/ipset",
+            "/usr/bin/kmod",
+        ] {
             let path = rootfs.join(program.trim_start_matches('/'));
             assert_eq!(
                 elf_machine(&path),
@@ -134,7 +162,12 @@ fn qemu(rootfs: &Path, argv: &[&str]) -> Output {
 /// Like [`qemu`], and the program must succeed; returns its output text.
 fn qemu_ok(rootfs: &Path, argv: &[&str]) -> String {
     let out = qemu(rootfs, argv);
-    assert!(out.status.success(), "{argv:?} under qemu failed ({}):\n{}", out.status, text(&out));
+    assert!(
+        out.status.success(),
+        "{argv:?} under qemu failed ({}):\n{}",
+        out.status,
+        text(&out)
+    );
     text(&out)
 }
 
@@ -158,9 +191,21 @@ fn arm64_image_runs_under_qemu() {
     // Really aarch64: without the emulator the kernel refuses it (unless the host itself registered qemu in
     // binfmt_misc, which this test neither needs nor does).
     if !Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists() {
-        let direct = Command::new("chroot").arg(&rootfs).args([BINARY, "--version"]).output().expect("chroot");
-        assert!(!direct.status.success(), "an arm64 binary ran natively?\n{}", text(&direct));
-        assert!(text(&direct).contains("Exec format error"), "{}", text(&direct));
+        let direct = Command::new("chroot")
+            .arg(&rootfs)
+            .args([BINARY, "--version"])
+            .output()
+            .expect("chroot");
+        assert!(
+            !direct.status.success(),
+            "an arm64 binary ran natively?\n{}",
+            text(&direct)
+        );
+        assert!(
+            text(&direct).contains("Exec format error"),
+            "{}",
+            text(&direct)
+        );
     }
 
     let version = qemu_ok(&rootfs, &[BINARY, "--version"]);
@@ -173,7 +218,10 @@ fn arm64_image_runs_under_qemu() {
     let (_, _, amd64_rootfs) = unpack_platform(&dir, &index, "amd64");
     let amd64 = written_config(&amd64_rootfs, &[]);
     assert!(arm64.contains("kind: KubeProxyConfiguration"), "{arm64}");
-    assert_eq!(arm64, amd64, "--write-config-to differs between the arm64 and amd64 binaries");
+    assert_eq!(
+        arm64, amd64,
+        "--write-config-to differs between the arm64 and amd64 binaries"
+    );
 
     // A rejected configuration: non-zero exit, the field named.
     std::fs::write(
@@ -183,8 +231,16 @@ fn arm64_image_runs_under_qemu() {
     )
     .expect("write bad config");
     let out = qemu(&rootfs, &[BINARY, "--config", "/tmp/bad.yaml"]);
-    assert!(!out.status.success(), "bad config accepted:\n{}", text(&out));
-    assert!(text(&out).contains("detectLocalMode"), "field not named:\n{}", text(&out));
+    assert!(
+        !out.status.success(),
+        "bad config accepted:\n{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("detectLocalMode"),
+        "field not named:\n{}",
+        text(&out)
+    );
 
     // The image's own tools, arm64 builds from Debian, with the image's libraries.
     for tool in ["iptables", "ip6tables"] {
@@ -231,7 +287,15 @@ fn modprobe_resolves_dependencies(rootfs: &Path) {
     }
     let out = qemu_ok(
         rootfs,
-        &["/sbin/modprobe", "-d", "/tmp/modules", "-S", &release, "--show-depends", "ip_vs_rr"],
+        &[
+            "/sbin/modprobe",
+            "-d",
+            "/tmp/modules",
+            "-S",
+            &release,
+            "--show-depends",
+            "ip_vs_rr",
+        ],
     );
     let insmods: Vec<&str> = out
         .lines()
@@ -239,7 +303,11 @@ fn modprobe_resolves_dependencies(rootfs: &Path) {
         .filter(|l| l.starts_with("insmod "))
         .collect();
     let expected = line.split_whitespace().count();
-    assert_eq!(insmods.len(), expected, "modprobe --show-depends ip_vs_rr:\n{out}");
+    assert_eq!(
+        insmods.len(),
+        expected,
+        "modprobe --show-depends ip_vs_rr:\n{out}"
+    );
     assert!(
         insmods.iter().any(|l| l.ends_with("/ip_vs.ko"))
             && insmods.last().is_some_and(|l| l.ends_with("/ip_vs_rr.ko")),

@@ -16,8 +16,8 @@
 mod common;
 
 use common::image::{
-    ARCHS, blob, image_dir, image_required, json_file, platform_entry, run, tool,
-    unpack_archive, unpack_platform,
+    ARCHS, blob, image_dir, image_required, json_file, platform_entry, run, tool, unpack_archive,
+    unpack_platform,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,8 +50,18 @@ fn cargo(args: &[&str]) -> String {
 /// included, this crate left out.
 fn cargo_tree_crates(triple: &str, edges: &str) -> Crates {
     let text = cargo(&[
-        "tree", "--locked", "-e", edges, "--target", triple, "-p", "kube-proxy-rs",
-        "--prefix", "none", "-f", "{p}",
+        "tree",
+        "--locked",
+        "-e",
+        edges,
+        "--target",
+        triple,
+        "-p",
+        "kube-proxy-rs",
+        "--prefix",
+        "none",
+        "-f",
+        "{p}",
     ]);
     text.lines()
         .filter_map(|l| {
@@ -69,7 +79,11 @@ fn packages_with_prefix<'a>(doc: &'a Value, prefix: &str) -> Vec<&'a Value> {
         .as_array()
         .expect("packages")
         .iter()
-        .filter(|p| p["SPDXID"].as_str().is_some_and(|id| id.starts_with(prefix)))
+        .filter(|p| {
+            p["SPDXID"]
+                .as_str()
+                .is_some_and(|id| id.starts_with(prefix))
+        })
         .collect()
 }
 
@@ -114,10 +128,9 @@ fn lock_checksums() -> BTreeMap<(String, String), String> {
 
 /// (name, version) -> license field, from `cargo metadata`.
 fn metadata_licenses() -> BTreeMap<(String, String), String> {
-    let metadata: Value = serde_json::from_str(&cargo(&[
-        "metadata", "--locked", "--format-version", "1",
-    ]))
-    .expect("cargo metadata JSON");
+    let metadata: Value =
+        serde_json::from_str(&cargo(&["metadata", "--locked", "--format-version", "1"]))
+            .expect("cargo metadata JSON");
     metadata["packages"]
         .as_array()
         .expect("packages")
@@ -201,11 +214,17 @@ fn check_relationships(doc: &Value) {
     let rels = doc["relationships"].as_array().expect("relationships");
     let has = |from: &str, kind: &str, to: &str| {
         rels.iter().any(|r| {
-            r["spdxElementId"] == from && r["relationshipType"] == kind && r["relatedSpdxElement"] == to
+            r["spdxElementId"] == from
+                && r["relationshipType"] == kind
+                && r["relatedSpdxElement"] == to
         })
     };
     assert!(has("SPDXRef-DOCUMENT", "DESCRIBES", "SPDXRef-Image"));
-    assert!(has("SPDXRef-Image", "CONTAINS", "SPDXRef-Package-kube-proxy"));
+    assert!(has(
+        "SPDXRef-Image",
+        "CONTAINS",
+        "SPDXRef-Package-kube-proxy"
+    ));
     for id in ids.iter().filter(|i| i.starts_with("SPDXRef-Package-deb-")) {
         assert!(has("SPDXRef-Image", "CONTAINS", id), "image CONTAINS {id}");
     }
@@ -213,9 +232,18 @@ fn check_relationships(doc: &Value) {
     let mut reached = BTreeSet::from(["SPDXRef-Package-kube-proxy"]);
     loop {
         let before = reached.len();
-        for r in rels.iter().filter(|r| r["relationshipType"] == "DEPENDS_ON") {
-            let (from, to) = (r["spdxElementId"].as_str().unwrap_or_default(), r["relatedSpdxElement"].as_str().unwrap_or_default());
-            assert!(ids.contains(from) && ids.contains(to), "dangling relationship {r}");
+        for r in rels
+            .iter()
+            .filter(|r| r["relationshipType"] == "DEPENDS_ON")
+        {
+            let (from, to) = (
+                r["spdxElementId"].as_str().unwrap_or_default(),
+                r["relatedSpdxElement"].as_str().unwrap_or_default(),
+            );
+            assert!(
+                ids.contains(from) && ids.contains(to),
+                "dangling relationship {r}"
+            );
             if reached.contains(from) {
                 reached.insert(to);
             }
@@ -224,8 +252,14 @@ fn check_relationships(doc: &Value) {
             break;
         }
     }
-    for id in ids.iter().filter(|i| i.starts_with("SPDXRef-Package-cargo-")) {
-        assert!(reached.contains(id), "{id} is not reached from the application");
+    for id in ids
+        .iter()
+        .filter(|i| i.starts_with("SPDXRef-Package-cargo-"))
+    {
+        assert!(
+            reached.contains(id),
+            "{id} is not reached from the application"
+        );
     }
 }
 
@@ -241,19 +275,30 @@ fn sbom_lists_the_binarys_crates_and_the_installed_debian_packages() {
         assert_eq!(doc["spdxVersion"], "SPDX-2.3");
         assert_eq!(doc["dataLicense"], "CC0-1.0");
         let crates = check_crates(&doc, arch);
-        assert!(crates.iter().any(|(n, _)| n == "kube"), "{arch}: {crates:?}");
+        assert!(
+            crates.iter().any(|(n, _)| n == "kube"),
+            "{arch}: {crates:?}"
+        );
 
         let (_, _, rootfs) = unpack_platform(&dir, &index, arch);
         let debs = packages_with_prefix(&doc, "SPDXRef-Package-deb-");
         let installed = dpkg_records(&rootfs);
-        assert_eq!(name_versions(&debs), installed, "{arch} SBOM vs the image's dpkg records");
-        let listed: Crates = std::fs::read_to_string(image_dir().join(format!("packages-{arch}.txt")))
-            .expect("packages list")
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect();
-        assert_eq!(listed, installed, "packages-{arch}.txt vs the image's dpkg records");
+        assert_eq!(
+            name_versions(&debs),
+            installed,
+            "{arch} SBOM vs the image's dpkg records"
+        );
+        let listed: Crates =
+            std::fs::read_to_string(image_dir().join(format!("packages-{arch}.txt")))
+                .expect("packages list")
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+        assert_eq!(
+            listed, installed,
+            "packages-{arch}.txt vs the image's dpkg records"
+        );
         for d in &debs {
             let p = purl(d);
             assert!(
@@ -287,17 +332,30 @@ fn index_attests_each_image_with_its_sbom() {
             .iter()
             .find(|a| a["annotations"]["vnd.docker.reference.digest"] == image["digest"])
             .unwrap_or_else(|| panic!("no attestation refers to the {arch} image"));
-        assert_eq!(entry["platform"]["architecture"], "unknown", "runtimes must skip it");
+        assert_eq!(
+            entry["platform"]["architecture"], "unknown",
+            "runtimes must skip it"
+        );
         let manifest = json_file(&blob(&dir, entry));
         let layers = manifest["layers"].as_array().expect("layers");
         assert_eq!(layers.len(), 1);
         assert_eq!(layers[0]["mediaType"], "application/vnd.in-toto+json");
-        assert_eq!(layers[0]["annotations"]["in-toto.io/predicate-type"], "https://spdx.dev/Document");
+        assert_eq!(
+            layers[0]["annotations"]["in-toto.io/predicate-type"],
+            "https://spdx.dev/Document"
+        );
         let statement = json_file(&blob(&dir, &layers[0]));
         assert_eq!(statement["predicateType"], "https://spdx.dev/Document");
-        let digest = image["digest"].as_str().expect("digest").trim_start_matches("sha256:");
+        let digest = image["digest"]
+            .as_str()
+            .expect("digest")
+            .trim_start_matches("sha256:");
         assert_eq!(statement["subject"][0]["digest"]["sha256"], digest);
-        assert_eq!(statement["predicate"], sbom(arch), "the {arch} attestation is the shipped SBOM");
+        assert_eq!(
+            statement["predicate"],
+            sbom(arch),
+            "the {arch} attestation is the shipped SBOM"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -355,12 +413,21 @@ fn scanner_reads_each_images_crates_and_packages() {
         // finds every crate whose code is linked in (proc-macros run at build time: not in the binary's list).
         let seen = of_type(&found, "rust-crate");
         let mut declared = name_versions(&packages_with_prefix(&doc, "SPDXRef-Package-cargo-"));
-        declared.insert((env!("CARGO_PKG_NAME").into(), env!("CARGO_PKG_VERSION").into()));
+        declared.insert((
+            env!("CARGO_PKG_NAME").into(),
+            env!("CARGO_PKG_VERSION").into(),
+        ));
         let undeclared: Vec<_> = seen.difference(&declared).collect();
-        assert!(undeclared.is_empty(), "{arch}: crates in the binary missing from the SBOM: {undeclared:?}");
+        assert!(
+            undeclared.is_empty(),
+            "{arch}: crates in the binary missing from the SBOM: {undeclared:?}"
+        );
         let linked = cargo_tree_crates(triple(arch), "normal,no-proc-macro");
         let unseen: Vec<_> = linked.difference(&seen).collect();
-        assert!(unseen.is_empty(), "{arch}: linked crates the scanner does not see: {unseen:?}");
+        assert!(
+            unseen.is_empty(),
+            "{arch}: linked crates the scanner does not see: {unseen:?}"
+        );
         let debs = of_type(&found, "deb");
         let want = name_versions(&packages_with_prefix(&doc, "SPDXRef-Package-deb-"));
         assert_eq!(debs, want, "{arch}: Debian packages syft finds vs the SBOM");
@@ -369,8 +436,16 @@ fn scanner_reads_each_images_crates_and_packages() {
         let path = image_dir().join(format!("kube-proxy-rs.{arch}.spdx.json"));
         run(Command::new(tool("pyspdxtools")).arg("-i").arg(&path));
         let read = syft_artifacts(&["convert", &path.to_string_lossy()]);
-        assert_eq!(of_type(&read, "rust-crate"), declared, "{arch}: syft reading the SBOM's crates");
-        assert_eq!(of_type(&read, "deb"), want, "{arch}: syft reading the SBOM's Debian packages");
+        assert_eq!(
+            of_type(&read, "rust-crate"),
+            declared,
+            "{arch}: syft reading the SBOM's crates"
+        );
+        assert_eq!(
+            of_type(&read, "deb"),
+            want,
+            "{arch}: syft reading the SBOM's Debian packages"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -68,10 +68,19 @@ fn dependency_policy_accepts_ours_and_rejects_the_rest() {
         return;
     }
     let ours = cargo_deny(&root().join("Cargo.toml"), &["licenses", "bans", "sources"]);
-    assert!(ours.status.success(), "cargo deny on this crate:\n{}", text(&ours));
+    assert!(
+        ours.status.success(),
+        "cargo deny on this crate:\n{}",
+        text(&ours)
+    );
 
     let dir = common::uml::run_dir("deny_scratch");
-    scratch_crate(&dir.join("app"), "app", "Apache-2.0", &["copyleft", "openssl"]);
+    scratch_crate(
+        &dir.join("app"),
+        "app",
+        "Apache-2.0",
+        &["copyleft", "openssl"],
+    );
     scratch_crate(&dir.join("copyleft"), "copyleft", "GPL-3.0-only", &[]);
     scratch_crate(&dir.join("openssl"), "openssl", "Apache-2.0", &[]);
     run(Command::new(env!("CARGO"))
@@ -79,8 +88,16 @@ fn dependency_policy_accepts_ours_and_rejects_the_rest() {
         .arg(dir.join("app/Cargo.toml")));
     let manifest = dir.join("app/Cargo.toml");
     let licenses = cargo_deny(&manifest, &["licenses"]);
-    assert!(!licenses.status.success(), "GPL-3.0 accepted:\n{}", text(&licenses));
-    assert!(text(&licenses).contains("GPL-3.0-only"), "{}", text(&licenses));
+    assert!(
+        !licenses.status.success(),
+        "GPL-3.0 accepted:\n{}",
+        text(&licenses)
+    );
+    assert!(
+        text(&licenses).contains("GPL-3.0-only"),
+        "{}",
+        text(&licenses)
+    );
     let bans = cargo_deny(&manifest, &["bans"]);
     assert!(!bans.status.success(), "openssl accepted:\n{}", text(&bans));
     assert!(text(&bans).contains("openssl"), "{}", text(&bans));
@@ -100,17 +117,27 @@ const TEST_SCRIPTS: [&str; 5] = [
 fn test_command_runs_cargo_locked() {
     let test_sh = std::fs::read_to_string(root().join("scripts/test.sh")).expect("test.sh");
     for called in ["install-deps.sh", "build-release.sh", "build-image.sh"] {
-        assert!(test_sh.contains(called), "scripts/test.sh no longer runs {called}: update TEST_SCRIPTS");
+        assert!(
+            test_sh.contains(called),
+            "scripts/test.sh no longer runs {called}: update TEST_SCRIPTS"
+        );
     }
     let mut checked = 0;
     for script in TEST_SCRIPTS {
         let text = std::fs::read_to_string(root().join(script)).expect("read script");
         let joined = text.replace("\\\n", " ");
-        for line in joined.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
+        for line in joined
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with('#'))
+        {
             let words: Vec<&str> = line.split_whitespace().collect();
             for (i, w) in words.iter().enumerate() {
-                let is_cargo = *w == "cargo" || w.ends_with("/cargo-deny\"") || w.ends_with("/cargo-deny");
-                let Some(sub) = words.get(i + 1) else { continue };
+                let is_cargo =
+                    *w == "cargo" || w.ends_with("/cargo-deny\"") || w.ends_with("/cargo-deny");
+                let Some(sub) = words.get(i + 1) else {
+                    continue;
+                };
                 if !is_cargo || *sub == "fmt" {
                     continue;
                 }
@@ -122,7 +149,10 @@ fn test_command_runs_cargo_locked() {
             }
         }
     }
-    assert!(checked >= 6, "found only {checked} cargo invocations: is the parsing still right?");
+    assert!(
+        checked >= 6,
+        "found only {checked} cargo invocations: is the parsing still right?"
+    );
 }
 
 #[test]
@@ -132,7 +162,8 @@ fn license_file_matches_cargo_toml() {
         toml.lines().any(|l| l.trim() == "license = \"Apache-2.0\""),
         "Cargo.toml declares Apache-2.0"
     );
-    let license = std::fs::read_to_string(root().join("LICENSE")).expect("LICENSE at the repository root");
+    let license =
+        std::fs::read_to_string(root().join("LICENSE")).expect("LICENSE at the repository root");
     for phrase in [
         "Apache License",
         "Version 2.0, January 2004",
@@ -173,7 +204,15 @@ fn release_binary_carries_its_crate_list() {
         .filter(|a| a["type"] == "rust-crate")
         .filter_map(|a| a["name"].as_str().map(str::to_string))
         .collect();
-    for name in [env!("CARGO_PKG_NAME"), "kube", "tokio", "netlink-packet-route"] {
-        assert!(crates.iter().any(|c| c == name), "syft does not see {name} in the binary: {crates:?}");
+    for name in [
+        env!("CARGO_PKG_NAME"),
+        "kube",
+        "tokio",
+        "netlink-packet-route",
+    ] {
+        assert!(
+            crates.iter().any(|c| c == name),
+            "syft does not see {name} in the binary: {crates:?}"
+        );
     }
 }

@@ -60,7 +60,11 @@ pub fn tool(name: &str) -> PathBuf {
         return local;
     }
     let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
         .unwrap_or_default();
     on_path.unwrap_or_else(|| {
         panic!("{name} not found in target/tools/bin or PATH: run scripts/install-deps.sh --tools")
@@ -132,7 +136,11 @@ pub fn platform_entry<'a>(index: &'a Value, arch: &str) -> &'a Value {
         .iter()
         .filter(|m| m["platform"]["os"] == "linux" && m["platform"]["architecture"] == arch)
         .collect();
-    assert_eq!(found.len(), 1, "one linux/{arch} image in the index: {index}");
+    assert_eq!(
+        found.len(),
+        1,
+        "one linux/{arch} image in the index: {index}"
+    );
     found[0]
 }
 
