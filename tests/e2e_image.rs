@@ -410,6 +410,18 @@ fn image_in_guest() {
     let _ctrd = Containerd::start(&run_dir);
     let images = String::from_utf8_lossy(&run(ctr().args(["images", "ls"])).stdout).into_owned();
     assert!(images.contains(&image_ref()), "{images}");
+    // The name points to the multi-architecture index itself; containerd unpacked its linux/amd64 image.
+    let summary = json_file(&archive().with_extension("tar.json"));
+    let index_digest = summary["digest"].as_str().expect("index digest");
+    let line = images
+        .lines()
+        .find(|l| l.starts_with(&image_ref()))
+        .unwrap_or_default();
+    assert!(
+        line.contains("application/vnd.oci.image.index.v1+json") && line.contains(index_digest),
+        "ctr images ls: {images}"
+    );
+    println!("ctr images ls:\n{images}");
 
     // kubelet's hint chain in legacy, as on a node whose kubelet uses iptables-legacy: the image's daemon
     // must pick legacy by itself (no KUBE_PROXY_IPTABLES_BACKEND, as in the DaemonSet).
