@@ -88,10 +88,11 @@ done
 
 EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-key=$( { for arch in "${ARCHS[@]}"; do sha256sum "$(binary "$arch")"; done
-         sha256sum "$PACKAGES_FILE" "$0" Cargo.lock LICENSE scripts/arch.sh scripts/image/*.sh scripts/image/*.py
+key=$( { for arch in "${ARCHS[@]}"; do sha256sum "$(binary "$arch")" | cut -d' ' -f1; done
+         sha256sum "$PACKAGES_FILE" "$0" Cargo.lock LICENSE scripts/arch.sh scripts/image/*.sh scripts/image/*.py |
+           cut -d' ' -f1
          echo "$NAME ${ARCHS[*]} $MIRROR $SECURITY_MIRROR $SUITE $EPOCH $REVISION $SOURCE $LICENSE"; } |
-       cut -d' ' -f1 | sha256sum | cut -d' ' -f1)
+       sha256sum | cut -d' ' -f1)
 if [ "$rebuild" = 0 ] && [ -f "$ARCHIVE" ] && [ "$(cat "$ARCHIVE.key" 2>/dev/null)" = "$key" ]; then
   echo "build-image: $ARCHIVE is up to date for these inputs ($(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest"])' "$ARCHIVE.json"))"
   exit 0
