@@ -1,7 +1,8 @@
 //! The image under test: the OCI archive scripts/build-image.sh builds, checked against deploy/ and run the
 //! way the DaemonSet runs it.
 //!
-//! - `image_contents_match_the_daemonset` (host): the archive's index, manifest and config; the DaemonSet's
+//! - `image_contents_match_the_daemonset` (host): the linux/amd64 image of the archive's index (its manifest
+//!   and config; the arm64 image and the index: tests/image_arm64.rs); the DaemonSet's
 //!   command, entrypoint and probe port against the image's config and files; the image's own kube-proxy,
 //!   iptables (both variants), ipset and modprobe run with the image's libraries (`chroot`).
 //! - `image_runs_like_the_daemonset` (UML guest): containerd imports the archive (`ctr images import`) and runs
@@ -23,6 +24,9 @@ use common::e2e::{
     ABC, E2e, KernelState, Options, abc_pods, answers, client, distinct, has_vs, http_get, ip,
     ipvs, real_servers, service, slice,
 };
+use common::image::{
+    archive, image_ref, image_required, json_file, run, unpack_archive, unpack_platform,
+};
 use common::podsec;
 use common::uml::{self, BootOptions, sh};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -30,12 +34,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Set to 1 to skip the image tests (for a checkout without the image build's packages).
-const SKIP_ENV: &str = "KPRS_SKIP_IMAGE_TESTS";
 /// containerd's directory inside the guest (tmpfs /run: nothing lands on the host's /var/lib).
 const CTRD: &str = "/run/kprs-containerd";
 /// In the UML guest, the node's module tree (the host's /lib/modules has no UML modules).
@@ -43,61 +45,6 @@ const NODE_MODULES: &str = "/usr/lib/uml/modules";
 /// A module no guest loads at boot (tests/common/uml.rs MODULES), for the image's modprobe.
 const PROBE_MODULE: &str = "nf_conntrack_ftp";
 const T: Duration = Duration::from_secs(2);
-
-/// The name scripts/build-image.sh gives the image.
-fn image_ref() -> String {
-    format!(
-        "docker.io/library/kube-proxy-rs:{}",
-        env!("CARGO_PKG_VERSION")
-    )
-}
-
-/// `$CARGO_TARGET_DIR/image/kube-proxy-rs.oci.tar`.
-fn archive() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .expect("target dir")
-        .join("image/kube-proxy-rs.oci.tar")
-}
-
-/// False (with a note) when opted out; panics when the image is missing.
-fn image_required(test: &str) -> bool {
-    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
-        println!("SKIP {test}: {SKIP_ENV}=1");
-        return false;
-    }
-    assert!(
-        archive().is_file(),
-        "{test}: image archive {} missing: run scripts/build-release.sh && scripts/build-image.sh \
-         (scripts/test.sh does), or set {SKIP_ENV}=1 to skip the image tests",
-        archive().display()
-    );
-    true
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn json_file(p: &Path) -> Value {
-    let text = std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-    serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-/// The blob a descriptor points to, under an unpacked archive.
-fn blob(dir: &Path, descriptor: &Value) -> PathBuf {
-    let digest = descriptor["digest"].as_str().expect("digest");
-    dir.join("blobs/sha256")
-        .join(digest.trim_start_matches("sha256:"))
-}
 
 /// The DaemonSet of deploy/base/daemonset.yaml and its kube-proxy container.
 fn daemonset() -> (PodSpec, Container) {
@@ -114,32 +61,11 @@ fn daemonset() -> (PodSpec, Container) {
     (pod, c)
 }
 
-/// The archive unpacked (outer tar, then every layer in order) into `dir`: (manifest, config, rootfs).
+/// The archive unpacked into `dir`: the linux/amd64 image's (manifest, config, rootfs) — the platform
+/// containerd runs on this host.
 fn unpack(dir: &Path) -> (Value, Value, PathBuf) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    run(Command::new("tar")
-        .arg("-xf")
-        .arg(archive())
-        .arg("-C")
-        .arg(dir));
-    let index = json_file(&dir.join("index.json"));
-    let entry = &index["manifests"][0];
-    assert_eq!(
-        entry["annotations"]["io.containerd.image.name"],
-        image_ref().as_str()
-    );
-    let manifest = json_file(&blob(dir, entry));
-    let config = json_file(&blob(dir, &manifest["config"]));
-    let rootfs = dir.join("rootfs");
-    std::fs::create_dir_all(&rootfs).expect("mkdir rootfs");
-    for layer in manifest["layers"].as_array().expect("layers") {
-        run(Command::new("tar")
-            .arg("-xzf")
-            .arg(blob(dir, layer))
-            .arg("-C")
-            .arg(&rootfs));
-    }
-    (manifest, config, rootfs)
+    let index = unpack_archive(dir);
+    unpack_platform(dir, &index, "amd64")
 }
 
 /// Runs a program of the image with the image's own libraries; returns its output.
@@ -607,6 +533,18 @@ fn image_in_guest() {
     let _ctrd = Containerd::start(&run_dir);
     let images = String::from_utf8_lossy(&run(ctr().args(["images", "ls"])).stdout).into_owned();
     assert!(images.contains(&image_ref()), "{images}");
+    // The name points to the multi-architecture index itself; containerd unpacked its linux/amd64 image.
+    let summary = json_file(&archive().with_extension("tar.json"));
+    let index_digest = summary["digest"].as_str().expect("index digest");
+    let line = images
+        .lines()
+        .find(|l| l.starts_with(&image_ref()))
+        .unwrap_or_default();
+    assert!(
+        line.contains("application/vnd.oci.image.index.v1+json") && line.contains(index_digest),
+        "ctr images ls: {images}"
+    );
+    println!("ctr images ls:\n{images}");
 
     // kubelet's hint chain in legacy, as on a node whose kubelet uses iptables-legacy: the image's daemon
     // must pick legacy by itself (no KUBE_PROXY_IPTABLES_BACKEND, as in the DaemonSet).

@@ -768,7 +768,7 @@ fn kustomization_lists_every_manifest() {
 #[test]
 fn dockerfile_builds_with_the_release_script_and_installs_the_binary_where_the_daemonset_runs_it() {
     let script = read("scripts/build-release.sh");
-    let build_line = "cargo build --release --locked --bin kube-proxy";
+    let build_line = "cargo auditable build --release --locked --bin kube-proxy";
     assert!(
         script.lines().any(|l| l.trim() == build_line),
         "build-release.sh must run `{build_line}`"

@@ -1,17 +1,19 @@
 # Sourced by scripts/build-image.sh: assembles and prunes the image's root file system from Debian packages.
-# Functions only; the caller sets MIRROR, SECURITY_MIRROR, SUITE, PACKAGES_FILE, EPOCH and OUT.
+# Functions only; the caller sets MIRROR, SECURITY_MIRROR, SUITE, PACKAGES_FILE, EPOCH and OUT and sources
+# scripts/arch.sh.
 
 # The packages of scripts/image/packages.txt (comments and blank lines dropped), comma-separated.
 image_packages() {
   sed -e 's/#.*//' -e 's/[[:space:]]//g' "$PACKAGES_FILE" | grep -v '^$' | paste -sd, -
 }
 
-# Unpacks the packages and their dependencies into $1 (no maintainer scripts run: nothing executes in the
-# target, so nothing of the build host leaks in). The .deb files stay in var/cache/apt/archives for
-# record_packages. A source that cannot be reached fails with a message that says so.
+# Unpacks the packages of architecture $2 and their dependencies into $1 (no maintainer scripts run: nothing
+# executes in the target, so nothing of the build host leaks in, and a foreign architecture needs no emulator).
+# The .deb files stay in var/cache/apt/archives for record_packages. A source that cannot be reached fails
+# with a message that says so.
 fetch_rootfs() {
-  local dir=$1 log=$1.mmdebstrap.log
-  if ! SOURCE_DATE_EPOCH=$EPOCH mmdebstrap --variant=extract --include="$(image_packages)" \
+  local dir=$1 arch=$2 log=$1.mmdebstrap.log
+  if ! SOURCE_DATE_EPOCH=$EPOCH mmdebstrap --variant=extract --architectures="$arch" --include="$(image_packages)" \
       --skip=cleanup/apt/cache --aptopt='Acquire::Retries "1"' --aptopt='Acquire::http::Timeout "20"' \
       "$SUITE" "$dir" \
       "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" \
@@ -57,16 +59,17 @@ configure_rootfs() {
 
 # Removes what kube-proxy, iptables, ipset and modprobe never use: documentation (copyright files stay),
 # package-manager state, debconf and openssl tools (pulled in by ca-certificates), iconv modules, device nodes;
-# drops the records of the packages removed entirely from the list $2.
+# drops the records of the packages removed entirely from the list $2. $3: the architecture.
 prune_rootfs() {
-  local dir=$1
+  local dir=$1 lib
+  lib=usr/lib/$(gnu_triple "$3")
   find "$dir/usr/share/doc" -type f ! -name copyright -delete
   find "$dir/usr/share/doc" -type l -delete
   find "$dir/usr/share/doc" -type d -empty -delete
   rm -rf "$dir"/usr/share/{man,info,locale,lintian,bash-completion,perl5,debconf,pixmaps,initramfs-tools,ca-certificates} \
     "$dir"/usr/bin/{openssl,c_rehash,debconf*} "$dir"/usr/sbin/{dpkg-preconfigure,dpkg-reconfigure,update-ca-certificates} \
     "$dir"/usr/sbin/{iptables-apply,ip6tables-apply} \
-    "$dir"/usr/lib/x86_64-linux-gnu/{gconv,engines-3,ossl-modules} "$dir"/usr/lib/x86_64-linux-gnu/libssl.so.* \
+    "$dir/$lib"/{gconv,engines-3,ossl-modules} "$dir/$lib"/libssl.so.* \
     "$dir"/var/cache/* "$dir"/var/lib/apt "$dir"/var/log/* "$dir"/etc/apt "$dir"/etc/ca-certificates.conf \
     "$dir"/var/lib/dpkg/{alternatives,arch,info,status,triggers,updates,available,cmethopt,diversions,statoverride} \
     "$dir"/etc/{hostname,hosts,resolv.conf,machine-id,debconf.conf} "$dir"/etc/ssl/{openssl.cnf,private} "$dir"/usr/lib/ssl

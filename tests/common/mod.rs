@@ -4,6 +4,9 @@ pub mod dashboard;
 pub mod e2e;
 pub mod hostns;
 pub mod klog;
+// Tests only: reads `CARGO_TARGET_TMPDIR`, which cargo gives test targets, not the demo or the benches.
+#[cfg(test)]
+pub mod image;
 pub mod netns;
 pub mod planner;
 pub mod podsec;
