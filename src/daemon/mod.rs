@@ -334,32 +334,99 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let options = Arc::new(options);
     // Read the config file before anything else: an edit from now on makes the daemon exit.
     let config_snapshot = options.config_path.as_deref().map(watch_config::snapshot);
-    let c = &options.config;
-    set_oom_score(c.oom_score_adj);
+    set_oom_score(options.config.oom_score_adj);
     // Health, metrics and the explanation are served from the start, whatever the API server does.
     let published = Published::default();
     let obs = observers(&options, &published)?;
-    let (metrics, health) = (obs.metrics.clone(), obs.health.clone());
     let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
     let explainer = explainer(&options, &published);
     let servers = start_servers(&options, &obs, explainer, &server_stop_rx).await?;
     let cluster = connect(&options, &obs.rest).await?;
-    cluster.events.attach_metrics(metrics.clone());
-    let node_ips = node::node_ips(cluster.initial.as_ref(), &c.bind_address);
-    let (proxier, families, random_fully) = kernel(&options, &node_ips)?;
+    cluster.events.attach_metrics(obs.metrics.clone());
+    let node = prepare(&options, &cluster, &obs, &published)?;
+    let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<Stop>();
+    spawn_stop_sources(&options, config_snapshot, &stop_tx);
+    let running = start_syncing(&options, cluster, node, obs, published, stop_tx)?;
+    let stop = stop_rx
+        .recv()
+        .await
+        .unwrap_or(Stop::Signal("channel closed"));
+    running.stop().await;
+    let _ = server_stop_tx.send(true);
+    for s in servers {
+        let _ = tokio::time::timeout(Duration::from_secs(2), s.task).await;
+    }
+    stop_result(stop)
+}
+
+/// This node, ready to be programmed: the proxier over the real kernel and what every sync uses.
+struct Prepared {
+    proxier: Arc<Mutex<Proxier>>,
+    families: Vec<IpFamily>,
+    settings: sync::SyncSettings,
+}
+
+/// The kernel side and the per-family metrics, once the Node (or its absence) is known.
+fn prepare(
+    options: &Options,
+    cluster: &Cluster,
+    obs: &Observers,
+    published: &Published,
+) -> anyhow::Result<Prepared> {
+    let node_ips = node::node_ips(cluster.initial.as_ref(), &options.config.bind_address);
+    let (proxier, families, random_fully) = kernel(options, &node_ips)?;
     proxier_lock(&proxier).set_max_drain(options.ipvs_max_drain_time);
-    init_metrics(&options, &metrics, &families, &published)?;
-    health.set_node_eligible(cluster.initial.as_ref().is_none_or(|n| n.eligible()));
+    init_metrics(options, &obs.metrics, &families, published)?;
+    let eligible = cluster.initial.as_ref().is_none_or(|n| n.eligible());
+    obs.health.set_node_eligible(eligible);
     let settings = sync::SyncSettings::new(
         &options.settings,
         &options.node_name,
-        node_ips.clone(),
+        node_ips,
         families.clone(),
         random_fully,
     );
+    Ok(Prepared {
+        proxier,
+        families,
+        settings,
+    })
+}
+
+/// What runs until the daemon stops: the watchers, the service health checks and the sync loop.
+struct Running {
+    stores: watch::Stores,
+    service_health: Arc<ServiceHealthServer>,
+    loop_stop: tokio_watch::Sender<bool>,
+    loop_task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops syncing, then the watchers and the health-check listeners; the kernel state stays.
+    async fn stop(self) {
+        stop_sync_loop(self.loop_stop, self.loop_task).await;
+        self.stores.abort();
+        self.service_health.shutdown().await;
+    }
+}
+
+/// Starts the watchers, the Node watch, the graceful-termination check and the sync loop.
+fn start_syncing(
+    options: &Options,
+    cluster: Cluster,
+    node: Prepared,
+    obs: Observers,
+    published: Published,
+    stop_tx: mpsc::UnboundedSender<Stop>,
+) -> anyhow::Result<Running> {
+    let Prepared {
+        proxier,
+        families,
+        settings,
+    } = node;
+    let health = obs.health.clone();
     let health_ips: Vec<IpAddr> = health_check_ips(&settings, &proxier);
     let service_health = Arc::new(ServiceHealthServer::new(health_ips, health.clone()));
-
     let (runner_handle, runner) = bounded_frequency_runner(RunnerConfig::token_bucket(
         options.settings.min_sync_period,
         options.settings.sync_period,
@@ -368,24 +435,21 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let notifier = watch_notifier(
         runner_handle.clone(),
         health.clone(),
-        metrics.clone(),
+        obs.metrics.clone(),
         families.clone(),
         cluster.events.clone(),
     );
-    let client = ApiClient::new(cluster.client.clone(), media_types(c)?);
+    let client = ApiClient::new(cluster.client.clone(), media_types(&options.config)?);
     let (stores, synced) = watch::start(client, &options.node_name, trackers.clone(), notifier);
-    let (stop_tx, mut stop_rx) = mpsc::unbounded_channel::<Stop>();
-    let node_rx = stores.node.clone();
+    let mode = cluster.node_cidr_mode;
     watch_node(
-        node_rx,
+        stores.node.clone(),
         cluster.initial,
-        cluster.node_cidr_mode,
+        mode,
         health.clone(),
-        stop_tx.clone(),
+        stop_tx,
     );
-    spawn_stop_sources(&options, config_snapshot, &stop_tx);
     spawn_graceful_check(proxier.clone(), graceful_interval(), &published, &obs.state);
-
     for &f in &families {
         health.loop_started(f);
     }
@@ -396,7 +460,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         synced,
         node: stores.node.clone(),
         proxier,
-        metrics,
+        metrics: obs.metrics,
         health,
         service_health: service_health.clone(),
         runner: runner_handle,
@@ -404,21 +468,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         published,
         state_metrics: obs.state,
     });
-    let (loop_stop_tx, loop_task) = spawn_sync_loop(runner, sync_loop, synced_for_trim);
-
-    let stop = stop_rx
-        .recv()
-        .await
-        .unwrap_or(Stop::Signal("channel closed"));
-    // Stop syncing, then the watchers and servers; kernel state stays.
-    stop_sync_loop(loop_stop_tx, loop_task).await;
-    stores.abort();
-    service_health.shutdown().await;
-    let _ = server_stop_tx.send(true);
-    for s in servers {
-        let _ = tokio::time::timeout(Duration::from_secs(2), s.task).await;
-    }
-    stop_result(stop)
+    let (loop_stop, loop_task) = spawn_sync_loop(runner, sync_loop, synced_for_trim);
+    Ok(Running {
+        stores,
+        service_health,
+        loop_stop,
+        loop_task,
+    })
 }
 
 /// Runs `sync_loop` on the runner's schedule until the returned sender turns true, giving free heap

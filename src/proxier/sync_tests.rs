@@ -1668,46 +1668,10 @@ fn full_sync_counts_drift_by_kind_and_foreign_objects() {
     assert_eq!(foreign(&quiet, ForeignKind::VirtualServer), Some(0));
     assert_eq!(foreign(&quiet, ForeignKind::Ipset), Some(0));
 
+    let member = break_behind_its_back(&k);
     let api = key("10.96.0.1", 443, Protocol::Tcp);
     let web = key("10.96.100.10", 80, Protocol::Tcp);
     let web2 = key("10.96.100.20", 80, Protocol::Tcp);
-    let mut ipvs = k.ipvs.clone();
-    ipvs.delete_service(&api).unwrap();
-    ipvs.delete_destination(&web, ip(EPS[0].0), EPS[0].1)
-        .unwrap();
-    let reweighted = IpvsDestination::masq(ip(EPS[1].0), EPS[1].1, 5);
-    ipvs.update_destination(&web2, &reweighted).unwrap();
-    ipvs.update_service(&svc("10.96.100.20", 80, Protocol::Tcp, "wrr"))
-        .unwrap();
-    seed_vs(&k, "10.1.1.1", 8080, "rr");
-    let mut sets = k.ipsets.clone();
-    let member = k
-        .ipsets
-        .members("KUBE-CLUSTER-IP")
-        .into_iter()
-        .next()
-        .unwrap();
-    let del = IpSetOp::Del {
-        set: "KUBE-CLUSTER-IP".into(),
-        entry: member.clone(),
-    };
-    sets.apply(&[del]).unwrap();
-    let spec = IpSetSpec {
-        name: "FOREIGN".into(),
-        set_type: IpSetType::HashIp,
-        family: IpFamily::V4,
-        comment: String::new(),
-    };
-    sets.create(&spec).unwrap();
-    let mut links = k.links.clone();
-    links.del_address(DUMMY_DEVICE, ip("10.96.100.10")).unwrap();
-    let mut ipt = k.iptables.clone();
-    let jump = jump_args("kubernetes service portals", "KUBE-SERVICES");
-    assert!(
-        ipt.delete_rule(IpFamily::V4, "nat", "PREROUTING", &jump)
-            .unwrap()
-    );
-
     // An event-driven sync trusts its memory: it neither sees nor counts anything.
     assert!(apply(&mut p, &small(), false).drift.is_empty());
     let r = apply(&mut p, &small(), true);
@@ -1744,4 +1708,50 @@ fn full_sync_counts_drift_by_kind_and_foreign_objects() {
     assert_eq!(foreign(&r, ForeignKind::Ipset), Some(1));
     // Repaired: the next full sync finds nothing.
     assert!(apply(&mut p, &small(), true).drift.is_empty());
+}
+
+/// Another tool changes one object of each kind of ours (and adds a foreign virtual server and set);
+/// returns the member it deleted from KUBE-CLUSTER-IP.
+fn break_behind_its_back(k: &Kit) -> String {
+    let api = key("10.96.0.1", 443, Protocol::Tcp);
+    let web = key("10.96.100.10", 80, Protocol::Tcp);
+    let web2 = key("10.96.100.20", 80, Protocol::Tcp);
+    let mut ipvs = k.ipvs.clone();
+    ipvs.delete_service(&api).unwrap();
+    ipvs.delete_destination(&web, ip(EPS[0].0), EPS[0].1)
+        .unwrap();
+    let reweighted = IpvsDestination::masq(ip(EPS[1].0), EPS[1].1, 5);
+    ipvs.update_destination(&web2, &reweighted).unwrap();
+    ipvs.update_service(&svc("10.96.100.20", 80, Protocol::Tcp, "wrr"))
+        .unwrap();
+    seed_vs(k, "10.1.1.1", 8080, "rr");
+    let mut sets = k.ipsets.clone();
+    let member = k
+        .ipsets
+        .members("KUBE-CLUSTER-IP")
+        .into_iter()
+        .next()
+        .unwrap();
+    let del = IpSetOp::Del {
+        set: "KUBE-CLUSTER-IP".into(),
+        entry: member.clone(),
+    };
+    sets.apply(&[del]).unwrap();
+    let spec = IpSetSpec {
+        name: "FOREIGN".into(),
+        set_type: IpSetType::HashIp,
+        family: IpFamily::V4,
+        comment: String::new(),
+    };
+    sets.create(&spec).unwrap();
+    let mut links = k.links.clone();
+    links.del_address(DUMMY_DEVICE, ip("10.96.100.10")).unwrap();
+    let mut ipt = k.iptables.clone();
+    let jump = jump_args("kubernetes service portals", "KUBE-SERVICES");
+    assert!(
+        ipt.delete_rule(IpFamily::V4, "nat", "PREROUTING", &jump)
+            .unwrap()
+    );
+
+    member
 }
