@@ -172,7 +172,7 @@ mod tests {
     use crate::kernel::ipvs::IpvsService;
     use crate::kernel::ipvs::fake::FakeIpvs;
     use crate::proxier::plan::decision::DecisionChanges;
-    use crate::proxier::plan::{LocalDetector, NodeFacts, PlanConfig, plan};
+    use crate::proxier::plan::{NodeFacts, PlanConfig, plan};
     use std::collections::BTreeSet;
     use std::net::IpAddr;
     use std::sync::Arc;
@@ -231,26 +231,24 @@ mod tests {
         vec![ip("192.168.1.5"), ip("192.168.2.5"), ip("fd01::5")]
     }
 
+    /// The real planner's plan of `services()` in `family` on node `n1`.
+    fn planned(family: IpFamily) -> crate::proxier::desired::DesiredState {
+        let node = NodeFacts {
+            node_name: "n1".into(),
+            node_port_ips: node_port_ips(),
+            ..Default::default()
+        };
+        let cfg = PlanConfig {
+            random_fully: false,
+            ..PlanConfig::new(family)
+        };
+        plan(&services(), &Default::default(), &node, &cfg)
+    }
+
     /// The planner's decisions for both families of `services()`, as the sync loop publishes them.
     fn fill(index: &SharedIndex) {
-        let services = services();
         for family in [IpFamily::V4, IpFamily::V6] {
-            let node = NodeFacts {
-                node_name: "n1".into(),
-                node_port_ips: node_port_ips(),
-                ..Default::default()
-            };
-            let cfg = PlanConfig {
-                family,
-                scheduler: Default::default(),
-                masquerade_all: false,
-                masquerade_bit: 14,
-                local_detector: LocalDetector::None,
-                exclude_cidrs: vec![],
-                random_fully: false,
-                unavailable_schedulers: Default::default(),
-            };
-            let d = plan(&services, &Default::default(), &node, &cfg);
+            let d = planned(family);
             let mut w = index.write().unwrap();
             w.apply(family, DecisionChanges::All(d.decisions));
         }
@@ -265,26 +263,15 @@ mod tests {
     /// The index names exactly the virtual servers the real planner programs, in both families.
     #[test]
     fn index_matches_the_planner() {
-        let services = services();
         let index = index();
         let index = index.read().unwrap();
         let owners = index.owners();
-        let mut planned = BTreeSet::new();
+        let mut planned_keys = BTreeSet::new();
         for family in [IpFamily::V4, IpFamily::V6] {
-            let node = NodeFacts {
-                node_name: "n1".into(),
-                node_port_ips: node_port_ips(),
-                ..Default::default()
-            };
-            let cfg = PlanConfig {
-                unavailable_schedulers: Default::default(),
-                ..PlanConfig::new(family)
-            };
-            let d = plan(&services, &Default::default(), &node, &cfg);
-            planned.extend(d.virtual_servers.keys().copied());
+            planned_keys.extend(planned(family).virtual_servers.keys().copied());
         }
         let indexed: BTreeSet<IpvsServiceKey> = owners.keys().copied().collect();
-        assert_eq!(indexed, planned);
+        assert_eq!(indexed, planned_keys);
         // v4 web: cluster, external, LB, 2 node ports; dns; v6 web: cluster, 1 node port.
         assert_eq!(indexed.len(), 8, "{indexed:?}");
         let np = IpvsServiceKey {

@@ -22,6 +22,9 @@ use common::netns::Pod;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// What the daemon logs when a list or watch fails (src/cluster/watch.rs).
+const WATCH_FAILED: &str = "Watch failed, backing off and relisting";
+
 /// Sum of the samples of `name` whose labels contain `label` (e.g. `code="<error>"`).
 fn metric_with(text: &str, name: &str, label: &str) -> f64 {
     text.lines()
@@ -120,8 +123,7 @@ uml_test!(black_hole_from_the_start, boot(), {
         Duration::from_secs(150),
         |e| {
             e.log().lines().any(|l| {
-                l.contains("watch failed")
-                    && l.contains("no response from the API server within 30s")
+                l.contains(WATCH_FAILED) && l.contains("no response from the API server within 30s")
             })
         },
     );
@@ -268,7 +270,7 @@ uml_test!(half_open_connection_is_noticed, boot(), {
     let mut e = E2e::start_with_api(Options::default(), api);
     running(&mut e);
     let watches = e.api.watch_requests(Kind::Service);
-    let failures_before = log_count(&e, "watch failed");
+    let failures_before = log_count(&e, WATCH_FAILED);
 
     // Every flow open now is dropped both ways in the API server's namespace; new connections pass.
     let ports = client_ports(&pod, port);
@@ -290,7 +292,7 @@ uml_test!(half_open_connection_is_noticed, boot(), {
         cut,
         "the dead connection noticed",
         Duration::from_secs(150),
-        |e| log_count(e, "watch failed") > failures_before,
+        |e| log_count(e, WATCH_FAILED) > failures_before,
     );
     let rewatched = timed(
         &mut e,
@@ -316,7 +318,7 @@ uml_test!(half_open_connection_is_noticed, boot(), {
         secs(programmed)
     );
     let log = e.log();
-    let why: Vec<&str> = log.lines().filter(|l| l.contains("watch failed")).collect();
+    let why: Vec<&str> = log.lines().filter(|l| l.contains(WATCH_FAILED)).collect();
     println!("{}", why.join("\n"));
     assert!(e.daemon_exit().is_none(), "daemon died:\n{log}");
 });

@@ -17,11 +17,9 @@ use common::e2e::{
     ABC, E2e, METRICS, NODE, NODE_IP, Options, abc_pods, boot, client, direct_launch, http_get, ip,
     metric_sum, node_json, service, slice,
 };
-use common::netns::{Pod, serve_hold};
+use common::netns::{Held, Pod, serve_hold};
 use common::uml::sh;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(3);
@@ -336,35 +334,9 @@ fn check_drift(e: &mut E2e) {
     });
 }
 
-/// A connection held from a client to one pod.
-struct Held {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Held {
-    fn open(c: &Pod) -> Held {
-        let addr = format!("{HOLD_VIP}:81").parse().unwrap();
-        let w = c
-            .run_in(|| TcpStream::connect_timeout(&addr, T))
-            .unwrap()
-            .expect("connect to the hold ClusterIP");
-        w.set_read_timeout(Some(T)).unwrap();
-        let r = BufReader::new(w.try_clone().unwrap());
-        Held { w, r }
-    }
-
-    fn ask(&mut self) -> String {
-        writeln!(self.w, "hello").expect("send");
-        let mut line = String::new();
-        self.r.read_line(&mut line).expect("answer");
-        line.trim().to_string()
-    }
-}
-
 /// The draining real server in the gauges and the explanation, then removed at the maximum drain time.
 fn check_drain(e: &mut E2e, c: &Pod) {
-    let mut held = Held::open(c);
+    let mut held = Held::open(c, format!("{HOLD_VIP}:81").parse().unwrap(), T);
     let pod = held.ask();
     let addr = match pod.as_str() {
         "pod-a" => "10.244.0.11",

@@ -17,11 +17,9 @@ use common::e2e::{
     ABC, E2e, Options, abc_pods, boot, client, direct_launch, ip, ipvs, real_servers, service,
     slice,
 };
-use common::netns::{Pod, serve_hold};
+use common::netns::{Held, Pod, serve_hold};
 use common::uml::sh;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -35,36 +33,6 @@ const WEB_EXTERNAL: &str = "192.0.2.20";
 const WEB_LB: &str = "192.0.2.10";
 /// Pod port of the connection-holding server behind `web` (service port 81).
 const HOLD_PORT: u16 = 9090;
-
-/// A long-lived connection opened from the client's namespace.
-struct Held {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Held {
-    fn open(client: &Pod) -> Held {
-        let addr = format!("{WEB_VIP}:81").parse().unwrap();
-        let w = client
-            .run_in(|| TcpStream::connect_timeout(&addr, T))
-            .unwrap()
-            .expect("connect to the web ClusterIP");
-        w.set_read_timeout(Some(T)).unwrap();
-        let r = BufReader::new(w.try_clone().unwrap());
-        Held { w, r }
-    }
-
-    /// Sends a line and returns the answering pod.
-    fn ask(&mut self) -> String {
-        writeln!(self.w, "hello").expect("send on the held connection");
-        let mut line = String::new();
-        self.r
-            .read_line(&mut line)
-            .expect("answer on the held connection");
-        assert!(!line.is_empty(), "held connection closed by the peer");
-        line.trim().to_string()
-    }
-}
 
 /// `PATH` directory with a `modprobe` that reads the UML module tree (the guest has no
 /// /lib/modules/$(uname -r)) and logs every call.
@@ -303,7 +271,7 @@ fn check_modules_events_and_metric(e: &mut E2e) {
 
 /// rr → sh (+ sh-port) → drift repaired → annotation removed, with one connection held open.
 fn edit_in_place_keeps_the_connection(e: &mut E2e, c: &Pod) {
-    let mut held = Held::open(c);
+    let mut held = Held::open(c, format!("{WEB_VIP}:81").parse().unwrap(), T);
     let pod = held.ask();
     assert!(pod.starts_with("pod-"), "{pod}");
     let rs_before = real_servers(&ipvs(), "-t", &format!("{WEB_VIP}:81"));

@@ -194,11 +194,11 @@ netns_test!(start_removes_nftables_mode_tables_only, {
         "init-only failed for another reason than this kernel's missing IPVS:\n{text}"
     );
     assert!(
-        text.contains("removed nftables table ip kube-proxy"),
+        text.contains(r#""Removed" item="nftables table ip kube-proxy""#),
         "{text}"
     );
     assert!(
-        text.contains("removed nftables table ip6 kube-proxy"),
+        text.contains(r#""Removed" item="nftables table ip6 kube-proxy""#),
         "{text}"
     );
     assert_eq!(tables(), without_kube_proxy_tables(&tables_before));
@@ -231,5 +231,5 @@ netns_test!(cleanup_removes_every_modes_leftovers, {
 
     let (out, text) = kube_proxy(&["--cleanup"]);
     assert!(out.status.success(), "second cleanup failed:\n{text}");
-    assert!(!text.contains("removed "), "{text}");
+    assert!(!text.contains("\"Removed\""), "{text}");
 });

@@ -9,8 +9,8 @@ use crate::cluster::model::{Endpoint, ServiceName};
 use crate::proxier::graceful::DrainQueue;
 use crate::proxier::plan::decision::{EndpointSet, PortDecision, SchedulerSource, VsDecision};
 use crate::scheduler::Scheduler;
+use crate::server::clock::format_rfc3339_nano;
 use serde::Serialize;
-use std::time::SystemTime;
 
 /// Every Service the node programs (`/debug/services`).
 #[derive(Debug, Clone, Serialize)]
@@ -57,7 +57,7 @@ pub struct Problem {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Drift {
-    /// RFC 3339 time of the last full sync (empty: none yet).
+    /// RFC 3339 time of the last full sync, as Go marshals a time (empty: none yet).
     pub last_full_sync: String,
     /// Kinds repaired on this Service (empty: none).
     pub repaired: Vec<String>,
@@ -141,35 +141,6 @@ pub struct Context<'a> {
     pub drift: &'a DriftMarks,
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Gregorian (year, month, day) of a day count since 1970-01-01 (H. Hinnant's civil_from_days).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 fn endpoint_set(s: EndpointSet) -> &'static str {
     match s {
         EndpointSet::Cluster => "cluster",
@@ -221,7 +192,11 @@ impl Context<'_> {
             kernel_error: None,
             problems,
             drift: Drift {
-                last_full_sync: self.drift.at.map(rfc3339).unwrap_or_default(),
+                last_full_sync: self
+                    .drift
+                    .at
+                    .map(|t| format_rfc3339_nano(Some(t)))
+                    .unwrap_or_default(),
                 repaired: repaired
                     .into_iter()
                     .flatten()
@@ -318,17 +293,5 @@ fn endpoint(
         reason: reason.map_or("", |r| r.code()),
         reason_text: reason.map_or("", |r| r.text()),
         used_by,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_795_737_600 + 3_661);
-        assert_eq!(rfc3339(t), "2026-11-27T01:01:01Z");
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
     }
 }

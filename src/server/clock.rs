@@ -1,5 +1,6 @@
 //! Injectable wall clock and Go-compatible (RFC 3339, nanoseconds) timestamp rendering.
 
+use crate::logging::clock::civil_from_days;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -53,20 +54,6 @@ impl Clock for FakeClock {
 
 /// What Go's `time.Time{}` marshals to: the zero time, used for "never".
 pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
 
 /// Renders `t` in UTC the way Go's `time.Time` marshals to JSON (RFC 3339 with up to nine fractional
 /// digits, trailing zeros dropped), e.g. `2026-11-22T17:52:59.1234Z`. `None` renders Go's zero time.

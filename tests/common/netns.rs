@@ -431,3 +431,32 @@ pub fn serve_hold(pod: &Pod, port: u16) {
         panic!("hold server in {}: {e}", pod.name);
     }
 }
+
+/// A connection held open from a pod to a [`serve_hold`] server behind some address, asked again and
+/// again (tests of what keeps working while the daemon changes the rules under it).
+pub struct Held {
+    w: TcpStream,
+    r: std::io::BufReader<TcpStream>,
+}
+
+impl Held {
+    /// Connects from `client`'s namespace to `addr` (panics when it cannot).
+    pub fn open(client: &Pod, addr: SocketAddr, timeout: Duration) -> Held {
+        let w = client
+            .run_in(|| TcpStream::connect_timeout(&addr, timeout))
+            .unwrap_or_else(|e| panic!("enter {}: {e:#}", client.name))
+            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        w.set_read_timeout(Some(timeout)).expect("read timeout");
+        let r = std::io::BufReader::new(w.try_clone().expect("clone the stream"));
+        Held { w, r }
+    }
+
+    /// Sends a line and returns the answering pod's name.
+    pub fn ask(&mut self) -> String {
+        writeln!(self.w, "hello").expect("send on the held connection");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut self.r, &mut line).expect("answer on the held connection");
+        assert!(!line.is_empty(), "held connection closed by the peer");
+        line.trim().to_string()
+    }
+}
