@@ -23,18 +23,6 @@ use std::time::Duration;
 
 const NODE: &str = "node-a";
 
-async fn client_for(api: &TestApiServer, tag: &str) -> kube::Client {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("apiserver-protobuf");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("kubeconfig-{tag}-{}", std::process::id()));
-    api.write_kubeconfig(&path).unwrap();
-    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
-
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     for _ in 0..1000 {
         if cond() {
@@ -56,8 +44,8 @@ struct Watchers {
 }
 
 impl Watchers {
-    async fn start(api: &TestApiServer, node: &str, media: MediaTypes, tag: &str) -> Self {
-        let client = client_for(api, tag).await;
+    async fn start(api: &TestApiServer, node: &str, media: MediaTypes) -> Self {
+        let client = api.client().await.expect("client");
         let metrics = Arc::new(Metrics::new().unwrap());
         let events = Events::start(client.clone(), node);
         let trackers = Trackers::new(node);
@@ -187,8 +175,8 @@ async fn same_objects_read_the_same_in_protobuf_and_json() {
     // A page size below the object count: several protobuf and JSON pages.
     let api = TestApiServer::start("127.0.0.1:0").unwrap();
     load_everything(&api);
-    let mut proto = Watchers::start(&api, NODE, MediaTypes::default(), "proto").await;
-    let mut json = Watchers::start(&api, NODE, MediaTypes::json(), "json").await;
+    let mut proto = Watchers::start(&api, NODE, MediaTypes::default()).await;
+    let mut json = Watchers::start(&api, NODE, MediaTypes::json()).await;
     proto.listed().await;
     json.listed().await;
     eventually("both Nodes", || {
@@ -353,7 +341,7 @@ async fn protobuf_oddities_never_break_the_watch() {
     )
     .unwrap();
 
-    let mut w = Watchers::start(&api, NODE, MediaTypes::default(), "oddities").await;
+    let mut w = Watchers::start(&api, NODE, MediaTypes::default()).await;
     w.listed().await;
     eventually("the Node", || w.node().is_some()).await;
     let names = |w: &mut Watchers| {
@@ -477,7 +465,7 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
     };
     let api = TestApiServer::start_with("127.0.0.1:0", opts).unwrap();
     load_small(&api);
-    let mut w = Watchers::start(&api, NODE, MediaTypes::default(), "json-only").await;
+    let mut w = Watchers::start(&api, NODE, MediaTypes::default()).await;
     w.listed().await;
     assert_eq!(w.apply().0.len(), 20);
     assert!(api.responses(Kind::Service, Wire::Json) >= 1);
@@ -500,7 +488,7 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
         api.responses(Kind::Service, Wire::Json),
         api.responses(Kind::Service, Wire::Protobuf),
     );
-    let mut j = Watchers::start(&api, NODE, MediaTypes::json(), "configured").await;
+    let mut j = Watchers::start(&api, NODE, MediaTypes::json()).await;
     j.listed().await;
     assert_eq!(j.apply().0.len(), 21);
     let after = (
@@ -513,7 +501,7 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
     // Protobuf only (acceptContentTypes) from a JSON-only server: 406, nothing listed, no crash.
     api.set_protobuf(false);
     let only = MediaTypes::from_config("", "application/vnd.kubernetes.protobuf").unwrap();
-    let mut p = Watchers::start(&api, NODE, only, "only").await;
+    let mut p = Watchers::start(&api, NODE, only).await;
     eventually("406 answers", || api.counters().not_acceptable >= 2).await;
     assert!(!p.synced.proxy_ready());
     assert!(p.apply().0.is_empty());
@@ -527,7 +515,7 @@ async fn protobuf_watches_resume_and_relist() {
     };
     let api = TestApiServer::start_with("127.0.0.1:0", opts).unwrap();
     load_small(&api);
-    let mut w = Watchers::start(&api, NODE, MediaTypes::default(), "resume").await;
+    let mut w = Watchers::start(&api, NODE, MediaTypes::default()).await;
     w.listed().await;
     assert_eq!(w.apply().0.len(), 20);
     // Bookmarks move the resourceVersion on; a dropped watch resumes from it without a relist.

@@ -79,18 +79,6 @@ fn node(ip: &str, label: &str) -> Value {
                       "images": "not a list", "nodeInfo": null}})
 }
 
-async fn client_for(api: &TestApiServer) -> kube::Client {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("apiserver-unreadable");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("kubeconfig-{}", std::process::id()));
-    api.write_kubeconfig(&path).unwrap();
-    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
-
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     for _ in 0..500 {
         if cond() {
@@ -193,7 +181,7 @@ async fn start_daemon_watchers(
     api: &TestApiServer,
     media: MediaTypes,
 ) -> (View, Stores, Synced, Arc<Metrics>) {
-    let client = client_for(api).await;
+    let client = api.client().await.expect("client");
     let metrics = Arc::new(Metrics::new().unwrap());
     let events = Events::start(client.clone(), NODE);
     let trackers = Trackers::new(NODE);
@@ -244,7 +232,7 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
 
     // The defect this guards against: the typed struct alone cannot even list the Service whose
     // condition has `lastTransitionTime: null`.
-    let strict = Api::<Service>::all(client_for(&api).await)
+    let strict = Api::<Service>::all(api.client().await.expect("client"))
         .list(&ListParams::default().fields("metadata.name=conformance"))
         .await;
     let err = strict.expect_err("the typed list fails").to_string();

@@ -41,18 +41,6 @@ fn node(name: &str) -> Node {
     .unwrap()
 }
 
-async fn client_for(api: &TestApiServer, tag: &str) -> kube::Client {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("apiserver-watch");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("kubeconfig-{tag}-{}", std::process::id()));
-    api.write_kubeconfig(&path).unwrap();
-    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
-
 /// What a watcher has seen: its converged view of Services (by ns/name) and a log of events.
 #[derive(Default)]
 struct Seen {
@@ -156,7 +144,7 @@ async fn watcher_lists_watches_and_filters_like_kube_proxy() {
         &[("service.kubernetes.io/headless", "")],
     ))
     .unwrap();
-    let seen = spawn_service_watcher(client_for(&api, "filters").await);
+    let seen = spawn_service_watcher(api.client().await.expect("client"));
     eventually("initial list", || names(&seen) == ["default/web"]).await;
     assert_eq!(api.list_requests(Kind::Service), 1);
     eventually("watch opened", || api.open_watches(Kind::Service) == 1).await;
@@ -223,7 +211,7 @@ async fn dropped_watches_resume_and_expired_history_relists() {
         .unwrap();
     api.apply(&svc("default", "b", "10.96.1.2", 80, &[]))
         .unwrap();
-    let seen = spawn_service_watcher(client_for(&api, "resume").await);
+    let seen = spawn_service_watcher(api.client().await.expect("client"));
     eventually("initial list", || {
         names(&seen) == ["default/a", "default/b"]
     })
@@ -309,7 +297,7 @@ async fn raw_watch_bookmarks_initial_events_and_expiry() {
         },
     )
     .unwrap();
-    let client = client_for(&api, "bookmarks").await;
+    let client = api.client().await.expect("client");
     let svcs: Api<Service> = Api::all(client);
     let rv0 = api
         .apply(&svc("default", "x", "10.96.2.1", 80, &[]))
@@ -401,7 +389,7 @@ async fn lists_paginate_select_and_serve_old_versions() {
         },
     )
     .unwrap();
-    let client = client_for(&api, "lists").await;
+    let client = api.client().await.expect("client");
     for i in 0..5 {
         api.apply(&svc(
             "ns1",
@@ -568,7 +556,7 @@ async fn load_yaml_and_endpointslice_selector() {
             .is_err()
     );
 
-    let client = client_for(&api, "yaml").await;
+    let client = api.client().await.expect("client");
     let slices: Api<EndpointSlice> = Api::all(client);
     let l = slices
         .list(
@@ -592,7 +580,7 @@ async fn load_yaml_and_endpointslice_selector() {
 async fn events_are_recorded() {
     use kube::runtime::events::{Event, EventType, Recorder, Reporter};
     let api = TestApiServer::start("127.0.0.1:0").unwrap();
-    let client = client_for(&api, "events").await;
+    let client = api.client().await.expect("client");
     let recorder = Recorder::new(
         client,
         Reporter {
@@ -759,7 +747,7 @@ async fn sync_yaml_applies_only_differences() {
     assert_eq!(r.unchanged, 1);
     assert_eq!(api.count(Kind::EndpointSlice), 0);
 
-    let client = client_for(&api, "sync").await;
+    let client = api.client().await.expect("client");
     let wp = WatchParams::default().disable_bookmarks().timeout(1);
     let svc_events: Vec<_> = Api::<Service>::all(client.clone())
         .watch(&wp, &rv.to_string())
@@ -799,7 +787,7 @@ async fn large_state_lists_in_pages_and_converges() {
             .unwrap();
     }
     let applied = started.elapsed();
-    let seen = spawn_service_watcher(client_for(&api, "large").await);
+    let seen = spawn_service_watcher(api.client().await.expect("client"));
     eventually("all listed", || seen.lock().unwrap().objects.len() == n).await;
     let listed = started.elapsed() - applied;
     // kube-rs pages by 500: the initial list took several pages.
