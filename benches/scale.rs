@@ -267,9 +267,9 @@ struct Daemon {
 /// free under churn, so the timed runs leave them off; `scripts/mem-probe.sh` turns them on).
 fn daemon_log_filter() -> &'static str {
     if HEAP_MARKS.load(std::sync::atomic::Ordering::Relaxed) {
-        "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug,kube_proxy_rs::heap=debug"
+        "info,kube_proxy_rs::daemon::sync=trace,kube_proxy_rs::proxier::reconcile=debug,kube_proxy_rs::heap=debug"
     } else {
-        "info,kube_proxy_rs::daemon::sync=debug,kube_proxy_rs::proxier::reconcile=debug"
+        "info,kube_proxy_rs::daemon::sync=trace,kube_proxy_rs::proxier::reconcile=debug"
     }
 }
 

@@ -23,7 +23,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// What the daemon logs when a list or watch fails (src/cluster/watch.rs).
-const WATCH_FAILED: &str = "Watch failed, backing off and relisting";
+const WATCH_FAILED: &str = "Watch failed, backing off and retrying";
 
 /// Sum of the samples of `name` whose labels contain `label` (e.g. `code="<error>"`).
 fn metric_with(text: &str, name: &str, label: &str) -> f64 {

@@ -588,7 +588,7 @@ async fn run_watcher<K, H>(
         let event = match item {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(kind = %H::KIND, err = %deadline::error_chain(&e), "Watch failed, backing off and relisting");
+                tracing::warn!(kind = %H::KIND, err = %deadline::error_chain(&e), "Watch failed, backing off and retrying");
                 continue;
             }
         };

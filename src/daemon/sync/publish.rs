@@ -54,7 +54,7 @@ pub fn log_timing(
         .flatten()
         .min()
         .and_then(|t| sync_start.duration_since(*t).ok());
-    tracing::debug!(
+    tracing::trace!(
         ?queued,
         local_read = ?o.local_read,
         sync = ?o.report.duration,
@@ -118,7 +118,8 @@ impl SyncLoop {
                 "SyncProxyRules complete"
             );
         }
-        tracing::debug!(report = ?r, "sync report");
+        // The whole report at V(4): upstream prints one line per sync at V(2), the one above.
+        tracing::trace!(report = ?r, "sync report");
         self.publish_health_checks(&o).await;
     }
 

@@ -343,7 +343,7 @@ struct Planned {
     state: DesiredState,
 }
 
-fn same_service(p: &ServicePortName, s: &ServiceName) -> bool {
+pub(super) fn same_service(p: &ServicePortName, s: &ServiceName) -> bool {
     p.namespace == s.namespace && p.name == s.name
 }
 
@@ -447,7 +447,7 @@ impl Planned {
         name: &ServiceName,
     ) -> Fresh {
         let ctx = &self.ctx;
-        let mut c = Contribution::default();
+        let mut c = Contribution::for_one_service();
         for (port, svc) in ports_of(services, name) {
             ctx.service_port(&mut c, svc, endpoints.get(port));
         }
@@ -467,7 +467,7 @@ impl Planned {
                 if let Some((n, c)) = current.take() {
                     self.absorb_planned(n, c, &mut t);
                 }
-                current = Some((port.service(), Contribution::default()));
+                current = Some((port.service(), Contribution::for_one_service()));
             }
             while eps_iter.next_if(|(k, _)| *k < port).is_some() {}
             let eps = eps_iter.next_if(|(k, _)| *k == port).map(|(_, e)| e);

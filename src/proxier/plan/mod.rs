@@ -174,6 +174,15 @@ struct Contribution {
 }
 
 impl Contribution {
+    /// An empty contribution for one service: room for one port's decision record (most services have
+    /// one port), so it is neither regrown nor shrunk when boxed.
+    fn for_one_service() -> Self {
+        Contribution {
+            decisions: Vec::with_capacity(1),
+            ..Default::default()
+        }
+    }
+
     fn set(&mut self, kind: SetKind, e: String) {
         self.sets[kind].push(e);
     }
@@ -236,7 +245,8 @@ impl Context {
             cat: categorize(eps, svc, self.family, &self.node_name, self.zone.as_deref()),
             tmpl,
             etp_local: svc.external_policy_local(),
-            vs: Vec::new(),
+            // Most ports have one virtual server (the ClusterIP): boxed without a shrink.
+            vs: Vec::with_capacity(1),
         };
         self.addresses(acc, &mut port, cluster_ip);
         acc.decisions.push(PortDecision {
@@ -568,20 +578,23 @@ fn no_local_counts(internal: usize, external: usize) -> BTreeMap<TrafficPolicy, 
 }
 
 /// The decision records of planned service ports, grouped per service (ports come in map order, so a
-/// service's ports are consecutive).
+/// service's ports are consecutive and the records come out sorted).
 fn service_decisions(ports: Vec<PortDecision>) -> BTreeMap<ServiceName, Arc<ServiceDecision>> {
-    let mut out: BTreeMap<ServiceName, Vec<PortDecision>> = BTreeMap::new();
-    for p in ports {
-        out.entry(p.port.name.service()).or_default().push(p);
+    let mut out: Vec<(ServiceName, Arc<ServiceDecision>)> = Vec::new();
+    let mut ports = ports.into_iter().peekable();
+    while let Some(first) = ports.next() {
+        let name = first.port.name.service();
+        let mut group = vec![first];
+        while let Some(p) = ports.next_if(|p| incremental::same_service(&p.port.name, &name)) {
+            group.push(p);
+        }
+        let d = ServiceDecision {
+            ports: group.into_boxed_slice(),
+        };
+        out.push((name, Arc::new(d)));
     }
-    out.into_iter()
-        .map(|(name, ports)| {
-            let d = ServiceDecision {
-                ports: ports.into_boxed_slice(),
-            };
-            (name, Arc::new(d))
-        })
-        .collect()
+    // Sorted input: the map is built in bulk.
+    out.into_iter().collect()
 }
 
 /// Computes everything upstream's IPVS proxier programs for `cfg.family` from the service and endpoint
@@ -595,6 +608,7 @@ pub fn plan(
     let family = cfg.family;
     let ctx = Context::new(node, cfg);
     let mut b = Contribution::default();
+    b.decisions.reserve(services.len());
 
     // Both maps are sorted by service port name: walk them together instead of looking each one up.
     let mut eps_iter = endpoints.iter().peekable();
