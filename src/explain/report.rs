@@ -157,14 +157,11 @@ fn scheduler_note(source: &SchedulerSource) -> String {
         SchedulerSource::AnnotationRejected(key) => {
             format!("annotation {key} rejected (see problems); the node's scheduler is used")
         }
-        SchedulerSource::Unavailable {
-            annotation,
-            scheduler,
-            ..
-        } => format!(
-            "annotation {annotation} asks for {:?}, which this node cannot use (see problems); the \
-             node's scheduler is used",
-            scheduler.name()
+        SchedulerSource::Unavailable(r) => format!(
+            "annotation {} asks for {:?}, which this node cannot use (see problems); the node's \
+             scheduler is used",
+            r.annotation,
+            r.scheduler.name()
         ),
     }
 }

@@ -62,12 +62,18 @@ pub enum SchedulerSource {
     Annotation(&'static str),
     /// The annotation's value was refused (the problem is among the options' problems).
     AnnotationRejected(&'static str),
-    /// The annotation asks for a scheduler this node cannot use; the node's scheduler is used.
-    Unavailable {
-        annotation: &'static str,
-        scheduler: Scheduler,
-        why: Unavailable,
-    },
+    /// The annotation asks for a scheduler this node cannot use; the node's scheduler is used (boxed:
+    /// rare, and it would double the size of every port's record).
+    Unavailable(Box<Refused>),
+}
+
+/// An annotated scheduler this node cannot use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The annotation that asks for it.
+    pub annotation: &'static str,
+    pub scheduler: Scheduler,
+    pub why: Unavailable,
 }
 
 impl SchedulerSource {
@@ -78,27 +84,23 @@ impl SchedulerSource {
             SchedulerSource::Node => "node",
             SchedulerSource::Annotation(_) => "annotation",
             SchedulerSource::AnnotationRejected(_) => "annotationRejected",
-            SchedulerSource::Unavailable {
-                why: Unavailable::ModuleNotLoaded(_),
-                ..
-            } => "moduleUnavailable",
-            SchedulerSource::Unavailable {
-                why: Unavailable::RefusedByKernel(_),
-                ..
-            } => "refusedByKernel",
+            SchedulerSource::Unavailable(r) => match r.why {
+                Unavailable::ModuleNotLoaded(_) => "moduleUnavailable",
+                Unavailable::RefusedByKernel(_) => "refusedByKernel",
+            },
         }
     }
 
     /// The problem to report when the annotated scheduler cannot be used on this node.
     pub fn problem(&self, node: Scheduler) -> Option<AnnotationError> {
-        let SchedulerSource::Unavailable {
+        let SchedulerSource::Unavailable(r) = self else {
+            return None;
+        };
+        let Refused {
             annotation,
             scheduler,
             why,
-        } = self
-        else {
-            return None;
-        };
+        } = &**r;
         let why = match why {
             Unavailable::ModuleNotLoaded(e) | Unavailable::RefusedByKernel(e) => e,
         };
@@ -156,6 +158,66 @@ pub struct VsDecision {
     pub endpoints: EndpointSet,
 }
 
+/// The verdicts of a port's endpoints, one per endpoint; stored once when they are all the same (the
+/// common case: every endpoint selected), which saves an allocation per port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdicts {
+    /// Every endpoint has this verdict.
+    Uniform(Verdict),
+    /// One per endpoint.
+    Each(Box<[Verdict]>),
+}
+
+impl Verdicts {
+    /// One verdict per endpoint, in order (`Uniform` repeats without end: zip it with the endpoints).
+    pub fn iter(&self) -> impl Iterator<Item = Verdict> + '_ {
+        let (each, uniform): (&[Verdict], Option<Verdict>) = match self {
+            Verdicts::Uniform(v) => (&[], Some(*v)),
+            Verdicts::Each(e) => (e, None),
+        };
+        each.iter()
+            .copied()
+            .chain(std::iter::repeat(uniform).map_while(|v| v))
+    }
+}
+
+impl From<Vec<Verdict>> for Verdicts {
+    fn from(v: Vec<Verdict>) -> Self {
+        match v.split_first() {
+            None => Verdicts::Uniform(Verdict::default()),
+            Some((first, rest)) if rest.iter().all(|x| x == first) => Verdicts::Uniform(*first),
+            _ => Verdicts::Each(v.into_boxed_slice()),
+        }
+    }
+}
+
+/// A port's virtual servers; most ports have one (the ClusterIP), kept inline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VsList {
+    One(VsDecision),
+    Many(Box<[VsDecision]>),
+}
+
+impl std::ops::Deref for VsList {
+    type Target = [VsDecision];
+
+    fn deref(&self) -> &[VsDecision] {
+        match self {
+            VsList::One(v) => std::slice::from_ref(v),
+            VsList::Many(m) => m,
+        }
+    }
+}
+
+impl From<Vec<VsDecision>> for VsList {
+    fn from(v: Vec<VsDecision>) -> Self {
+        match v.as_slice() {
+            [one] => VsList::One(*one),
+            _ => VsList::Many(v.into_boxed_slice()),
+        }
+    }
+}
+
 /// Health check of an externalTrafficPolicy=Local port: its node port and ready local endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HealthCheckDecision {
@@ -172,8 +234,8 @@ pub struct PortDecision {
     /// Its endpoints as planned (shared with the endpoints map); `None`: it had none.
     pub endpoints: Option<SharedEndpoints>,
     /// One per endpoint, in the same order.
-    pub verdicts: Box<[Verdict]>,
-    pub virtual_servers: Box<[VsDecision]>,
+    pub verdicts: Verdicts,
+    pub virtual_servers: VsList,
     pub scheduler: SchedulerDecision,
     pub health_check: Option<HealthCheckDecision>,
 }
@@ -182,7 +244,7 @@ impl PortDecision {
     /// Each endpoint with its verdict.
     pub fn endpoints(&self) -> impl Iterator<Item = (&Endpoint, Verdict)> {
         let eps = self.endpoints.as_deref().map_or(&[][..], Vec::as_slice);
-        eps.iter().zip(self.verdicts.iter().copied())
+        eps.iter().zip(self.verdicts.iter())
     }
 
     /// Whether any virtual server of the port uses `v`'s endpoint; if none does, the reason of the set

@@ -1,7 +1,7 @@
 //! The decision records: every reason an endpoint is left out, where each scheduler came from, health
 //! checks, and kube-router's `service.local`.
 
-use super::decision::{AddressKind, EndpointSet, Pick, SchedulerSource, Unavailable};
+use super::decision::{AddressKind, EndpointSet, Pick, Refused, SchedulerSource, Unavailable};
 use super::*;
 use crate::cluster::model::{ServicePortName, Topology};
 use crate::cluster::service_options::{KUBE_ROUTER_LOCAL, SCHEDULER, ServiceOptions};
@@ -189,11 +189,11 @@ fn scheduler_sources() {
         };
         let p = decide(with(sh.clone()), vec![], &cfg);
         assert_eq!(p.scheduler.scheduler, Scheduler::Rr);
-        let want = SchedulerSource::Unavailable {
+        let want = SchedulerSource::Unavailable(Box::new(Refused {
             annotation: SCHEDULER,
             scheduler: Scheduler::Sh,
             why,
-        };
+        }));
         assert_eq!(p.scheduler.source, want);
     }
 }

@@ -18,7 +18,7 @@ use crate::proxier::desired::{
 };
 use crate::scheduler::{SCHED_FLAGS_MASK, Scheduler};
 use decision::{
-    AddressKind, EndpointSet, HealthCheckDecision, PortDecision, SchedulerDecision,
+    AddressKind, EndpointSet, HealthCheckDecision, PortDecision, Refused, SchedulerDecision,
     SchedulerSource, ServiceDecision, Unavailable, VsDecision,
 };
 use ipnet::IpNet;
@@ -253,8 +253,8 @@ impl Context {
             family: self.family,
             port: svc.clone(),
             endpoints: endpoints.cloned(),
-            verdicts: std::mem::take(&mut port.cat.verdicts).into_boxed_slice(),
-            virtual_servers: port.vs.into_boxed_slice(),
+            verdicts: std::mem::take(&mut port.cat.verdicts).into(),
+            virtual_servers: port.vs.into(),
             scheduler,
             health_check,
         });
@@ -293,11 +293,11 @@ impl Context {
                 Some(why) => (
                     VsTemplate::new(svc, self.scheduler, self.family),
                     self.scheduler,
-                    SchedulerSource::Unavailable {
+                    SchedulerSource::Unavailable(Box::new(Refused {
                         annotation: r.source,
                         scheduler: r.scheduler,
                         why: why.clone(),
-                    },
+                    })),
                 ),
             },
             None => {
