@@ -66,7 +66,7 @@ pub fn service(s: &ServiceExplanation) -> String {
             );
         }
     }
-    for p in &s.ports {
+    for p in s.ports.iter() {
         port(&mut out, p);
     }
     out

@@ -191,30 +191,33 @@ impl From<Vec<Verdict>> for Verdicts {
     }
 }
 
-/// A port's virtual servers; most ports have one (the ClusterIP), kept inline.
+/// A list that is usually one item long, kept inline then (most ports have one virtual server, the
+/// ClusterIP, and most Services one port): no allocation for the common case.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VsList {
-    One(VsDecision),
-    Many(Box<[VsDecision]>),
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Box<[T]>),
 }
 
-impl std::ops::Deref for VsList {
-    type Target = [VsDecision];
+impl<T> std::ops::Deref for OneOrMany<T> {
+    type Target = [T];
 
-    fn deref(&self) -> &[VsDecision] {
+    fn deref(&self) -> &[T] {
         match self {
-            VsList::One(v) => std::slice::from_ref(v),
-            VsList::Many(m) => m,
+            OneOrMany::One(v) => std::slice::from_ref(v),
+            OneOrMany::Many(m) => m,
         }
     }
 }
 
-impl From<Vec<VsDecision>> for VsList {
-    fn from(v: Vec<VsDecision>) -> Self {
-        match v.as_slice() {
-            [one] => VsList::One(*one),
-            _ => VsList::Many(v.into_boxed_slice()),
+impl<T> From<Vec<T>> for OneOrMany<T> {
+    fn from(mut v: Vec<T>) -> Self {
+        if v.len() == 1
+            && let Some(one) = v.pop()
+        {
+            return OneOrMany::One(one);
         }
+        OneOrMany::Many(v.into_boxed_slice())
     }
 }
 
@@ -235,7 +238,7 @@ pub struct PortDecision {
     pub endpoints: Option<SharedEndpoints>,
     /// One per endpoint, in the same order.
     pub verdicts: Verdicts,
-    pub virtual_servers: VsList,
+    pub virtual_servers: OneOrMany<VsDecision>,
     pub scheduler: SchedulerDecision,
     pub health_check: Option<HealthCheckDecision>,
 }
@@ -271,7 +274,7 @@ impl PortDecision {
 /// Service's options (their problems are reported from here).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceDecision {
-    pub ports: Box<[PortDecision]>,
+    pub ports: OneOrMany<PortDecision>,
 }
 
 impl ServiceDecision {

@@ -253,7 +253,7 @@ pub fn empty_state(family: IpFamily) -> DesiredState {
 struct Stored {
     vs_keys: Vec<IpvsServiceKey>,
     /// Set entries, sorted and deduplicated (`IpvsIps` excluded: derived from the bound addresses).
-    entries: Vec<(SetKind, String)>,
+    entries: Vec<(SetKind, Entry)>,
     /// Addresses to bind, sorted.
     bound: Vec<IpAddr>,
     no_local_internal: bool,
@@ -271,9 +271,9 @@ struct Fresh {
 
 impl Fresh {
     fn from(name: &ServiceName, mut c: Contribution) -> Fresh {
-        let mut entries: Vec<(SetKind, String)> = Vec::new();
+        let mut entries: Vec<(SetKind, Entry)> = Vec::new();
         for (kind, list) in c.sets {
-            entries.extend(list.into_iter().map(|e| (kind, e)));
+            entries.extend(list.into_iter().map(|e| (kind, Entry::from(e))));
         }
         entries.sort_unstable();
         entries.dedup();
@@ -285,7 +285,7 @@ impl Fresh {
         let ports = std::mem::take(&mut c.decisions);
         let decision = (!ports.is_empty()).then(|| {
             Arc::new(ServiceDecision {
-                ports: ports.into_boxed_slice(),
+                ports: ports.into(),
             })
         });
         Fresh {
@@ -304,13 +304,17 @@ impl Fresh {
     }
 }
 
+/// A set entry as the planner keeps it per service and in its reference counts: one shared copy of the
+/// text (the desired state holds its own `String`).
+type Entry = Arc<str>;
+
 /// Keys, entries and addresses touched by one update, resolved against the reference counts at the end.
 #[derive(Default)]
 struct Touched {
     /// Services whose decision record changed, with the new record.
     decisions: BTreeMap<ServiceName, Option<Arc<ServiceDecision>>>,
     vs: BTreeSet<IpvsServiceKey>,
-    entries: Vec<(SetKind, String)>,
+    entries: Vec<(SetKind, Entry)>,
     bound: Vec<IpAddr>,
     lb_rules: bool,
     health: bool,
@@ -333,7 +337,7 @@ struct Planned {
     services: HashMap<ServiceName, Stored>,
     /// Services contributing each virtual server, sorted: the greatest name wins, as in the full plan.
     vs_owners: HashMap<IpvsServiceKey, Vec<ServiceName>>,
-    set_refs: PerSet<HashMap<String, u32>>,
+    set_refs: PerSet<HashMap<Entry, u32>>,
     bound_refs: HashMap<IpAddr, u32>,
     lb_rules: BTreeMap<ServiceName, Vec<(IpAddr, Protocol, u16)>>,
     no_local_internal: usize,
@@ -616,8 +620,8 @@ impl Planned {
     /// Entries in both old and new keep their counts; only the differences are counted and touched.
     fn count_entries(
         &mut self,
-        old: Vec<(SetKind, String)>,
-        new: &[(SetKind, String)],
+        old: Vec<(SetKind, Entry)>,
+        new: &[(SetKind, Entry)],
         t: &mut Touched,
     ) {
         let (gone, came) = sorted_difference(old, new);
@@ -731,7 +735,7 @@ impl Planned {
     /// Adds or deletes each touched set entry and address according to its reference count.
     fn resolve_sets(
         &mut self,
-        entries: Vec<(SetKind, String)>,
+        entries: Vec<(SetKind, Entry)>,
         bound: Vec<IpAddr>,
         record: bool,
         d: &mut DesiredDelta,
@@ -742,7 +746,13 @@ impl Planned {
         }
         for (kind, e) in entries {
             let want = self.set_refs[kind].contains_key(&e);
-            toggle(&mut self.state, &self.set_names[kind], e, want, d);
+            toggle(
+                &mut self.state,
+                &self.set_names[kind],
+                e.to_string(),
+                want,
+                d,
+            );
         }
         for a in &bound {
             let want = self.bound_refs.contains_key(a);
@@ -763,12 +773,12 @@ impl Planned {
     }
 
     /// Fills the (empty) sets and addresses of a full replan in bulk: every touched entry is wanted.
-    fn fill_sets(&mut self, mut entries: Vec<(SetKind, String)>) {
+    fn fill_sets(&mut self, mut entries: Vec<(SetKind, Entry)>) {
         entries.sort_unstable();
         entries.dedup();
         let mut per_kind: PerSet<Vec<String>> = PerSet::default();
         for (kind, e) in entries {
-            per_kind[kind].push(e);
+            per_kind[kind].push(e.to_string());
         }
         self.state.bound_addresses = self.bound_refs.keys().copied().collect();
         per_kind[SetKind::IpvsIps] = self

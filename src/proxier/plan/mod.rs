@@ -589,7 +589,7 @@ fn service_decisions(ports: Vec<PortDecision>) -> BTreeMap<ServiceName, Arc<Serv
             group.push(p);
         }
         let d = ServiceDecision {
-            ports: group.into_boxed_slice(),
+            ports: group.into(),
         };
         out.push((name, Arc::new(d)));
     }
