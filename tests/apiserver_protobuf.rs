@@ -10,6 +10,7 @@ mod common;
 use common::apiserver::proto::{APPEND_ANNOTATION, Wire};
 use common::apiserver::{Kind, Options, TestApiServer};
 use common::scale;
+use common::wait::eventually;
 use kube_proxy_rs::cluster::listwatch::{ApiClient, MediaTypes};
 use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
 use kube_proxy_rs::cluster::proto::wire::{put_bytes, put_varint};
@@ -21,17 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-const NODE: &str = "node-a";
+/// Polls of [`eventually`] before a wait fails (1000 × 20 ms).
+const TRIES: u32 = 1000;
 
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+const NODE: &str = "node-a";
 
 /// The daemon's watchers on one server with one set of media types, and what they converged to.
 struct Watchers {
@@ -179,7 +173,7 @@ async fn same_objects_read_the_same_in_protobuf_and_json() {
     let mut json = Watchers::start(&api, NODE, MediaTypes::json()).await;
     proto.listed().await;
     json.listed().await;
-    eventually("both Nodes", || {
+    eventually(TRIES, "both Nodes", || {
         proto.node().is_some() && json.node().is_some()
     })
     .await;
@@ -230,8 +224,11 @@ async fn same_objects_read_the_same_in_protobuf_and_json() {
             .any(|(_, eps)| eps.iter().any(|ep| !ep.ready));
         labelled && svc400 && eps400 && edited && !s.keys().any(|k| k.name.as_str() == "svc-8")
     };
-    eventually("protobuf watchers converge", || converged(&mut proto)).await;
-    eventually("JSON watchers converge", || converged(&mut json)).await;
+    eventually(TRIES, "protobuf watchers converge", || {
+        converged(&mut proto)
+    })
+    .await;
+    eventually(TRIES, "JSON watchers converge", || converged(&mut json)).await;
     let (ps, pe) = proto.apply();
     let (ps, pe) = (ps.clone(), pe.clone());
     let (js, je) = json.apply();
@@ -343,7 +340,7 @@ async fn protobuf_oddities_never_break_the_watch() {
 
     let mut w = Watchers::start(&api, NODE, MediaTypes::default()).await;
     w.listed().await;
-    eventually("the Node", || w.node().is_some()).await;
+    eventually(TRIES, "the Node", || w.node().is_some()).await;
     let names = |w: &mut Watchers| {
         let (s, e) = w.apply();
         let svcs: Vec<String> = s.keys().map(|k| k.name.to_string()).collect();
@@ -368,7 +365,7 @@ async fn protobuf_oddities_never_break_the_watch() {
     assert!(api.responses(Kind::Service, Wire::Protobuf) >= 1);
     assert_eq!(api.responses(Kind::Service, Wire::Json), 0);
     // Events about the Node of one reason form a series (as upstream's recorder does).
-    eventually("three Invalid* events", || invalid_count(&api) == 3).await;
+    eventually(TRIES, "three Invalid* events", || invalid_count(&api) == 3).await;
     let notes = invalid_notes(&api);
     // The series keeps the first note: one of the two Services, each naming what was wrong.
     assert!(
@@ -399,18 +396,18 @@ async fn protobuf_oddities_never_break_the_watch() {
     let bad_address = msg(3, &msg(5, &var(2, 5)));
     api.apply_value(Kind::Node, with_wire(node("two"), &bad_address))
         .unwrap();
-    eventually("good-1 gone, odd-2 there", || {
+    eventually(TRIES, "good-1 gone, odd-2 there", || {
         let (svcs, _) = names(&mut w);
         svcs == ["odd", "odd-2"]
     })
     .await;
     api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", 80))
         .unwrap();
-    eventually("good-1 back", || {
+    eventually(TRIES, "good-1 back", || {
         names(&mut w).0 == ["good-1", "odd", "odd-2"]
     })
     .await;
-    eventually("the unreadable Node counted", || w.invalid() == 5).await;
+    eventually(TRIES, "the unreadable Node counted", || w.invalid() == 5).await;
     assert_eq!(w.node().unwrap().labels["test"], "o\u{fffd}k");
     let text = w.metrics.encode().unwrap();
     for (kind, n) in [("Service", 3), ("EndpointSlice", 1), ("Node", 1)] {
@@ -473,13 +470,16 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
     // The server starts offering protobuf: the next watch is read in protobuf.
     api.set_protobuf(true);
     api.drop_all_watches();
-    eventually("protobuf watches", || {
+    eventually(TRIES, "protobuf watches", || {
         api.responses(Kind::Service, Wire::Protobuf) >= 1
             && api.responses(Kind::EndpointSlice, Wire::Protobuf) >= 1
     })
     .await;
     api.apply_value(Kind::Service, scale::service(20)).unwrap();
-    eventually("the new Service over protobuf", || w.apply().0.len() == 21).await;
+    eventually(TRIES, "the new Service over protobuf", || {
+        w.apply().0.len() == 21
+    })
+    .await;
     assert_eq!(api.list_requests(Kind::Service), 1);
     assert_eq!(api.counters().not_acceptable, 0);
 
@@ -502,7 +502,7 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
     api.set_protobuf(false);
     let only = MediaTypes::from_config("", "application/vnd.kubernetes.protobuf").unwrap();
     let mut p = Watchers::start(&api, NODE, only).await;
-    eventually("406 answers", || api.counters().not_acceptable >= 2).await;
+    eventually(TRIES, "406 answers", || api.counters().not_acceptable >= 2).await;
     assert!(!p.synced.proxy_ready());
     assert!(p.apply().0.is_empty());
 }
@@ -522,7 +522,7 @@ async fn protobuf_watches_resume_and_relist() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     api.drop_all_watches();
     api.apply_value(Kind::Service, scale::service(20)).unwrap();
-    eventually("resumed", || w.apply().0.len() == 21).await;
+    eventually(TRIES, "resumed", || w.apply().0.len() == 21).await;
     assert_eq!(api.list_requests(Kind::Service), 1);
     let bookmark_watch = api
         .requests()
@@ -536,8 +536,8 @@ async fn protobuf_watches_resume_and_relist() {
     api.delete(Kind::Service, scale::NAMESPACE, &scale::service_name(0));
     api.expire_history();
     api.hold_watches(false);
-    eventually("relisted", || api.list_requests(Kind::Service) == 2).await;
-    eventually("svc-0 gone", || w.apply().0.len() == 20).await;
+    eventually(TRIES, "relisted", || api.list_requests(Kind::Service) == 2).await;
+    eventually(TRIES, "svc-0 gone", || w.apply().0.len() == 20).await;
     assert!(
         api.counters()
             .expired_watches

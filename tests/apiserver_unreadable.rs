@@ -8,6 +8,7 @@
 mod common;
 
 use common::apiserver::{Kind, TestApiServer};
+use common::wait::eventually;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams};
 use kube_proxy_rs::cluster::listwatch::{ApiClient, MediaTypes};
@@ -21,6 +22,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// Polls of [`eventually`] before a wait fails (500 × 20 ms).
+const TRIES: u32 = 500;
 
 const NODE: &str = "node-a";
 
@@ -77,16 +81,6 @@ fn node(ip: &str, label: &str) -> Value {
            "status": {"addresses": [{"type": "InternalIP", "address": ip}],
                       "conditions": [null_time_condition()],
                       "images": "not a list", "nodeInfo": null}})
-}
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 /// The daemon's view so far: applied Service names and endpoint IPs per service.
@@ -248,7 +242,7 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
     tokio::time::timeout(Duration::from_secs(10), synced.wait_proxy_ready())
         .await
         .expect("Services and EndpointSlices listed once");
-    eventually("the Node", || node_ip(&stores).is_some()).await;
+    eventually(TRIES, "the Node", || node_ip(&stores).is_some()).await;
     view.apply();
     assert_eq!(
         view.service_ports(),
@@ -263,7 +257,10 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
         Some(("192.168.0.10".parse().unwrap(), "one".into()))
     );
     assert_eq!(stores.invalid_objects.load(Ordering::SeqCst), 2);
-    eventually("two Invalid* events", || invalid_events(&api).len() == 2).await;
+    eventually(TRIES, "two Invalid* events", || {
+        invalid_events(&api).len() == 2
+    })
+    .await;
     let events = invalid_events(&api);
     assert!(events.iter().any(|(r, c, n)| r == "InvalidService"
         && *c == 1
@@ -292,7 +289,7 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
         .unwrap();
     api.apply_value(Kind::Node, node("192.168.0.10", "two"))
         .unwrap();
-    eventually("the watch events", || {
+    eventually(TRIES, "the watch events", || {
         view.apply();
         view.service_ports()
             == set(&[
@@ -312,7 +309,7 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
     api.apply_value(Kind::Node, unreadable_node).unwrap();
     api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", json!(80)))
         .unwrap();
-    eventually("good-1 back", || {
+    eventually(TRIES, "good-1 back", || {
         view.apply();
         view.service_ports().contains(&("good-1".into(), 80))
     })
@@ -328,7 +325,7 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
         let line = format!("kubeproxy_rs_invalid_objects_total{{kind=\"{kind}\"}} {n}");
         assert!(text.contains(&line), "missing {line}");
     }
-    eventually("five Invalid* events", || {
+    eventually(TRIES, "five Invalid* events", || {
         [
             ("InvalidService", 2),
             ("InvalidEndpointSlice", 2),

@@ -5,6 +5,7 @@ mod common;
 
 use common::apiserver::selector::{FieldSelector, LabelSelector};
 use common::apiserver::{Kind, Options, TestApiServer};
+use common::wait::eventually;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -15,6 +16,9 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Polls of [`eventually`] before a wait fails (750 × 20 ms).
+const TRIES: u32 = 750;
 
 /// kube-proxy's selectors for Services.
 const SVC_LABELS: &str =
@@ -102,16 +106,6 @@ fn spawn_service_watcher(client: kube::Client) -> Arc<Mutex<Seen>> {
     seen
 }
 
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..750 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
-
 fn names(seen: &Arc<Mutex<Seen>>) -> Vec<String> {
     seen.lock().unwrap().objects.keys().cloned().collect()
 }
@@ -145,23 +139,29 @@ async fn watcher_lists_watches_and_filters_like_kube_proxy() {
     ))
     .unwrap();
     let seen = spawn_service_watcher(api.client().await.expect("client"));
-    eventually("initial list", || names(&seen) == ["default/web"]).await;
+    eventually(TRIES, "initial list", || names(&seen) == ["default/web"]).await;
     assert_eq!(api.list_requests(Kind::Service), 1);
-    eventually("watch opened", || api.open_watches(Kind::Service) == 1).await;
+    eventually(TRIES, "watch opened", || {
+        api.open_watches(Kind::Service) == 1
+    })
+    .await;
 
     // ADDED, MODIFIED, DELETED.
     api.apply(&svc("kube-system", "dns", "10.96.0.53", 53, &[]))
         .unwrap();
-    eventually("added", || {
+    eventually(TRIES, "added", || {
         names(&seen) == ["default/web", "kube-system/dns"]
     })
     .await;
     api.apply(&svc("default", "web", "10.96.0.10", 8080, &[]))
         .unwrap();
-    eventually("modified", || port_of(&seen, "default/web") == Some(8080)).await;
+    eventually(TRIES, "modified", || {
+        port_of(&seen, "default/web") == Some(8080)
+    })
+    .await;
     assert!(api.delete(Kind::Service, "kube-system", "dns").is_some());
     assert!(api.delete(Kind::Service, "kube-system", "dns").is_none());
-    eventually("deleted", || names(&seen) == ["default/web"]).await;
+    eventually(TRIES, "deleted", || names(&seen) == ["default/web"]).await;
 
     // Changes to filtered-out Services are never delivered; a label flip is seen as delete/add.
     api.apply(&svc("default", "headless", "None", 81, &[]))
@@ -174,10 +174,10 @@ async fn watcher_lists_watches_and_filters_like_kube_proxy() {
         &[("service.kubernetes.io/service-proxy-name", "x")],
     ))
     .unwrap();
-    eventually("label flip hides", || names(&seen).is_empty()).await;
+    eventually(TRIES, "label flip hides", || names(&seen).is_empty()).await;
     api.apply(&svc("default", "web", "10.96.0.10", 9090, &[]))
         .unwrap();
-    eventually("label flip shows", || {
+    eventually(TRIES, "label flip shows", || {
         port_of(&seen, "default/web") == Some(9090)
     })
     .await;
@@ -212,18 +212,24 @@ async fn dropped_watches_resume_and_expired_history_relists() {
     api.apply(&svc("default", "b", "10.96.1.2", 80, &[]))
         .unwrap();
     let seen = spawn_service_watcher(api.client().await.expect("client"));
-    eventually("initial list", || {
+    eventually(TRIES, "initial list", || {
         names(&seen) == ["default/a", "default/b"]
     })
     .await;
-    eventually("watch opened", || api.open_watches(Kind::Service) == 1).await;
+    eventually(TRIES, "watch opened", || {
+        api.open_watches(Kind::Service) == 1
+    })
+    .await;
 
     // Dropped watch: the watcher re-watches from its last RV and sees what changed meanwhile, no relist.
     api.hold_watches(true);
     let watches = api.watch_requests(Kind::Service);
     api.drop_all_watches();
-    eventually("watch closed", || api.open_watches(Kind::Service) == 0).await;
-    eventually("re-watch sent", || {
+    eventually(TRIES, "watch closed", || {
+        api.open_watches(Kind::Service) == 0
+    })
+    .await;
+    eventually(TRIES, "re-watch sent", || {
         api.watch_requests(Kind::Service) > watches
     })
     .await;
@@ -231,7 +237,10 @@ async fn dropped_watches_resume_and_expired_history_relists() {
         .unwrap();
     api.delete(Kind::Service, "default", "a");
     api.hold_watches(false);
-    eventually("resumed", || names(&seen) == ["default/b", "default/c"]).await;
+    eventually(TRIES, "resumed", || {
+        names(&seen) == ["default/b", "default/c"]
+    })
+    .await;
     assert_eq!(api.list_requests(Kind::Service), 1);
     assert_eq!(
         api.counters()
@@ -243,28 +252,37 @@ async fn dropped_watches_resume_and_expired_history_relists() {
     );
 
     // Outage: watches dropped and requests refused with 503; the watcher retries and resumes afterwards.
-    eventually("watch reopened", || api.open_watches(Kind::Service) == 1).await;
+    eventually(TRIES, "watch reopened", || {
+        api.open_watches(Kind::Service) == 1
+    })
+    .await;
     api.set_unavailable(true);
     api.drop_all_watches();
-    eventually("refused retries", || api.counters().refused >= 1).await;
+    eventually(TRIES, "refused retries", || api.counters().refused >= 1).await;
     api.apply(&svc("default", "e", "10.96.1.5", 80, &[]))
         .unwrap();
     api.set_unavailable(false);
-    eventually("resumed after outage", || {
+    eventually(TRIES, "resumed after outage", || {
         names(&seen) == ["default/b", "default/c", "default/e"]
     })
     .await;
     api.delete(Kind::Service, "default", "e");
-    eventually("e deleted", || names(&seen) == ["default/b", "default/c"]).await;
+    eventually(TRIES, "e deleted", || {
+        names(&seen) == ["default/b", "default/c"]
+    })
+    .await;
     // (kube-rs retries 503 inside its client, so the watcher itself need not report an error.)
     assert_eq!(api.list_requests(Kind::Service), 1);
 
     // Expired history: the re-watch gets an ERROR 410, the watcher relists and converges.
-    eventually("watch reopened", || api.open_watches(Kind::Service) == 1).await;
+    eventually(TRIES, "watch reopened", || {
+        api.open_watches(Kind::Service) == 1
+    })
+    .await;
     api.hold_watches(true);
     let watches = api.watch_requests(Kind::Service);
     api.drop_all_watches();
-    eventually("re-watch sent", || {
+    eventually(TRIES, "re-watch sent", || {
         api.watch_requests(Kind::Service) > watches
     })
     .await;
@@ -273,7 +291,10 @@ async fn dropped_watches_resume_and_expired_history_relists() {
     api.delete(Kind::Service, "default", "b");
     api.expire_history();
     api.hold_watches(false);
-    eventually("relisted", || names(&seen) == ["default/c", "default/d"]).await;
+    eventually(TRIES, "relisted", || {
+        names(&seen) == ["default/c", "default/d"]
+    })
+    .await;
     assert_eq!(api.list_requests(Kind::Service), 2);
     assert_eq!(
         api.counters().expired_watches.get(&Kind::Service).copied(),
@@ -788,12 +809,15 @@ async fn large_state_lists_in_pages_and_converges() {
     }
     let applied = started.elapsed();
     let seen = spawn_service_watcher(api.client().await.expect("client"));
-    eventually("all listed", || seen.lock().unwrap().objects.len() == n).await;
+    eventually(TRIES, "all listed", || {
+        seen.lock().unwrap().objects.len() == n
+    })
+    .await;
     let listed = started.elapsed() - applied;
     // kube-rs pages by 500: the initial list took several pages.
     assert_eq!(api.list_requests(Kind::Service), n.div_ceil(500) as u64);
     api.delete(Kind::Service, "bulk", "s00042");
-    eventually("delete seen", || {
+    eventually(TRIES, "delete seen", || {
         seen.lock().unwrap().objects.len() == n - 1
     })
     .await;

@@ -13,3 +13,4 @@ pub mod podsec;
 pub mod scale;
 pub mod soak;
 pub mod uml;
+pub mod wait;
