@@ -29,6 +29,8 @@ mod churn;
 mod common;
 #[path = "scale/iptcost.rs"]
 mod iptcost;
+#[path = "scale/pair.rs"]
+mod pair;
 
 use anyhow::{Context, Result, bail};
 use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};
@@ -73,6 +75,13 @@ struct Params {
     heap_marks: bool,
     /// The iptables-cost mode instead of the sizes (argument `iptables-cost`).
     iptables_cost: Option<iptcost::Params>,
+    /// The paired mode's baseline daemon (`KPRS_BENCH_BASELINE`, a private copy) and its rounds
+    /// (`KPRS_BENCH_PAIR_ROUNDS`, default 2); see `scale/pair.rs`.
+    baseline: Option<PathBuf>,
+    pair_rounds: usize,
+    /// `KPRS_BENCH_PAIR_CHURN` (`0s`, `1s`; both when unset) and `KPRS_BENCH_PAIR_ONLY_CHURN=1`.
+    pair_churn: Option<String>,
+    pair_only_churn: bool,
 }
 
 /// Whether the daemons log heap marks (set once in the guest from [`Params::heap_marks`]).
@@ -128,6 +137,14 @@ fn main() {
         churn_rate: env_or("KPRS_BENCH_CHURN_RATE", 10.0),
         heap_marks: std::env::var("KPRS_BENCH_HEAP_MARKS").is_ok_and(|v| v == "1"),
         iptables_cost: iptables_cost.then(|| iptcost::Params::from_env(&daemon)),
+        baseline: std::env::var_os("KPRS_BENCH_BASELINE").map(|src| {
+            let dst = daemon.with_extension("pair-baseline");
+            std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {src:?}: {e}"));
+            dst
+        }),
+        pair_rounds: env_or("KPRS_BENCH_PAIR_ROUNDS", 2),
+        pair_churn: std::env::var("KPRS_BENCH_PAIR_CHURN").ok(),
+        pair_only_churn: std::env::var("KPRS_BENCH_PAIR_ONLY_CHURN").is_ok_and(|v| v == "1"),
     };
     std::fs::write(
         params_path(&name),
@@ -169,11 +186,15 @@ fn main() {
     {
         let _ = std::fs::remove_file(b);
     }
+    if let Some(b) = &params.baseline {
+        let _ = std::fs::remove_file(b);
+    }
     // The run directory of this boot (its name is unique to the boot).
     let dir = common::uml::find_run_dir(&name);
-    let results = match params.iptables_cost {
-        Some(_) => iptcost::RESULTS,
-        None => "scale-results.txt",
+    let results = match (&params.iptables_cost, &params.baseline) {
+        (Some(_), _) => iptcost::RESULTS,
+        (None, Some(_)) => pair::RESULTS,
+        (None, None) => "scale-results.txt",
     };
     match dir.map(|d| d.join(results)) {
         Some(f) => {
@@ -192,13 +213,19 @@ fn boot_budget(params: &Params) -> u64 {
     match &params.iptables_cost {
         Some(p) => p.budget(),
         None => {
-            600 + params
-                .sizes
-                .iter()
-                .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
-                .sum::<usize>() as u64
-                * 2
-                + 2 * (params.churn_secs + 120)
+            // The paired mode runs every step once per daemon and round.
+            let runs = match params.baseline {
+                Some(_) => 2 * params.pair_rounds.max(1) as u64,
+                None => 1,
+            };
+            600 + runs
+                * (params
+                    .sizes
+                    .iter()
+                    .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
+                    .sum::<usize>() as u64
+                    * 2
+                    + 2 * (params.churn_secs + 120))
         }
     }
 }
@@ -481,6 +508,8 @@ struct Run {
     kubeconfig: PathBuf,
     daemon: PathBuf,
     loaded: usize,
+    /// N of the services the kernel holds from the last cold start (0: unknown).
+    loaded_kernel: usize,
     skip_floor: bool,
     churn_secs: u64,
     churn_rate: f64,
@@ -532,6 +561,7 @@ fn guest(name: &str) -> Result<()> {
         kubeconfig,
         daemon: params.daemon.clone(),
         loaded: 0,
+        loaded_kernel: 0,
         skip_floor: params.skip_floor,
         churn_secs: params.churn_secs,
         churn_rate: params.churn_rate,
@@ -554,6 +584,20 @@ fn guest(name: &str) -> Result<()> {
     ));
     if let Some(p) = &params.iptables_cost {
         return iptcost::guest(&mut run, p);
+    }
+    if let Some(baseline) = &params.baseline {
+        for &n in &params.sizes {
+            load(&mut run, n)?;
+            let exp = Expected::compute(n, M, 0);
+            let opts = pair::Options {
+                baseline: baseline.clone(),
+                rounds: params.pair_rounds,
+                churn: params.pair_churn.clone(),
+                only_churn: params.pair_only_churn,
+            };
+            println!("{}", pair::compare(&mut run, n, &exp, &opts)?);
+        }
+        return Ok(());
     }
     let mut rows = Vec::new();
     let mut change = None;

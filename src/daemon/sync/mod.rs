@@ -13,7 +13,7 @@ mod usage;
 pub use job::Outcome;
 pub use publish::failure_backend;
 pub use settings::SyncSettings;
-pub use snapshot::{LocalAddresses, Maps, snapshots, split_dummy};
+pub use snapshot::{LocalAddresses, Maps, selectable, snapshots, split_dummy};
 
 use super::annotations;
 use super::events::Events;

@@ -8,6 +8,7 @@ use crate::kernel::KernelResult;
 use crate::kernel::link::DUMMY_DEVICE;
 use crate::proxier::plan::{NodeFacts, node_port_ips};
 use crate::proxier::{FamilySnapshot, Proxier};
+use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -25,7 +26,9 @@ pub struct Maps<'a> {
 /// The node's addresses. A full sync reads them all from the kernel. An event-driven sync reads every
 /// link but kube-ipvs0 (cached by the backend until a link or address changes) and takes kube-ipvs0's
 /// from the last plan (the addresses this proxier keeps there), so its cost does not grow with the
-/// number of services.
+/// number of services. Of kube-ipvs0's it keeps only those a nodePortAddresses CIDR contains: the
+/// only ones [`node_port_ips`] can pick (without CIDRs it picks none of them), so an event-driven sync
+/// copies none of the service addresses.
 pub fn local_addresses(
     p: &mut Proxier,
     settings: &SyncSettings,
@@ -41,10 +44,24 @@ pub fn local_addresses(
     let mut on_dummy = Vec::new();
     for &family in &settings.families {
         if let Some(d) = p.desired(family) {
-            on_dummy.extend(d.bound_addresses.iter().copied());
+            on_dummy.extend(selectable(&d.bound_addresses, &settings.node_port_cidrs));
         }
     }
     Ok((others, on_dummy))
+}
+
+/// The addresses of `bound` that a nodePortAddresses CIDR contains (none without CIDRs).
+pub fn selectable<'a, I>(bound: I, cidrs: &'a [IpNet]) -> impl Iterator<Item = IpAddr> + 'a
+where
+    I: IntoIterator<Item = &'a IpAddr>,
+    I::IntoIter: 'a,
+{
+    // Without CIDRs nothing is selectable: the walk is skipped.
+    let walk = (!cidrs.is_empty()).then(|| bound.into_iter());
+    walk.into_iter()
+        .flatten()
+        .copied()
+        .filter(|ip| cidrs.iter().any(|c| c.contains(ip)))
 }
 
 /// Splits (link, address) pairs into the other links' and kube-ipvs0's addresses.

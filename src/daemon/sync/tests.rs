@@ -114,6 +114,28 @@ fn snapshots_split_local_addresses_and_pick_node_port_ips() {
 }
 
 #[test]
+fn event_driven_syncs_keep_only_the_kube_ipvs0_addresses_node_ports_can_pick() {
+    let bound = [
+        ip("10.96.0.1"),
+        ip("10.0.0.200"),
+        ip("fd00::99"),
+        ip("fd99::1"),
+    ];
+    let cidrs = vec!["10.0.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()];
+    let kept: Vec<IpAddr> = selectable(&bound, &cidrs).collect();
+    assert_eq!(kept, vec![ip("10.0.0.200"), ip("fd00::99")]);
+    // Without nodePortAddresses CIDRs no kube-ipvs0 address is a node-port address.
+    assert_eq!(selectable(&bound, &[]).count(), 0);
+    // Whatever node_port_ips picks from the whole list, it picks from the kept ones.
+    let by_iface = BTreeMap::from([("eth0".to_string(), vec![ip("10.0.0.10")])]);
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let all = crate::proxier::plan::node_port_ips(&by_iface, &bound, &cidrs, family);
+        let from_kept = crate::proxier::plan::node_port_ips(&by_iface, &kept, &cidrs, family);
+        assert_eq!(all, from_kept, "{family:?}");
+    }
+}
+
+#[test]
 fn node_cidr_mode_uses_the_node_pod_cidrs() {
     let o = options(&["--detect-local-mode=NodeCIDR"]);
     let s = settings(&o, vec![ip("10.0.0.10")], vec![IpFamily::V4], true);
