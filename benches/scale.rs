@@ -23,6 +23,8 @@
 //! and `p99_ms`: the churn run with minSyncPeriod 1s; NA where not measured).
 //! `cargo bench --bench scale -- iptables-cost` runs the iptables-cost mode instead (issue 23: the
 //! iptables step under a failing module autoload and a busy CPU; see `scale/iptcost.rs`).
+//! `KPRS_BENCH_BASELINE=<kube-proxy binary>` runs the paired mode instead: this build and that one
+//! alternately in the same boot, medians per figure (see `scale/pair.rs`).
 #[path = "scale/churn.rs"]
 mod churn;
 #[path = "../tests/common/mod.rs"]
