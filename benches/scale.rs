@@ -588,15 +588,15 @@ fn guest(name: &str) -> Result<()> {
         return iptcost::guest(&mut run, p);
     }
     if let Some(baseline) = &params.baseline {
+        let opts = pair::Options {
+            baseline: baseline.clone(),
+            rounds: params.pair_rounds,
+            churn: params.pair_churn.clone(),
+            only_churn: params.pair_only_churn,
+        };
         for &n in &params.sizes {
             load(&mut run, n)?;
             let exp = Expected::compute(n, M, 0);
-            let opts = pair::Options {
-                baseline: baseline.clone(),
-                rounds: params.pair_rounds,
-                churn: params.pair_churn.clone(),
-                only_churn: params.pair_only_churn,
-            };
             println!("{}", pair::compare(&mut run, n, &exp, &opts)?);
         }
         return Ok(());

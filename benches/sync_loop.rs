@@ -15,7 +15,7 @@ use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::cluster::watch::{NodeInfo, Synced, Trackers};
 use kube_proxy_rs::config::{Invocation, parse_args};
 use kube_proxy_rs::daemon::events::Events;
-use kube_proxy_rs::daemon::sync::{SyncLoop, SyncParts, SyncSettings};
+use kube_proxy_rs::daemon::sync::{ProcessUsage, SyncLoop, SyncParts, SyncSettings};
 use kube_proxy_rs::explain::Published;
 use kube_proxy_rs::explain::metrics::StateMetrics;
 use kube_proxy_rs::kernel::KernelResult;
@@ -78,20 +78,6 @@ impl Links for CachedLinks {
         self.others = None;
         self.inner.delete_link(name)
     }
-}
-
-/// Process CPU seconds and minor faults so far.
-fn usage() -> (f64, i64) {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (secs(ru.ru_utime) + secs(ru.ru_stime), ru.ru_minflt)
-}
-
-fn churn_ip(k: usize) -> Ipv4Addr {
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 251, 0, 0)) + 1 + k as u32)
 }
 
 fn main() {
@@ -215,19 +201,19 @@ async fn run(n: usize, batches: &[usize]) {
     let mut k = 0;
     for &b in batches {
         let syncs = (6000 / b).clamp(20, 2000);
-        let (cpu0, flt0) = usage();
+        let u0 = ProcessUsage::now();
         let wall = Instant::now();
         for _ in 0..syncs {
             for _ in 0..b {
-                let s = slice(rng.usize(0..n), &[churn_ip(k)]);
+                let s = slice(rng.usize(0..n), &[scale::churn_ip(k)]);
                 trackers.endpoints.lock().expect("lock").update(&s, false);
                 k += 1;
             }
             sync_loop.sync().await;
         }
-        let (cpu1, flt1) = usage();
-        let cpu = (cpu1 - cpu0) / syncs as f64 * 1e6;
-        let faults = (flt1 - flt0) as f64 / syncs as f64;
+        let u1 = ProcessUsage::now();
+        let cpu = (u1.cpu_seconds() - u0.cpu_seconds()) / syncs as f64 * 1e6;
+        let faults = (u1.minor_faults() - u0.minor_faults()) as f64 / syncs as f64;
         println!(
             "sync-loop: n={n} changes_per_sync={b} syncs={syncs} cpu_us_per_sync={cpu:.0} cpu_us_per_change={:.0} minflt_per_sync={faults:.1} wall_ms={:.0}",
             cpu / b as f64,

@@ -2,7 +2,7 @@
 //! the daemon's CPU, syncs and programming latency measured from outside.
 //!
 //! Change `k` replaces the slice of a random service `i` with its M endpoints plus one extra endpoint
-//! `churn_ip(k)` (so the service's previous extra endpoint leaves in the same update). One change in
+//! `scale::churn_ip(k)` (so the service's previous extra endpoint leaves in the same update). One change in
 //! [`SAMPLE_EVERY`] is sampled: the time from the API apply until the new real server is in the IPVS
 //! virtual server of the service's ClusterIP (polled over netlink every [`POLL`]).
 
@@ -13,7 +13,7 @@ use kube_proxy_rs::cluster::model::Protocol;
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
 use kube_proxy_rs::kernel::ipvs::{Ipvs, IpvsServiceKey};
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 /// One change in this many is sampled for latency.
@@ -22,11 +22,6 @@ pub const SAMPLE_EVERY: usize = 5;
 const POLL: Duration = Duration::from_millis(5);
 /// A sample not visible after this long fails the run.
 const SAMPLE_CAP: Duration = Duration::from_secs(60);
-
-/// The extra endpoint of churn change `k` (outside the generated pools).
-pub fn churn_ip(k: usize) -> Ipv4Addr {
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 251, 0, 0)) + 1 + k as u32)
-}
 
 /// What one churn run measured.
 #[derive(Debug, Clone, Default)]
@@ -101,7 +96,7 @@ impl Churn<'_> {
                 {
                     i = rng.usize(0..self.n);
                 }
-                let ip = churn_ip(k);
+                let ip = scale::churn_ip(k);
                 let obj = scale::slice(i, self.m, &[ip], Some(SystemTime::now()));
                 let applied = Instant::now();
                 self.api.apply_value(Kind::EndpointSlice, obj)?;

@@ -7,6 +7,7 @@
 //! restart, and the two churn runs (minSyncPeriod 0 and 1s, the same seed). The table gives each
 //! figure's median over the rounds and the ratio ours / baseline.
 
+use super::churn::ChurnResult;
 use super::{Expected, Row, Run, churn_run, cold_start, flush_kernel, mib, noop_syncs};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
@@ -22,18 +23,9 @@ struct Figure {
     read: fn(&Row) -> Option<f64>,
 }
 
-fn churn_cpu(r: &Row, min_sync: &str) -> Option<f64> {
-    r.churn
-        .iter()
-        .find(|c| c.min_sync == min_sync)
-        .map(|c| c.cpu_per_min)
-}
-
-fn churn_p99(r: &Row, min_sync: &str) -> Option<f64> {
-    r.churn
-        .iter()
-        .find(|c| c.min_sync == min_sync)
-        .map(|c| c.p(99.0))
+/// The row's churn run with `min_sync`.
+fn churn<'a>(r: &'a Row, min_sync: &str) -> Option<&'a ChurnResult> {
+    r.churn.iter().find(|c| c.min_sync == min_sync)
 }
 
 const FIGURES: &[Figure] = &[
@@ -59,19 +51,19 @@ const FIGURES: &[Figure] = &[
     },
     Figure {
         name: "churn CPU, minSyncPeriod 0 (s/min)",
-        read: |r| churn_cpu(r, "0s"),
+        read: |r| churn(r, "0s").map(|c| c.cpu_per_min),
     },
     Figure {
         name: "churn CPU, minSyncPeriod 1s (s/min)",
-        read: |r| churn_cpu(r, "1s"),
+        read: |r| churn(r, "1s").map(|c| c.cpu_per_min),
     },
     Figure {
         name: "churn p99, minSyncPeriod 0 (ms)",
-        read: |r| churn_p99(r, "0s"),
+        read: |r| churn(r, "0s").map(|c| c.p(99.0)),
     },
     Figure {
         name: "churn p99, minSyncPeriod 1s (ms)",
-        read: |r| churn_p99(r, "1s"),
+        read: |r| churn(r, "1s").map(|c| c.p(99.0)),
     },
 ];
 

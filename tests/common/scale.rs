@@ -53,6 +53,11 @@ pub fn extra_ip(c: usize) -> Ipv4Addr {
     ip_add(Ipv4Addr::new(10, 250, 0, 0), 1 + c as u32)
 }
 
+/// The extra endpoint of churn change `k` (outside the generated pools and the change tests' extra IPs).
+pub fn churn_ip(k: usize) -> Ipv4Addr {
+    ip_add(Ipv4Addr::new(10, 251, 0, 0), 1 + k as u32)
+}
+
 /// Service `i` is a NodePort (or LoadBalancer) service.
 pub fn has_node_port(i: usize) -> bool {
     i % 10 == 1

@@ -14,6 +14,7 @@ pub use job::Outcome;
 pub use publish::failure_backend;
 pub use settings::SyncSettings;
 pub use snapshot::{LocalAddresses, Maps, selectable, snapshots, split_dummy};
+pub use usage::ProcessUsage;
 
 use super::annotations;
 use super::events::Events;
@@ -33,7 +34,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 use tokio::sync::watch;
-use usage::ProcessUsage;
 
 /// Delay before retrying a sync that had failures.
 pub const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);

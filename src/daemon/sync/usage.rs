@@ -1,4 +1,5 @@
-//! The process's CPU time and page faults so far (`getrusage`), for the cold-start breakdown in the log.
+//! The process's CPU time and page faults so far (`getrusage`), for the cold-start breakdown in the log
+//! (and the sync-loop bench).
 
 /// A snapshot of this process's resource usage.
 pub struct ProcessUsage(libc::rusage);
@@ -7,6 +8,16 @@ impl ProcessUsage {
     /// The usage now.
     pub fn now() -> Self {
         ProcessUsage(rusage(libc::RUSAGE_SELF))
+    }
+
+    /// User plus system CPU seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        secs(self.0.ru_utime) + secs(self.0.ru_stime)
+    }
+
+    /// Minor page faults.
+    pub fn minor_faults(&self) -> i64 {
+        self.0.ru_minflt
     }
 }
 
