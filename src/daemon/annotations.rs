@@ -11,7 +11,7 @@ use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The problems of the Services in `names` (an empty list for a Service without records).
+/// The problems of the Services in `names` that have any (at the first sync `names` is every Service).
 pub fn problems_of(
     index: &DecisionIndex,
     names: &BTreeSet<ServiceName>,
@@ -19,9 +19,9 @@ pub fn problems_of(
 ) -> BTreeMap<ServiceName, Vec<AnnotationError>> {
     names
         .iter()
-        .map(|n| {
+        .filter_map(|n| {
             let p = index.get(n).map(|d| d.problems(node)).unwrap_or_default();
-            (n.clone(), p)
+            (!p.is_empty()).then(|| (n.clone(), p))
         })
         .collect()
 }

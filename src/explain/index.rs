@@ -62,6 +62,19 @@ impl DecisionIndex {
     pub fn apply(&mut self, family: IpFamily, changes: DecisionChanges) -> BTreeSet<ServiceName> {
         let mut touched = BTreeSet::new();
         match changes {
+            DecisionChanges::All(all) if self.services.is_empty() => {
+                // Built from the sorted records in one go: packed nodes (one insert at a time in order
+                // leaves a B-tree about half full).
+                touched = all.keys().cloned().collect();
+                self.services = all
+                    .into_iter()
+                    .map(|(name, d)| {
+                        let mut f = FamilyDecisions::default();
+                        *f.slot(family) = Some(d);
+                        (name, f)
+                    })
+                    .collect();
+            }
             DecisionChanges::All(all) => {
                 let stale: Vec<ServiceName> = self
                     .services

@@ -255,14 +255,14 @@ impl SyncLoop {
         let reports = {
             let index = self.published.index.write();
             let mut index = index.unwrap_or_else(|p| p.into_inner());
-            let mut names = BTreeSet::new();
-            for (_, c) in &changes {
-                names.extend(c.names());
-            }
+            // Collected, not extended one at a time: packed sets (the first sync names every Service).
+            let names: BTreeSet<ServiceName> =
+                changes.iter().flat_map(|(_, c)| c.names()).collect();
             let before = annotations::problems_of(&index, &names, node);
+            drop(names);
             let mut touched = BTreeSet::new();
             for (family, c) in changes {
-                touched.extend(index.apply(family, c));
+                touched.append(&mut index.apply(family, c));
             }
             let after = annotations::problems_of(&index, &touched, node);
             annotations::to_report(&before, after, updated)

@@ -7,6 +7,7 @@ pub mod ipsets;
 pub mod iptables;
 pub mod ipvs;
 pub mod node_ports;
+pub mod owners;
 
 use crate::cluster::model::{
     Endpoint, EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePort,

@@ -162,10 +162,10 @@ impl Measure<'_> {
 
     /// One virtual server's real servers in the quick view against the applied ones (draining ones
     /// aside: the reconciler set them to weight 0 itself).
-    fn real_servers<'a>(
+    fn real_servers(
         &self,
         key: &IpvsServiceKey,
-        applied: impl Iterator<Item = &'a IpvsDestination>,
+        applied: impl Iterator<Item = IpvsDestination>,
         out: &mut DriftReport,
     ) {
         let Some(view) = self.snap.dest_view.as_ref() else {

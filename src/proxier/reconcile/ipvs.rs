@@ -457,7 +457,7 @@ fn current_destinations(
     }
     Ok(Some(
         prev_dests
-            .map(|pd| pd.values().cloned().collect())
+            .map(|pd| pd.values().collect())
             .unwrap_or_default(),
     ))
 }
@@ -554,11 +554,9 @@ fn plan_destinations(
 ) {
     let cur: BTreeMap<DestKey, &IpvsDestination> =
         current.iter().map(|d| ((d.addr, d.port), d)).collect();
-    let want: BTreeMap<DestKey, &IpvsDestination> = dvs
-        .destinations
-        .values()
-        .map(|d| ((d.addr, d.port), d))
-        .collect();
+    let wanted: Vec<IpvsDestination> = dvs.destinations.values().collect();
+    let want: BTreeMap<DestKey, &IpvsDestination> =
+        wanted.iter().map(|d| ((d.addr, d.port), d)).collect();
     let diff = StepInput {
         desired: &want,
         observed: &cur,
@@ -578,7 +576,7 @@ fn plan_destinations(
             planned.push(PlannedDest {
                 vs: *key,
                 change,
-                dest: want.clone(),
+                dest: want,
             });
         }
     }
