@@ -84,6 +84,9 @@ struct Params {
     /// `KPRS_BENCH_PAIR_CHURN` (`0s`, `1s`; both when unset) and `KPRS_BENCH_PAIR_ONLY_CHURN=1`.
     pair_churn: Option<String>,
     pair_only_churn: bool,
+    /// Seconds to wait after a flush before a paired cold start that is not the boot's first
+    /// (`KPRS_BENCH_PAIR_SETTLE_SECS`, default 200); see `scale/pair.rs`.
+    pair_settle_secs: u64,
 }
 
 /// Whether the daemons log heap marks (set once in the guest from [`Params::heap_marks`]).
@@ -147,6 +150,7 @@ fn main() {
         pair_rounds: env_or("KPRS_BENCH_PAIR_ROUNDS", 2),
         pair_churn: std::env::var("KPRS_BENCH_PAIR_CHURN").ok(),
         pair_only_churn: std::env::var("KPRS_BENCH_PAIR_ONLY_CHURN").is_ok_and(|v| v == "1"),
+        pair_settle_secs: env_or("KPRS_BENCH_PAIR_SETTLE_SECS", 200),
     };
     std::fs::write(
         params_path(&name),
@@ -216,18 +220,22 @@ fn boot_budget(params: &Params) -> u64 {
         Some(p) => p.budget(),
         None => {
             // The paired mode runs every step once per daemon and round.
-            let runs = match params.baseline {
-                Some(_) => 2 * params.pair_rounds.max(1) as u64,
-                None => 1,
+            let (runs, settle) = match params.baseline {
+                Some(_) => {
+                    let runs = 2 * params.pair_rounds.max(1) as u64;
+                    (runs, runs * params.pair_settle_secs)
+                }
+                None => (1, 0),
             };
-            600 + runs
-                * (params
-                    .sizes
-                    .iter()
-                    .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
-                    .sum::<usize>() as u64
-                    * 2
-                    + 2 * (params.churn_secs + 120))
+            600 + settle
+                + runs
+                    * (params
+                        .sizes
+                        .iter()
+                        .map(|&n| 60 + n / 50 + cold_start_cap(n).as_secs() as usize)
+                        .sum::<usize>() as u64
+                        * 2
+                        + 2 * (params.churn_secs + 120))
         }
     }
 }
@@ -593,6 +601,7 @@ fn guest(name: &str) -> Result<()> {
             rounds: params.pair_rounds,
             churn: params.pair_churn.clone(),
             only_churn: params.pair_only_churn,
+            settle: std::time::Duration::from_secs(params.pair_settle_secs),
         };
         for &n in &params.sizes {
             load(&mut run, n)?;

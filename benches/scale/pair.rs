@@ -6,6 +6,12 @@
 //! baseline first in odd ones): a cold start on a flushed kernel, the no-op full syncs after a warm
 //! restart, and the two churn runs (minSyncPeriod 0 and 1s, the same seed). The table gives each
 //! figure's median over the rounds and the ratio ours / baseline.
+//!
+//! Every cold start but the boot's first waits `KPRS_BENCH_PAIR_SETTLE_SECS` (default 200) after the
+//! flush: IPVS keeps deleted real servers in a trash list until its timer frees them (some time after
+//! `IP_VS_DEST_TRASH_PERIOD`, 120 s), and every real server added meanwhile is first looked up in that
+//! whole list (`ip_vs_trash_get_dest`). Right after flushing 109k real servers, either daemon's cold start
+//! took ~165 s instead of ~30 s (R9 in docs/performance.md).
 
 use super::churn::ChurnResult;
 use super::{Expected, Row, Run, churn_run, cold_start, flush_kernel, mib, noop_syncs};
@@ -76,6 +82,8 @@ pub struct Options {
     pub churn: Option<String>,
     /// Only the churn runs after the first cold start (each churn run starts warm anyway).
     pub only_churn: bool,
+    /// The wait after a flush before a cold start that is not the boot's first.
+    pub settle: std::time::Duration,
 }
 
 /// Runs the paired rounds at N = `n` (the API server already holds the N services) and writes the
@@ -130,6 +138,13 @@ fn measure(run: &mut Run, n: usize, exp: &Expected, o: &Options) -> Result<Row> 
     };
     if !o.only_churn || run.loaded_kernel != n {
         flush_kernel()?;
+        if run.loaded_kernel != 0 && !o.settle.is_zero() {
+            run.log(&format!(
+                "waiting {:?} for IPVS to free the deleted real servers",
+                o.settle
+            ));
+            std::thread::sleep(o.settle);
+        }
         let mut d = cold_start(run, &mut row, exp)?.context("no cold start within the cap")?;
         let st = d.stats()?;
         row.peak_rss_end = st.peak_rss;
