@@ -47,6 +47,7 @@ impl Modules for Modprobe {
         if self.is_loaded(name) {
             return Ok(());
         }
+        super::io_counts::process("modprobe");
         let out = Command::new("modprobe").arg(name).output()?;
         if !out.status.success() {
             return Err(KernelError::Command {

@@ -16,6 +16,7 @@ use super::save::{SavedSets, SetHeader, parse_type};
 use super::text::{elem_of, render};
 use super::types::{SetTypes, op_set};
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
+use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use crate::net::IpFamily;
@@ -136,7 +137,7 @@ impl NetlinkIpSets {
     /// Opens a netfilter netlink socket and checks that the kernel speaks ipset protocol 6 or 7 (every
     /// kernel since 2.6.39 with `CONFIG_IP_SET`); Unsupported otherwise.
     pub fn new() -> KernelResult<Self> {
-        let mut sock = NlSocket::new(NETLINK_NETFILTER)
+        let mut sock = NlSocket::new(NETLINK_NETFILTER, Backend::Ipset)
             .map_err(|e| to_kernel("open netfilter netlink", e, None))?;
         let answers: Vec<Reply> = sock
             .request(Request::new(cmd::PROTOCOL, None))

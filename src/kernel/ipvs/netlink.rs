@@ -6,6 +6,7 @@
 use super::codec::{self, IpvsAttr, IpvsMessage, cmd};
 use super::procfs::{DestinationView, ProcView};
 use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsStats, IpvsTimeouts};
+use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_generic::GenlMessage;
@@ -53,7 +54,7 @@ fn kernel_error(kind: Kind, what: &str, sched: Option<&str>, e: NlError) -> Kern
 impl NetlinkIpvs {
     /// Opens the socket and resolves the IPVS family; Unsupported when the ip_vs module is not loaded.
     pub fn new() -> KernelResult<Self> {
-        let mut sock = NlSocket::new(NETLINK_GENERIC)
+        let mut sock = NlSocket::new(NETLINK_GENERIC, Backend::Ipvs)
             .map_err(|e| kernel_error(Kind::Other, "open generic netlink socket", None, e))?;
         let family = resolve_family(&mut sock, codec::FAMILY_NAME)?;
         Ok(NetlinkIpvs {

@@ -9,6 +9,7 @@
 //! connections).
 
 use super::{ForwardMethod, IpvsDestination, IpvsServiceKey};
+use crate::kernel::io_counts::{Backend, Call};
 use crate::net::Protocol;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -41,7 +42,7 @@ impl ProcView {
     pub fn read(&mut self) -> Result<DestinationView, String> {
         let io = |e: std::io::Error| format!("read /proc/net/ip_vs: {e}");
         self.file.seek(SeekFrom::Start(0)).map_err(io)?;
-        let mut reader = BufReader::with_capacity(READ_CHUNK, &mut self.file);
+        let mut reader = BufReader::with_capacity(READ_CHUNK, Counted(&mut self.file));
         let mut parser = Parser::default();
         let mut line = Vec::new();
         loop {
@@ -53,6 +54,17 @@ impl ProcView {
             parser.line(text.trim_end_matches(['\n', '\r']))?;
         }
         Ok(parser.finish())
+    }
+}
+
+/// The file, with each `read` counted ([`io_counts`](crate::kernel::io_counts)).
+struct Counted<'a>(&'a mut std::fs::File);
+
+impl std::io::Read for Counted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        crate::kernel::io_counts::call(Backend::Ipvs, Call::Read, 0, n);
+        Ok(n)
     }
 }
 
