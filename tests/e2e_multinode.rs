@@ -942,10 +942,10 @@ fn rolling_update(c: &mut Cluster) -> String {
     report
 }
 
-// Rolling update under load, outside the test command (about 4 minutes):
+// Rolling update under load, outside the test command (about 3 minutes):
 // `cargo test --test e2e_multinode -- --ignored cluster_rolling_update --nocapture`.
 uml_test!(
-    #[ignore = "about 4 minutes: run with --ignored"]
+    #[ignore = "about 3 minutes: run with --ignored"]
     cluster_rolling_update,
     cluster::boot(3),
     {
