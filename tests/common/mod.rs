@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 pub mod apiserver;
+pub mod cluster;
 pub mod dashboard;
 pub mod e2e;
 pub mod hostns;
