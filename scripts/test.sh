@@ -11,10 +11,11 @@ TOOLS=$(realpath -m "${CARGO_TARGET_DIR:-target}/tools")
 
 ./scripts/install-deps.sh --tools
 
-# Licenses, bans and sources of every crate (deny.toml). Advisories need the RustSec database from the
-# network: not checked here.
+# Licenses, bans and sources of every crate (deny.toml), then the RustSec advisories against the database
+# snapshot beside the checkout (../shared/rustsec-advisory-db, or KPRS_ADVISORY_DB; scripts/advisories.sh).
 start=$(date +%s)
 "$TOOLS/bin/cargo-deny" --locked check --hide-inclusion-graph licenses bans sources
+./scripts/advisories.sh
 echo "cargo deny: $(( $(date +%s) - start )) s"
 
 cargo fmt --all -- --check
