@@ -249,7 +249,7 @@ fn node_port_addresses() {
             |c| c.node_port_addresses = Some(vec!["Primary".into()]),
             "nodePortAddresses[0]: Invalid value: \"Primary\": must be a valid CIDR",
         ),
-        // Upstream v1.37 knows one keyword, `primary`, and only alone.
+        // Upstream's validation knows one keyword, `primary`, and only alone.
         (
             |c| c.node_port_addresses = Some(vec!["primary".into(), "10.0.0.0/8".into()]),
             "nodePortAddresses[0]: Invalid value: \"primary\": can't use both 'primary' and CIDRs",
@@ -259,18 +259,19 @@ fn node_port_addresses() {
             "nodePortAddresses[1]: Invalid value: \"primary\": can't use both 'primary' and CIDRs",
         ),
         (
-            |c| c.node_port_addresses = Some(vec!["localhost".into()]),
-            "nodePortAddresses[0]: Invalid value: \"localhost\": must be a valid CIDR",
-        ),
-        (
-            |c| c.node_port_addresses = Some(vec!["all".into()]),
-            "nodePortAddresses[0]: Invalid value: \"all\": must be a valid CIDR",
+            |c| c.node_port_addresses = Some(vec!["Localhost".into()]),
+            "nodePortAddresses[0]: Invalid value: \"Localhost\": must be a valid CIDR",
         ),
     ]);
     valid_each(&[
         |c| c.node_port_addresses = Some(vec!["primary".into()]),
         |c| c.node_port_addresses = Some(vec![]),
         |c| c.node_port_addresses = Some(vec!["192.168.1.7/24".into(), "fd00::/64".into()]),
+        // The newest upstream's shorthands, accepted beside CIDRs (a superset of upstream 1.36's values).
+        |c| {
+            c.node_port_addresses =
+                Some(vec!["localhost".into(), "all".into(), "10.0.0.0/8".into()])
+        },
     ]);
 }
 
@@ -430,6 +431,14 @@ fn helpers() {
     );
     assert!(npa.cidrs_for(IpFamily::V6).is_empty());
     assert!(npa.allows("192.168.1.200".parse().unwrap(), &primary));
+    assert!(!npa.allows("10.0.0.5".parse().unwrap(), &primary));
+    // The shorthands expand to their CIDRs: `localhost` to both loopback ranges.
+    c.node_port_addresses = Some(vec!["localhost".into()]);
+    let npa = c.node_port_addresses();
+    assert_eq!(
+        npa.cidrs,
+        vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]
+    );
     assert!(!npa.allows("10.0.0.5".parse().unwrap(), &primary));
 
     assert_eq!(c.scheduler(), "rr");

@@ -143,10 +143,16 @@ impl ProxyConfig {
         for entry in entries {
             if entry == super::validate::NODE_PORT_PRIMARY {
                 out.primary = true;
-            } else if let Some(n) = parse_cidr(entry)
-                && !out.cidrs.contains(&n)
-            {
-                out.cidrs.push(n);
+                continue;
+            }
+            let expanded = super::validate::NODE_PORT_SHORTHANDS
+                .iter()
+                .find(|(k, _)| k == entry)
+                .map_or_else(|| vec![entry.as_str()], |(_, cidrs)| cidrs.to_vec());
+            for n in expanded.into_iter().filter_map(parse_cidr) {
+                if !out.cidrs.contains(&n) {
+                    out.cidrs.push(n);
+                }
             }
         }
         out

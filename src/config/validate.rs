@@ -21,6 +21,14 @@ pub const LOCAL_MODES: &[&str] = &[
 /// The keyword allowed in `nodePortAddresses` instead of CIDRs: the Node's primary IPs.
 pub const NODE_PORT_PRIMARY: &str = "primary";
 
+/// Shorthands accepted in `nodePortAddresses` beside CIDRs, with what they stand for: the newest upstream
+/// releases know them (../shared/upstream-ipvs-reference.md); upstream's stored validation up to 1.36 does
+/// not, so this accepts a superset of what an operator moving from upstream can have written.
+pub const NODE_PORT_SHORTHANDS: &[(&str, &[&str])] = &[
+    ("localhost", &["127.0.0.0/8", "::1/128"]),
+    ("all", &["0.0.0.0/0", "::/0"]),
+];
+
 /// One invalid field, printed like Kubernetes' `field.Error`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -384,7 +392,7 @@ fn validate_addresses(c: &ProxyConfig, e: &mut Errs) {
             "must be a valid port range (e.g. 300-2000)",
         );
     }
-    // As upstream v1.37: CIDRs, or the one keyword `primary` alone.
+    // As upstream: CIDRs, or the one keyword `primary` alone; also the shorthands `localhost` and `all`.
     let addresses = c.node_port_addresses.as_deref().unwrap_or_default();
     for (i, addr) in addresses.iter().enumerate() {
         if addr == NODE_PORT_PRIMARY {
@@ -397,7 +405,8 @@ fn validate_addresses(c: &ProxyConfig, e: &mut Errs) {
             }
             break;
         }
-        if parse_cidr(addr).is_none() {
+        let shorthand = NODE_PORT_SHORTHANDS.iter().any(|(k, _)| k == addr);
+        if !shorthand && parse_cidr(addr).is_none() {
             e.invalid(
                 format!("nodePortAddresses[{i}]"),
                 q(addr),
