@@ -42,11 +42,11 @@ fn insert_after(text: &str, after: &str, line: &str) -> String {
     out
 }
 
-/// ClusterIP virtual servers of the scenario in `ipvsadm -Ln` text.
+/// ClusterIP virtual servers of the scenario in `ipvsadm -Sn` text.
 fn programmed(ipvs_text: &str) -> usize {
     ipvs_text
         .lines()
-        .filter(|l| l.starts_with("TCP  10.97."))
+        .filter(|l| l.starts_with("-A -t 10.97."))
         .count()
 }
 
