@@ -6,9 +6,10 @@
 //! (`kube::core::Request`, `ListParams`, `WatchParams`), the event type and the backoff. The loop
 //! follows kube's `watcher` step by step: paged list (`Init`, `InitApply`…, `InitDone`), then a watch
 //! from the list's resourceVersion with bookmarks, a re-watch from the last resourceVersion when a
-//! stream ends or goes idle, a relist after 410 Gone. Each request asks for the configured media
-//! types ([`MediaTypes`]); each response is decoded by the encoding it announces, so a server that
-//! does not offer protobuf is read in JSON.
+//! stream ends, fails or goes idle (also after a frame that cannot be decoded, as client-go's
+//! reflector), a relist after 410 Gone (a consistent one, as client-go's). Each request asks for the
+//! configured media types ([`MediaTypes`]); each response is decoded by the encoding it announces, so
+//! a server that does not offer protobuf is read in JSON.
 
 pub mod frames;
 pub mod list_json;
@@ -63,7 +64,8 @@ pub enum Error {
     /// A watch could not be started.
     #[error("watch failed to start: {0}")]
     WatchStart(#[source] RequestError),
-    /// A watch stream failed (a frame could not be read, the connection broke).
+    /// A watch stream failed (a frame could not be read or was too long, the connection broke): the
+    /// next watch starts from the last resourceVersion applied.
     #[error("watch stream failed: {0}")]
     Watch(#[source] RequestError),
     /// The API server sent an ERROR event (410 Gone: a relist follows).
