@@ -183,8 +183,9 @@ pub async fn list<K: Watched>(
 }
 
 /// Adds `resourceVersion=0` to a first page that asks for it with a `limit`, which kube's request builder
-/// leaves out: client-go sends both (`limit=500&resourceVersion=0`), and the API server answers such a
-/// list from its watch cache, whole, the limit ignored.
+/// leaves out: client-go's reflector sends both (`limit=500&resourceVersion=0`, no
+/// `resourceVersionMatch`), and the API server answers such a list from its watch cache, whole, the
+/// limit ignored.
 fn with_cached_version(
     mut req: http::Request<Vec<u8>>,
     params: &ListParams,
@@ -202,7 +203,7 @@ fn with_cached_version(
     }
     let mut uri = req.uri().to_string();
     uri.push_str(if uri.contains('?') { "&" } else { "?" });
-    uri.push_str("resourceVersion=0&resourceVersionMatch=NotOlderThan");
+    uri.push_str("resourceVersion=0");
     *req.uri_mut() = uri.parse().map_err(|e: http::uri::InvalidUri| {
         RequestError::Client(kube::Error::BuildRequest(
             kube::core::request::Error::Validation(e.to_string()),
