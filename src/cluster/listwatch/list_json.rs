@@ -241,14 +241,7 @@ where
     }
 
     fn keep(&mut self, b: u8) -> Result<(), String> {
-        if self.item.len() >= self.item_max {
-            return Err(format!(
-                "a list item exceeds the limit of {} bytes",
-                self.item_max
-            ));
-        }
-        self.item.push(b);
-        Ok(())
+        self.keep_all(&[b])
     }
 
     fn end_item(&mut self) -> Result<(), String> {
@@ -288,7 +281,7 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Service;
 
@@ -306,7 +299,8 @@ mod tests {
         list.finish()
     }
 
-    fn names(page: &Page<Service>) -> Vec<String> {
+    /// The names of a page's items (`unreadable <why>` for an unreadable one).
+    pub(in crate::cluster::listwatch) fn names(page: &Page<Service>) -> Vec<String> {
         page.items
             .iter()
             .map(|d| match d {

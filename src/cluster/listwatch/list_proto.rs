@@ -212,6 +212,7 @@ impl<K: Protobuf> Default for ProtoList<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::listwatch::list_json::tests::names;
     use crate::cluster::proto::wire::put_bytes;
     use k8s_openapi::api::core::v1::Service;
     use k8s_pb::api::core::v1 as pb;
@@ -258,16 +259,6 @@ mod tests {
             list.push(c)?;
         }
         list.finish()
-    }
-
-    fn names(page: &Page<Service>) -> Vec<String> {
-        page.items
-            .iter()
-            .map(|d| match d {
-                Decoded::Object(s) => s.metadata.name.clone().unwrap_or_default(),
-                Decoded::Unreadable(u) => format!("unreadable {}", u.error),
-            })
-            .collect()
     }
 
     #[test]
