@@ -80,10 +80,13 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<ExplainArgs, Stri
         } else if out.service.is_some() {
             return Err(format!("one Service at most (got {arg:?} too)"));
         } else {
+            let label = crate::cluster::model::is_rfc1123_label;
             let (ns, name) = arg
                 .split_once('/')
-                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
-                .ok_or(format!("expected NAMESPACE/NAME, got {arg:?}"))?;
+                .filter(|(ns, n)| label(ns) && label(n))
+                .ok_or(format!(
+                    "expected NAMESPACE/NAME (lowercase letters, digits and '-'; a digit may lead), got {arg:?}"
+                ))?;
             out.service = Some((ns.to_string(), name.to_string()));
         }
     }
@@ -162,9 +165,19 @@ mod tests {
         assert_eq!(a.server, "10.0.0.1:10249");
         assert_eq!(path(&a), "/debug/services/default/web?format=json");
         assert_eq!(path(&args(&[]).unwrap()), "/debug/services?format=text");
+        // Service names may start with a digit (Kubernetes 1.37), namespaces too.
+        let a = args(&["1ns/0-web-9"]).unwrap();
+        assert_eq!(a.service, Some(("1ns".into(), "0-web-9".into())));
+        assert_eq!(path(&a), "/debug/services/1ns/0-web-9?format=text");
         for bad in [
             &["web"][..],
             &["a/b/c"],
+            &["default/Web"],
+            &["default/-web"],
+            &["default/web-"],
+            &["default/web\r\nHost: x"],
+            &["default/web?format=json"],
+            &["/web"],
             &["a/b", "c/d"],
             &["--bogus"],
             &["--format=xml"],

@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests.
+pub mod api_bytes;
 pub mod apiserver;
 pub mod cluster;
 pub mod dashboard;
