@@ -246,7 +246,8 @@ impl Ipvs for FakeIpvs {
         let mut stored = dst.clone();
         stored.active_conns = 0;
         stored.inactive_conns = 0;
-        dests.push(stored);
+        // As the kernel links a new real server: at the head of the list.
+        dests.insert(0, stored);
         Ok(())
     }
 
