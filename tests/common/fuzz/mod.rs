@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 mod corpus;
+mod explain_targets;
 mod mutate;
 mod targets;
 

@@ -5,6 +5,7 @@
 //! trip where the parser promises one.
 
 use super::corpus::Corpus;
+use super::explain_targets;
 use super::mutate::{mutate_bytes, mutate_json, mutate_protobuf, mutate_text, random_bytes};
 use clap::CommandFactory;
 use fastrand::Rng;
@@ -102,6 +103,16 @@ pub const TARGETS: &[Target] = &[
         name: "watch_protobuf",
         generate: gen_pb_stream,
         check: check_pb_stream,
+    },
+    Target {
+        name: "explain_request",
+        generate: explain_targets::gen_request,
+        check: explain_targets::check_request,
+    },
+    Target {
+        name: "explain_cli_answer",
+        generate: explain_targets::gen_answer,
+        check: explain_targets::check_answer,
     },
 ];
 
