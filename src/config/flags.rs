@@ -268,7 +268,7 @@ pub struct Flags {
     /// Pod CIDR of the cluster (a comma-separated IPv4,IPv6 pair for dual-stack), for ClusterCIDR detection. Ignored with --config.
     #[arg(long, value_name = "string")]
     pub cluster_cidr: Option<String>,
-    /// CIDRs and/or 'primary', 'localhost', 'all' limiting the node IPs that accept NodePorts (unset: all). Ignored with --config.
+    /// CIDRs, or 'primary' alone, limiting the node IPs that accept NodePorts (unset: all). Ignored with --config.
     #[arg(long, value_name = "strings", action = ArgAction::Append)]
     pub nodeport_addresses: Vec<String>,
 

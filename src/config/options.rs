@@ -78,7 +78,7 @@ pub struct Options {
 /// Parsed `nodePortAddresses`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodePortAddresses {
-    /// CIDRs (keywords `all` and `localhost` already expanded).
+    /// CIDRs (every address of both families when the list is unset or empty).
     pub cidrs: Vec<IpNet>,
     /// Whether `primary` (the Node object's primary IPs) was listed.
     pub primary: bool,
@@ -131,35 +131,29 @@ impl ProxyConfig {
             .find(|n| IpFamily::of_net(n) == family)
     }
 
-    /// Parsed `nodePortAddresses`; unset or empty means every local address (`all`).
+    /// Parsed `nodePortAddresses`; unset or empty means every local address (both families' `/0`).
     pub fn node_port_addresses(&self) -> NodePortAddresses {
         let mut out = NodePortAddresses::default();
-        let entries = self.node_port_addresses.clone().unwrap_or_default();
-        let entries = if entries.is_empty() {
-            vec!["all".to_string()]
-        } else {
-            entries
-        };
-        let mut push = |n: IpNet| {
-            if !out.cidrs.contains(&n) {
-                out.cidrs.push(n);
+        let entries = self.node_port_addresses.as_deref().unwrap_or_default();
+        if entries.is_empty() {
+            out.cidrs = vec![
+                IpNet::V4(ipnet::Ipv4Net::default()),
+                IpNet::V6(ipnet::Ipv6Net::default()),
+            ];
+            return out;
+        }
+        for entry in entries {
+            if entry == super::validate::NODE_PORT_PRIMARY {
+                out.primary = true;
+                continue;
             }
-        };
-        for entry in &entries {
-            match entry.as_str() {
-                "primary" => out.primary = true,
-                "all" => {
-                    push("0.0.0.0/0".parse().unwrap_or_default());
-                    push("::/0".parse().unwrap_or_default());
-                }
-                "localhost" => {
-                    push("127.0.0.0/8".parse().unwrap_or_default());
-                    push("::1/128".parse().unwrap_or_default());
-                }
-                cidr => {
-                    if let Some(n) = parse_cidr(cidr) {
-                        push(n);
-                    }
+            let expanded = super::validate::NODE_PORT_SHORTHANDS
+                .iter()
+                .find(|(k, _)| k == entry)
+                .map_or_else(|| vec![entry.as_str()], |(_, cidrs)| cidrs.to_vec());
+            for n in expanded.into_iter().filter_map(parse_cidr) {
+                if !out.cidrs.contains(&n) {
+                    out.cidrs.push(n);
                 }
             }
         }
@@ -396,6 +390,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     }
     keep_active_mode_only(&mut config);
     validate(&config)?;
+    warnings.extend(crate::component::features::check(&config.feature_gates).unwrap_or_default());
 
     let node_name = if config.hostname_override.trim().is_empty() {
         hostname().map_err(ConfigError::NodeName)?

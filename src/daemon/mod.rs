@@ -285,7 +285,9 @@ async fn start_servers(
             proxy_mode: "ipvs".to_string(),
             configz: serde_json::to_value(c).unwrap_or_default(),
             explain: Some(explain),
-            zpages: Arc::new(crate::component::zpages::ZPages::for_process()),
+            zpages: Arc::new(
+                crate::component::zpages::ZPages::for_process().with_gates(&c.feature_gates),
+            ),
         };
         let hard_fail = c.bind_address_hard_fail;
         servers.push(start_metrics_server(addr, state, hard_fail, stopped(stop.clone())).await?);

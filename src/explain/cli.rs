@@ -186,10 +186,13 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<ExplainArgs, Stri
         } else if out.service.is_some() {
             return Err(format!("one Service at most (got {arg:?} too)"));
         } else {
+            let label = crate::cluster::model::is_rfc1123_label;
             let (ns, name) = arg
                 .split_once('/')
-                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
-                .ok_or(format!("expected NAMESPACE/NAME, got {arg:?}"))?;
+                .filter(|(ns, n)| label(ns) && label(n))
+                .ok_or(format!(
+                    "expected NAMESPACE/NAME (lowercase letters, digits and '-'; a digit may lead), got {arg:?}"
+                ))?;
             out.service = Some((ns.to_string(), name.to_string()));
         }
     }
@@ -364,14 +367,19 @@ mod tests {
         assert_eq!(a.timeout, Duration::from_secs(2));
         assert_eq!(path(&a), "/debug/services/default/web?format=json");
         assert_eq!(path(&args(&[]).unwrap()), "/debug/services?format=text");
-        let a = args(&["a/x\r\nHost: evil"]).unwrap();
-        assert_eq!(
-            path(&a),
-            "/debug/services/a/x%0D%0AHost%3A%20evil?format=text"
-        );
+        // Service names may start with a digit (Kubernetes 1.37), namespaces too.
+        let a = args(&["1ns/0-web-9"]).unwrap();
+        assert_eq!(a.service, Some(("1ns".into(), "0-web-9".into())));
+        assert_eq!(path(&a), "/debug/services/1ns/0-web-9?format=text");
         for bad in [
             &["web"][..],
             &["a/b/c"],
+            &["default/Web"],
+            &["default/-web"],
+            &["default/web-"],
+            &["default/web\r\nHost: x"],
+            &["default/web?format=json"],
+            &["/web"],
             &["a/b", "c/d"],
             &["--bogus"],
             &["--format=xml"],
@@ -518,10 +526,9 @@ mod tests {
     }
 
     #[test]
-    fn the_service_name_is_escaped_on_the_request_line() {
-        let (server, head) = serve_once(|s| {
-            let _ = s.write_all(b"HTTP/1.0 404 Not Found\r\nContent-Length: 9\r\n\r\nnot here\n");
-        });
+    fn a_name_that_is_not_a_kubernetes_name_never_reaches_the_request_line() {
+        // Refused before any connection (the server, here, would record a request).
+        let (server, head) = serve_once(|_| {});
         let addr = server.addrs[0].clone();
         let mut out = Vec::new();
         let e = run(
@@ -529,9 +536,24 @@ mod tests {
             &mut out,
         )
         .unwrap_err();
+        assert!(e.starts_with("expected NAMESPACE/NAME"), "{e}");
+        assert!(head.recv_timeout(Duration::from_millis(300)).is_err());
+        // And what the command sends is percent-encoded in any case (request.rs checks every byte).
+        let p = super::path_of(Some(("a", "x\r\nHost: evil")), Form::Text);
+        assert_eq!(p, "/debug/services/a/x%0D%0AHost%3A%20evil?format=text");
+    }
+
+    #[test]
+    fn a_404_carries_the_servers_message() {
+        let (server, head) = serve_once(|s| {
+            let _ = s.write_all(b"HTTP/1.0 404 Not Found\r\nContent-Length: 9\r\n\r\nnot here\n");
+        });
+        let addr = server.addrs[0].clone();
+        let mut out = Vec::new();
+        let e = run(["default/web".to_string(), format!("--server={addr}")], &mut out).unwrap_err();
         assert_eq!(
             head.recv().unwrap().lines().next(),
-            Some("GET /debug/services/a/x%0D%0AHost%3A%20evil?format=text HTTP/1.0")
+            Some("GET /debug/services/default/web?format=text HTTP/1.0")
         );
         assert!(e.ends_with("HTTP 404: not here"), "{e}");
     }

@@ -2,13 +2,10 @@
 //! `/debug/services/<namespace>/<name>`, `?format=json|text`), and the path `kube-proxy explain` sends
 //! (each name percent-encoded, so nothing it is given can reach the request line unescaped).
 
-use crate::cluster::model::ServiceName;
+use crate::cluster::model::{ServiceName, is_rfc1123_label};
 
 /// The listing's path.
 pub const LISTING: &str = "/debug/services";
-
-/// Longest namespace or name accepted (a DNS subdomain; Service names and namespaces are shorter).
-pub const MAX_NAME: usize = 253;
 
 /// The explanation's two forms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,18 +99,16 @@ pub fn encode(s: &str) -> String {
     out
 }
 
-/// A namespace or name as Kubernetes allows them: 1 to [`MAX_NAME`] of `a-z`, `0-9`, `-`, `.`.
+/// A namespace or name as Kubernetes allows them: an RFC 1123 label (Service names may start with a digit
+/// since Kubernetes 1.37).
 fn check_name(what: &str, v: &str) -> Result<(), Refused> {
-    let ok = !v.is_empty()
-        && v.len() <= MAX_NAME
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    if ok {
+    if is_rfc1123_label(v) {
         return Ok(());
     }
     let shown: String = v.chars().take(64).collect();
     Err(bad(format!(
-        "{what} {shown:?} is not a Kubernetes name (1 to {MAX_NAME} of a-z, 0-9, '-', '.')"
+        "{what} {shown:?} is not a Kubernetes name (1 to 63 lowercase letters, digits and '-', \
+         starting and ending with a letter or digit)"
     )))
 }
 
@@ -224,12 +219,14 @@ mod tests {
             ("/debug/services/a/%0D%0Ab", None, 400),
             ("/debug/services/a/%C3", None, 400),
             ("/debug/services//b", None, 400),
+            ("/debug/services/a/-b", None, 400),
+            ("/debug/services/a/b.c", None, 400),
         ] {
             let r = parse(path, query).expect_err(path);
             assert_eq!(r.status, status, "{path} {query:?}: {r:?}");
             assert!(!r.message.is_empty());
         }
-        let long = "a".repeat(MAX_NAME + 1);
+        let long = "a".repeat(64);
         assert_eq!(
             parse(&format!("/debug/services/ns/{long}"), None).map_err(|r| r.status),
             Err(400)

@@ -521,15 +521,23 @@ fn privileged_overlay_is_upstreams_privileged_container() {
         "invalid with privileged: false"
     );
     assert_eq!(sc.capabilities, None);
+    let modules = main.volume_mounts.clone().unwrap_or_default();
+    assert!(
+        modules
+            .iter()
+            .any(|m| m.mount_path == "/lib/modules" && m.read_only == Some(true)),
+        "it loads modules itself: /lib/modules read-only {modules:?}"
+    );
     assert!(
         r.config_map("kube-proxy").is_some(),
         "the plain install otherwise"
     );
 }
 
-/// components/scheduler-modules on the base: SYS_MODULE added to the daemon, nothing else changed.
+/// components/scheduler-modules on the base: SYS_MODULE and the node's /lib/modules (read-only) added to
+/// the daemon, nothing else changed.
 #[test]
-fn scheduler_modules_component_adds_only_sys_module() {
+fn scheduler_modules_component_adds_only_sys_module_and_the_module_tree() {
     let Some(k) = kubectl("scheduler-modules component") else {
         return;
     };
@@ -550,10 +558,15 @@ fn scheduler_modules_component_adds_only_sys_module() {
     assert_eq!(caps(&with), want);
     let mut a = with.get("DaemonSet", "kube-proxy").clone();
     let b = without.get("DaemonSet", "kube-proxy");
+    let main = |v: &Value| v["spec"]["template"]["spec"]["containers"][0].clone();
+    let mut mounts = main(b)["volumeMounts"].as_array().cloned().expect("mounts");
+    mounts.push(json!({"name": "lib-modules", "mountPath": "/lib/modules", "readOnly": true}));
+    assert_eq!(main(&a)["volumeMounts"], Value::Array(mounts));
+    a["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+        main(b)["volumeMounts"].clone();
     a["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] =
-        b["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
-            .clone();
-    assert_eq!(&a, b, "only the capability changes");
+        main(b)["securityContext"]["capabilities"]["add"].clone();
+    assert_eq!(&a, b, "only the capability and the mount change");
 }
 
 /// `target` as a path relative to `from` (both absolute): kustomize refuses absolute resource paths.

@@ -1,15 +1,31 @@
 //! Fuzz targets of the explanation: how `/debug/services` reads a request's path and query, and how
 //! `kube-proxy explain` reads the metrics server's answer. Besides not panicking, each case is checked
-//! for its time (a bound far above a linear parse of the largest input) and for what it keeps: the
-//! request's names are never larger than the request, the answer reader never outputs more than it was
-//! given nor reads more than its limits, and nothing it prints holds a control character.
+//! for its time (a bound far above a linear parse of the largest input), its memory (the loop's counting
+//! allocator, against [`REQUEST_MEMORY`] and [`ANSWER_MEMORY`]) and for what it keeps: the request's
+//! names are never larger than the request, the answer reader never outputs more than it was given nor
+//! reads more than its limits, and nothing it prints holds a control character.
 
 use super::mutate::{mutate_bytes, mutate_text, random_bytes};
+use super::targets::Memory;
 use fastrand::Rng;
 use kube_proxy_rs::explain::answer_reader::{AnswerLimits, read_answer};
-use kube_proxy_rs::explain::request::{self, ExplainRequest, MAX_NAME, Target};
+use kube_proxy_rs::cluster::model::is_rfc1123_label;
+use kube_proxy_rs::explain::request::{self, ExplainRequest, Target};
 use std::io::Read;
 use std::time::{Duration, Instant};
+
+/// A request is read with a few copies of its path and query at most.
+pub const REQUEST_MEMORY: Memory = Memory {
+    fixed: 16 << 10,
+    per_byte: 8,
+};
+
+/// The answer reader's buffers (head, a 16 KiB chunk and its sanitized copy) and the case's own output
+/// copy, whatever the answer's length beyond them.
+pub const ANSWER_MEMORY: Memory = Memory {
+    fixed: 128 << 10,
+    per_byte: 2,
+};
 
 /// The most one case may take: a linear parse of these inputs (at most a few KiB) takes microseconds.
 const CASE_TIME: Duration = Duration::from_millis(200);
@@ -48,16 +64,9 @@ pub fn gen_request(rng: &mut Rng, _: &super::Corpus) -> Vec<u8> {
     match rng.u8(0..20) {
         0 => sample.as_bytes().to_vec(),
         1 => random_bytes(rng, 512),
-        2 => format!("/debug/services/{}/x", "a".repeat(rng.usize(200..300))).into_bytes(),
+        2 => format!("/debug/services/{}/x", "a".repeat(rng.usize(60..70))).into_bytes(),
         _ => mutate_text(rng, sample, REQUEST_WORDS, 6),
     }
-}
-
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_NAME
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 /// Parses the path and query (split at the first `?`, as the server's URI is): an accepted request
@@ -85,7 +94,7 @@ fn check_accepted(req: &ExplainRequest, input: usize) -> Result<(), String> {
     let target = match &req.target {
         Target::All => None,
         Target::One(n) => {
-            if !valid_name(&n.namespace) || !valid_name(&n.name) {
+            if !is_rfc1123_label(&n.namespace) || !is_rfc1123_label(&n.name) {
                 return Err(format!("accepted an invalid name {n:?}"));
             }
             if n.namespace.len() + n.name.len() > input {
