@@ -550,7 +550,11 @@ mod tests {
         });
         let addr = server.addrs[0].clone();
         let mut out = Vec::new();
-        let e = run(["default/web".to_string(), format!("--server={addr}")], &mut out).unwrap_err();
+        let e = run(
+            ["default/web".to_string(), format!("--server={addr}")],
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(
             head.recv().unwrap().lines().next(),
             Some("GET /debug/services/default/web?format=text HTTP/1.0")

@@ -8,8 +8,8 @@
 use super::mutate::{mutate_bytes, mutate_text, random_bytes};
 use super::targets::Memory;
 use fastrand::Rng;
-use kube_proxy_rs::explain::answer_reader::{AnswerLimits, read_answer};
 use kube_proxy_rs::cluster::model::is_rfc1123_label;
+use kube_proxy_rs::explain::answer_reader::{AnswerLimits, read_answer};
 use kube_proxy_rs::explain::request::{self, ExplainRequest, Target};
 use std::io::Read;
 use std::time::{Duration, Instant};
