@@ -4,6 +4,7 @@
 use super::options::{LocalMode, NodePortAddresses};
 use super::types::ProxyConfig;
 use crate::cluster::model::IpFamily;
+use crate::component::features;
 use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
@@ -78,6 +79,8 @@ pub struct ProxySettings {
     pub sync_period: Duration,
     /// `ipvs.minSyncPeriod`.
     pub min_sync_period: Duration,
+    /// The `AllowServiceExternalIPs` feature gate: Services' `spec.externalIPs` are programmed.
+    pub external_ips: bool,
 }
 
 impl ProxySettings {
@@ -93,6 +96,7 @@ impl ProxySettings {
             node_port_addresses: c.node_port_addresses(),
             sync_period: c.sync_period(),
             min_sync_period: c.min_sync_period(),
+            external_ips: features::enabled(&c.feature_gates, features::ALLOW_SERVICE_EXTERNAL_IPS),
         }
     }
 }

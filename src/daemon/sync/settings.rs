@@ -56,6 +56,7 @@ impl SyncSettings {
                         .collect(),
                     random_fully,
                     unavailable_schedulers: BTreeMap::new(),
+                    external_ips: settings.external_ips,
                 };
                 (family, config)
             })

@@ -60,12 +60,15 @@ pub struct PlanConfig {
     /// Schedulers the kernel cannot use, and why: Services asking for one of these by annotation stay
     /// on `scheduler`.
     pub unavailable_schedulers: BTreeMap<Scheduler, Unavailable>,
+    /// Whether Services' `spec.externalIPs` are programmed (the `AllowServiceExternalIPs` feature gate).
+    /// Off, a Service is planned as if it had none, as upstream does.
+    pub external_ips: bool,
 }
 
 impl PlanConfig {
     /// The configuration for `family` with kube-proxy's defaults: the `rr` scheduler, masquerade bit 14, no
-    /// masqueradeAll, no local detector, no excluded ranges, `--random-fully` (iptables >= 1.6.2) and every
-    /// scheduler available. Set the rest with struct update syntax (`PlanConfig { masquerade_all: true, ..PlanConfig::new(…) }`).
+    /// masqueradeAll, no local detector, no excluded ranges, `--random-fully` (iptables >= 1.6.2), every
+    /// scheduler available and external IPs programmed. Set the rest with struct update syntax (`PlanConfig { masquerade_all: true, ..PlanConfig::new(…) }`).
     pub fn new(family: IpFamily) -> Self {
         PlanConfig {
             family,
@@ -76,6 +79,7 @@ impl PlanConfig {
             exclude_cidrs: Vec::new(),
             random_fully: true,
             unavailable_schedulers: BTreeMap::new(),
+            external_ips: true,
         }
     }
 }
@@ -154,6 +158,8 @@ struct Context {
     /// NodePort addresses of this family, sorted and deduplicated.
     node_port_ips: Vec<IpAddr>,
     local_addrs: HashSet<IpAddr>,
+    /// [`PlanConfig::external_ips`].
+    external_ips: bool,
 }
 
 /// What some service ports add to the plan. The full plan accumulates every service port into one;
@@ -223,6 +229,7 @@ impl Context {
                 .find(|ip| IpFamily::of(ip) == family),
             node_port_ips,
             local_addrs: node.local_addresses.iter().copied().collect(),
+            external_ips: cfg.external_ips,
         }
     }
 
@@ -236,6 +243,17 @@ impl Context {
     ) {
         let Some(cluster_ip) = svc.cluster_ip(self.family) else {
             return;
+        };
+        let without_external_ips;
+        let svc = if self.external_ips || svc.external_ips.is_empty() {
+            svc
+        } else {
+            // AllowServiceExternalIPs off: as if the Service had none (its endpoint selection included).
+            without_external_ips = Arc::new(ServicePort {
+                external_ips: Vec::new(),
+                ..ServicePort::clone(svc)
+            });
+            &without_external_ips
         };
         let eps = endpoints.map_or(&[][..], |e| e.as_slice());
         let health_check = self.health_endpoints(acc, svc, eps);
