@@ -11,6 +11,7 @@ mod counting_alloc;
 #[path = "../tests/common/scale.rs"]
 mod scale;
 
+use counting_alloc::{CHUNKS, LIVE, PEAK};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
@@ -26,7 +27,6 @@ use kube_proxy_rs::proxier::reconcile::Backends;
 use kube_proxy_rs::proxier::{FamilySnapshot, Proxier, SyncInput};
 use std::net::IpAddr;
 use std::sync::Arc;
-use counting_alloc::{CHUNKS, LIVE, PEAK};
 use std::sync::atomic::Ordering;
 
 const M: usize = 10;

@@ -27,16 +27,16 @@
 //! alternately in the same boot, medians per figure (see `scale/pair.rs`).
 #[path = "scale/churn.rs"]
 mod churn;
-#[path = "scale/costs.rs"]
-mod costs;
-#[path = "scale/reads.rs"]
-mod reads;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "scale/costs.rs"]
+mod costs;
 #[path = "scale/iptcost.rs"]
 mod iptcost;
 #[path = "scale/pair.rs"]
 mod pair;
+#[path = "scale/reads.rs"]
+mod reads;
 
 use anyhow::{Context, Result, bail};
 use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};
@@ -1307,7 +1307,11 @@ fn write_row_extras(t: &mut String, r: &Row) -> Result<()> {
                 .map_or("NA".to_string(), |m| format!("{m:.1}"))
         )?;
     }
-    writeln!(t, "  cold-start sync counts: {}", costs::line(&r.cold_counts))?;
+    writeln!(
+        t,
+        "  cold-start sync counts: {}",
+        costs::line(&r.cold_counts)
+    )?;
     for (k, syncs, c) in &r.event_counts {
         writeln!(
             t,

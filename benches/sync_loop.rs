@@ -17,6 +17,7 @@ mod counting_alloc;
 #[path = "../tests/common/scale.rs"]
 mod scale;
 
+use counting_alloc::{AllocCounts, AllocMeter};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_proxy_rs::cluster::model::IpFamily;
@@ -41,7 +42,6 @@ use kube_proxy_rs::server::{ProxyHealth, ServiceHealthServer};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-use counting_alloc::{AllocCounts, AllocMeter};
 use tokio::sync::watch;
 
 const M: usize = 10;
@@ -117,14 +117,22 @@ impl Kind {
 fn main() {
     // The daemon's allocator settings (arena limit, fixed mmap threshold), as in its `main`.
     kube_proxy_rs::malloc::configure();
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let n = args
         .first()
         .and_then(|a| a.replace('_', "").parse().ok())
         .unwrap_or(10_000);
     let mut kinds: Vec<Kind> = args.iter().skip(1).filter_map(|a| Kind::parse(a)).collect();
     if kinds.is_empty() {
-        kinds = vec![Kind::Noop, Kind::Changes(1), Kind::Changes(10), Kind::Changes(100)];
+        kinds = vec![
+            Kind::Noop,
+            Kind::Changes(1),
+            Kind::Changes(10),
+            Kind::Changes(100),
+        ];
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -250,7 +258,7 @@ async fn run(n: usize, kinds: &[Kind]) {
         let syncs = std::env::var("KPRS_SYNC_LOOP_SYNCS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(if b == 0 { 20 } else { (6000 / b).clamp(20, 2000) });
+            .unwrap_or_else(|| 6000usize.checked_div(b).map_or(20, |s| s.clamp(20, 2000)));
         let slot = if b == 0 { &mut noop } else { &mut events };
         if slot.is_none() {
             *slot = Some(loaded(n, if b == 0 { "1ms" } else { "1h" }).await);
@@ -313,7 +321,11 @@ fn print_kind(
     let faults = per((u1.minor_faults() - u0.minor_faults()) as f64);
     println!(
         "sync-loop: n={n} kind={kind} syncs={syncs} cpu_us_per_sync={cpu:.0} cpu_us_per_change={} minflt_per_sync={faults:.1} allocs_per_sync={:.0} alloc_bytes_per_sync={:.0} peak_heap_kib={:.0}",
-        if b > 0 { format!("{:.0}", cpu / b as f64) } else { "NA".into() },
+        if b > 0 {
+            format!("{:.0}", cpu / b as f64)
+        } else {
+            "NA".into()
+        },
         per(a.allocations as f64),
         per(a.allocated as f64),
         a.peak as f64 / 1024.0

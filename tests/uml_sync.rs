@@ -229,6 +229,7 @@ fn scenario_input(full: bool) -> SyncInput {
         full,
         conntrack: ConntrackHints::default(),
         changed: None,
+        dummy_addresses: None,
     }
 }
 

@@ -210,7 +210,12 @@ pub fn total(c: &Counts, suffix: &str) -> Option<f64> {
     if let Some(v) = c.get(suffix) {
         return Some(*v);
     }
-    Some(c.iter().filter(|(k, _)| k.ends_with(suffix)).map(|(_, v)| v).sum())
+    Some(
+        c.iter()
+            .filter(|(k, _)| k.ends_with(suffix))
+            .map(|(_, v)| v)
+            .sum(),
+    )
 }
 
 /// Every system call to the kernel's interfaces in `c` (netlink send and recv, reads, getsockopts).

@@ -87,7 +87,11 @@ const FIGURES: &[Figure] = &[
     },
     Figure {
         name: "no-op full: sync thread CPU (ms)",
-        read: |r| noop_counts(r).and_then(|c| costs::total(c, "cpu_us")).map(|v| v / 1e3),
+        read: |r| {
+            noop_counts(r)
+                .and_then(|c| costs::total(c, "cpu_us"))
+                .map(|v| v / 1e3)
+        },
     },
     Figure {
         name: "no-op full: minor faults (sync thread)",
@@ -99,7 +103,11 @@ const FIGURES: &[Figure] = &[
     },
     Figure {
         name: "no-op full: MB from the kernel",
-        read: |r| noop_counts(r).and_then(|c| costs::total(c, "bytes_in")).map(|v| v / 1e6),
+        read: |r| {
+            noop_counts(r)
+                .and_then(|c| costs::total(c, "bytes_in"))
+                .map(|v| v / 1e6)
+        },
     },
     Figure {
         name: "no-op full: processes started",

@@ -15,8 +15,8 @@ use kube_proxy_rs::kernel::ipvs::Ipvs;
 use kube_proxy_rs::kernel::ipvs::codec::{IpvsMessage, cmd};
 use kube_proxy_rs::kernel::ipvs::netlink::{NetlinkIpvs, resolve_family};
 use kube_proxy_rs::kernel::ipvs::procfs::ProcView;
-use kube_proxy_rs::kernel::link::{DUMMY_DEVICE, Links};
 use kube_proxy_rs::kernel::link::rtnetlink::RtnetlinkLinks;
+use kube_proxy_rs::kernel::link::{DUMMY_DEVICE, Links};
 use kube_proxy_rs::kernel::netlink::NlSocket;
 use kube_proxy_rs::net::IpFamily;
 use netlink_packet_generic::GenlMessage;
@@ -102,20 +102,24 @@ fn faults() -> Result<()> {
 /// `IP_VS_SO_GET_SERVICES`: one call for the whole table, with each one's real-server count).
 fn sockopt_services() -> Result<()> {
     const BASE: libc::c_int = 64 + 1024 + 64;
-    const ENTRY: usize = 88;
+    // struct ip_vs_service_entry (its u64 counters align it to 8) after the 8-byte-aligned count.
+    const ENTRY: usize = 104;
+    const HEAD: usize = 8;
     // SAFETY: socket(2) takes only integers.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
     anyhow::ensure!(fd >= 0, "raw socket");
     let get = |opt: libc::c_int, buf: &mut [u8]| {
         let mut len = buf.len() as libc::socklen_t;
         // SAFETY: buf is valid for len bytes.
-        let rc = unsafe { libc::getsockopt(fd, libc::IPPROTO_IP, opt, buf.as_mut_ptr().cast(), &mut len) };
+        let rc = unsafe {
+            libc::getsockopt(fd, libc::IPPROTO_IP, opt, buf.as_mut_ptr().cast(), &mut len)
+        };
         rc == 0
     };
     let mut info = [0u8; 12];
     let ok = get(BASE + 1, &mut info);
     let n = u32::from_ne_bytes([info[8], info[9], info[10], info[11]]);
-    let mut buf = vec![0u8; 4 + ENTRY * n as usize];
+    let mut buf = vec![0u8; HEAD + ENTRY * n as usize];
     buf[..4].copy_from_slice(&n.to_ne_bytes());
     let ok = ok && get(BASE + 2, &mut buf);
     // SAFETY: fd is ours.
@@ -170,11 +174,15 @@ pub fn floor(run: &mut Run, n: usize) -> Result<String> {
     xt(IpFamily::V4)?;
     xt(IpFamily::V6)?;
     let rows = vec![
-        time("ipset dump (decoded)", || ipsets.dump().map(drop).map_err(Into::into))?,
+        time("ipset dump (decoded)", || {
+            ipsets.dump().map(drop).map_err(Into::into)
+        })?,
         time("IPVS services dump (decoded)", || {
             ipvs.services().map(drop).map_err(Into::into)
         })?,
-        time("IPVS services dump (raw)", || raw_services(&mut raw, family))?,
+        time("IPVS services dump (raw)", || {
+            raw_services(&mut raw, family)
+        })?,
         time("/proc/net/ip_vs (parsed)", || {
             view.read().map(drop).map_err(anyhow::Error::msg)
         })?,
@@ -196,7 +204,11 @@ pub fn floor(run: &mut Run, n: usize) -> Result<String> {
         let io = &r.io;
         let b = |b: Backend| {
             let calls: u64 = Call::ALL.iter().map(|c| io.calls(b, *c)).sum();
-            (calls, io.bytes(b, Direction::In), io.messages(b, Direction::In))
+            (
+                calls,
+                io.bytes(b, Direction::In),
+                io.messages(b, Direction::In),
+            )
         };
         let (calls, bytes, msgs) = Backend::ALL.iter().fold((0, 0, 0), |a, x| {
             let (c, by, m) = b(*x);
@@ -212,12 +224,17 @@ pub fn floor(run: &mut Run, n: usize) -> Result<String> {
         );
     }
     for (skip, take) in [(0, 2000), (n / 2, 2000), (n.saturating_sub(1000), 2000)] {
-        let ms: Vec<f64> = (0..3).map(|_| view_slice(skip, take)).collect::<Result<_>>()?;
+        let ms: Vec<f64> = (0..3)
+            .map(|_| view_slice(skip, take))
+            .collect::<Result<_>>()?;
         let _ = writeln!(
             t,
             "  /proc/net/ip_vs: {take} virtual servers after {skip}: {:.1} ms [{}]",
             median3(&ms),
-            ms.iter().map(|m| format!("{m:.1}")).collect::<Vec<_>>().join(", ")
+            ms.iter()
+                .map(|m| format!("{m:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let _ = writeln!(t, "{}", bpfilter_loaded()?);
@@ -252,6 +269,9 @@ fn bpfilter_loaded() -> Result<String> {
     Ok(format!(
         "  x_tables IPv4 filter+nat, bpfilter loaded: {:.1} ms [{}]",
         median3(&ms),
-        ms.iter().map(|m| format!("{m:.1}")).collect::<Vec<_>>().join(", ")
+        ms.iter()
+            .map(|m| format!("{m:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     ))
 }

@@ -75,11 +75,14 @@ impl SyncJob {
         for f in &mut families {
             f.config.unavailable_schedulers.clone_from(&unavailable);
         }
+        // A full sync read every address, kube-ipvs0's included: the reconciler compares with those.
+        let dummy_addresses = self.full.then_some(local.1);
         let report = p.sync_proxy_rules(SyncInput {
             families,
             full: self.full,
             conntrack: self.hints,
             changed: self.changed,
+            dummy_addresses,
         });
         let (health_checks, no_local) = health_and_no_local(&p, &self.settings.families);
         self.published.set_drains(p.reconciler().graceful().queue());

@@ -60,7 +60,7 @@ impl Reconciler {
                 observed: &applied.addresses,
                 scope: &scope,
             }
-            .diff(|_, _| true);
+            .changes(|_, _| true);
             let (to_add, to_del) = (diff.add, diff.delete);
             let added = k.links.add_addresses(DUMMY_DEVICE, &to_add);
             for (ip, result) in to_add.into_iter().zip(added) {
