@@ -48,7 +48,7 @@ impl Identity {
             .args(["-subj", "/CN=test-apiserver", "-addext"])
             .arg("subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost")
             .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-            .args(["-keyout", "/dev/stdout", "-out", "/dev/stdout"])
+            .args(["-keyout", "-", "-out", "-"])
             .output()
             .context("run openssl (the test API server's TLS certificate needs it)")?;
         if !out.status.success() {
