@@ -5,10 +5,12 @@
 //!
 //! The gate is closed at first and after any transport error (a request or a response body failing in
 //! hyper: a refused or reset connection, an unanswered ping); while it is closed, requests go one at a
-//! time, each waiting until the previous one has its response head or has failed. The first response
-//! opens it, and requests then run concurrently, over the one HTTP/2 connection or over as many HTTP/1.1
-//! connections as they need. A request waiting at the gate is still bounded by its deadline (the deadline
-//! layer is above this one).
+//! time, each waiting until the previous one has its response head or has failed, or for [`MAX_WAIT`] at
+//! most (long enough for a TCP and TLS handshake: a server that accepts connections but does not answer
+//! must not line the requests up behind each other's deadlines). The first response opens it, and
+//! requests then run concurrently, over the one HTTP/2 connection or over as many HTTP/1.1 connections as
+//! they need. Only connections that may speak HTTP/2 have a gate (HTTPS with HTTP/2 enabled,
+//! [`super::transport::Connections`]).
 
 use hyper::body::{Body, Frame, SizeHint};
 use std::future::Future;
@@ -16,11 +18,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::Mutex;
+
+/// The longest a request waits at a closed gate before it goes anyway.
+pub const MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// The gate's state, shared by every client of one pool of connections.
 #[derive(Debug, Default)]
 struct State {
+    /// Whether it ever closes.
+    gated: bool,
     /// Whether a request got a response since the last transport error.
     open: AtomicBool,
     /// Held by the one request that may go while the gate is closed.
@@ -28,9 +36,23 @@ struct State {
 }
 
 /// Tower layer of [`ConnectGate`]; its clones share one gate.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ConnectGateLayer {
     state: Arc<State>,
+}
+
+impl ConnectGateLayer {
+    /// A gate, closed at first; `gated == false`: one that is always open.
+    pub fn new(gated: bool) -> Self {
+        let state = State {
+            gated,
+            open: AtomicBool::new(!gated),
+            opener: Arc::default(),
+        };
+        ConnectGateLayer {
+            state: Arc::new(state),
+        }
+    }
 }
 
 impl<S> tower::Layer<S> for ConnectGateLayer {
@@ -80,12 +102,17 @@ where
             let guard = if state.open.load(Ordering::SeqCst) {
                 None
             } else {
-                let guard = state.opener.clone().lock_owned().await;
+                let waited = tokio::time::timeout(MAX_WAIT, state.opener.clone().lock_owned());
                 // Opened while this one waited: no need to hold the others back.
-                (!state.open.load(Ordering::SeqCst)).then_some(guard)
+                waited
+                    .await
+                    .ok()
+                    .filter(|_| !state.open.load(Ordering::SeqCst))
             };
             let result = inner.call(req).await;
-            state.open.store(result.is_ok(), Ordering::SeqCst);
+            state
+                .open
+                .store(result.is_ok() || !state.gated, Ordering::SeqCst);
             drop(guard);
             let response = result?;
             Ok(response.map(|inner| GateBody { inner, state }))
@@ -111,7 +138,9 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Err(_))) = &polled {
+        if let Poll::Ready(Some(Err(_))) = &polled
+            && self.state.gated
+        {
             self.state.open.store(false, Ordering::SeqCst);
         }
         polled
@@ -131,7 +160,6 @@ mod tests {
     use super::*;
     use std::convert::Infallible;
     use std::sync::atomic::AtomicUsize;
-    use std::time::Duration;
     use tower::{Layer, Service, ServiceExt};
 
     /// A service that answers after 50 ms, counting how many requests it runs at once at most.
@@ -171,7 +199,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_request_goes_alone_then_all_together() {
-        let (gate, slow) = (ConnectGateLayer::default(), Slow::default());
+        let (gate, slow) = (ConnectGateLayer::new(true), Slow::default());
         burst(&gate, &slow).await;
         // The first alone, then the two that waited for it together.
         assert_eq!(slow.most.load(Ordering::SeqCst), 2, "closed at first");
@@ -181,5 +209,8 @@ mod tests {
         slow.most.store(0, Ordering::SeqCst);
         burst(&gate, &slow).await;
         assert_eq!(slow.most.load(Ordering::SeqCst), 2, "closed after an error");
+        let (open, slow) = (ConnectGateLayer::new(false), Slow::default());
+        burst(&open, &slow).await;
+        assert_eq!(slow.most.load(Ordering::SeqCst), 3, "no gate");
     }
 }

@@ -99,6 +99,7 @@ fn host_label(config: &kube::Config) -> String {
 pub struct Connections {
     config: kube::Config,
     hyper: HyperClient<HttpsConnector<HttpConnector>, Body>,
+    /// Closed at first only where a connection may be HTTP/2.
     gate: ConnectGateLayer,
 }
 
@@ -122,10 +123,13 @@ impl Connections {
                 .http2_keep_alive_while_idle(true);
         }
         let hyper = builder.build(https);
+        let gate = ConnectGateLayer::new(
+            http2.enabled && config.cluster_url.scheme_str() == Some("https"),
+        );
         Ok(Connections {
             config,
             hyper,
-            gate: ConnectGateLayer::default(),
+            gate,
         })
     }
 
