@@ -36,7 +36,7 @@ for a in "$@"; do
 done
 
 need=(user-mode-linux ipvsadm ipset iptables kmod curl iproute2 conntrack nftables iputils-arping
-      mmdebstrap binutils file python3 containerd runc)
+      mmdebstrap binutils file python3 containerd runc openssl)
 [ "$tools" = 1 ] && need+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user-static python3-venv)
 missing=()
 for p in "${need[@]}"; do

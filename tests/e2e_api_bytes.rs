@@ -4,27 +4,39 @@
 //! and counts every TCP connection it accepts (closed ones too) and every byte it sends on them, HTTP
 //! heads and chunk framing included. One daemon run per combination, from its start until it has
 //! programmed every Service and holds its three watches; the kubeconfig's `disable-compression: true`
-//! turns gzip off, `clientConnection.contentType` picks the encoding.
+//! turns gzip off, `clientConnection.contentType` picks the encoding. The server speaks HTTPS offering
+//! HTTP/2 by ALPN, as kube-apiserver does (the bytes are TLS records, handshakes included): the default
+//! run speaks HTTP/2, the others HTTP/1.1 (`DISABLE_HTTP2=1` on the daemon, as client-go reads it).
 //!
 //! Prints `api-bytes:` lines (the figures of docs/performance.md) and checks that gzip at least halves
-//! the bytes of either encoding.
+//! the bytes of either encoding, and that HTTP/2 takes one connection where HTTP/1.1 takes several.
 mod common;
 
 use common::api_bytes::{self, UPSTREAM_BYTES_1000};
+use common::apiserver::tls::Alpn;
 use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};
-use common::e2e::{E2e, Options, boot, ipvs};
+use common::e2e::{E2e, Options, boot, direct_launch, ipvs};
+use std::process::Command;
 use std::time::Duration;
 
 /// Services in the scenario.
 const N: usize = 1000;
 
-/// (name, JSON, gzip).
-const RUNS: &[(&str, bool, bool)] = &[
-    ("protobuf+gzip", false, true),
-    ("protobuf", false, false),
-    ("json+gzip", true, true),
-    ("json", true, false),
+/// (name, JSON, gzip, HTTP/2).
+const RUNS: &[(&str, bool, bool, bool)] = &[
+    ("h2+protobuf+gzip", false, true, true),
+    ("protobuf+gzip", false, true, false),
+    ("protobuf", false, false, false),
+    ("json+gzip", true, true, false),
+    ("json", true, false, false),
 ];
+
+/// The daemon as [`direct_launch`] starts it, speaking HTTP/1.1 only.
+fn http1_launch(e: &E2e, args: &[&str]) -> Command {
+    let mut cmd = direct_launch(e, args);
+    cmd.env("DISABLE_HTTP2", "1");
+    cmd
+}
 
 /// `text` with `line` inserted after the first line containing `after`.
 fn insert_after(text: &str, after: &str, line: &str) -> String {
@@ -54,6 +66,7 @@ uml_test!(api_bytes_per_encoding_and_compression, boot(), {
     let api_opts = ApiOptions {
         watch_cache_lists: true,
         bookmark_interval: Duration::from_secs(3600),
+        tls: Some(Alpn::H2),
         ..ApiOptions::default()
     };
     let api = TestApiServer::start_with("127.0.0.1:0", api_opts).expect("test API server");
@@ -70,7 +83,8 @@ uml_test!(api_bytes_per_encoding_and_compression, boot(), {
     let kubeconfig_path = e.dir.join("kubeconfig");
     let kubeconfig = std::fs::read_to_string(&kubeconfig_path).expect("kubeconfig");
     let mut figures = Vec::new();
-    for (name, json, gzip) in RUNS {
+    for (name, json, gzip, http2) in RUNS {
+        e.opts.launch = if *http2 { direct_launch } else { http1_launch };
         let c = if *json {
             insert_after(&config, "kubeconfig:", "  contentType: application/json\n")
         } else {
@@ -133,7 +147,16 @@ uml_test!(api_bytes_per_encoding_and_compression, boot(), {
     );
     assert!(bytes("json+gzip") * 2.0 < bytes("json"), "{figures:?}");
     for (name, t) in &figures {
-        // The watchers' client and the Event publisher's: at least one connection each.
-        assert!(t.connections >= 2, "{name}: {t:?}");
+        if name.starts_with("h2+") {
+            // Every list, watch and Event write on one connection, as client-go.
+            assert_eq!(t.connections, 1, "{name}: {t:?}");
+        } else {
+            // One connection per watch at least.
+            assert!(t.connections >= 3, "{name}: {t:?}");
+        }
     }
+    println!(
+        "api-bytes: ratio h2+protobuf+gzip/protobuf+gzip={:.3}",
+        bytes("h2+protobuf+gzip") / bytes("protobuf+gzip")
+    );
 });

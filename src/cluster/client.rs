@@ -1,8 +1,9 @@
 //! Kubernetes client construction: in-cluster config, `--kubeconfig`, `--master`, and a QPS/burst limiter.
 
 use super::deadline::Deadlines;
+use super::http2::Http2;
 use super::rest_metrics::RestClientMetrics;
-use super::transport::{self, Transport};
+use super::transport::{Connections, Transport};
 use crate::runner::TokenBucket;
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -76,20 +77,45 @@ pub fn effective_limits(qps: f32, burst: i32) -> (f64, u32) {
     (rate, burst.unsigned_abs())
 }
 
-/// Builds a client with the request rate limiter, request deadlines, TCP keepalive and request metrics
-/// (counted in `metrics`) installed ([`super::transport`]).
-pub async fn build_client(
+/// The daemon's API clients.
+pub struct Clients {
+    /// The watchers' and the Node reads': the `qps`/`burst` limiter.
+    pub main: kube::Client,
+    /// The Event publisher's: no limiter of its own (the publisher paces itself).
+    pub events: kube::Client,
+}
+
+/// Builds the daemon's clients with the request rate limiter, request deadlines, TCP keepalive and
+/// request metrics (counted in `metrics`) installed ([`super::transport`]), on one pool of connections
+/// speaking HTTP/2 as the environment says ([`super::http2`]): against an API server that offers HTTP/2,
+/// every list, watch and Event write goes over one connection, as client-go's shared transport has them.
+pub async fn build_clients(
     opts: &ClientOptions,
     metrics: &RestClientMetrics,
-) -> anyhow::Result<kube::Client> {
+) -> anyhow::Result<Clients> {
     let config = load_config(opts).await?;
+    let http2 = Http2::from_env()?;
+    tracing::info!(
+        http2 = http2.enabled,
+        ping_after = ?http2.read_idle,
+        ping_timeout = ?http2.ping_timeout,
+        "API client connections"
+    );
+    let connections = Connections::new(config, http2).context("building API client")?;
     let (rate, burst) = effective_limits(opts.qps, opts.burst);
-    let transport = Transport {
-        rate_limit: RateLimitLayer::new(rate, burst),
-        deadlines: Deadlines::default(),
-        metrics,
+    let client = |rate_limit| {
+        connections
+            .client(Transport {
+                rate_limit,
+                deadlines: Deadlines::default(),
+                metrics,
+            })
+            .context("building API client")
     };
-    transport::build(config, transport).context("building API client")
+    Ok(Clients {
+        main: client(RateLimitLayer::new(rate, burst))?,
+        events: client(RateLimitLayer::new(0.0, 1))?,
+    })
 }
 
 /// Tower layer delaying requests to at most `rate` per second with `burst` back to back.

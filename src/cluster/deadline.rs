@@ -9,11 +9,15 @@
 //!   ends [`WATCH_DEADLINE_MARGIN`] after its own `timeoutSeconds`, should the server not close it.
 //!
 //! The error ends the stream; the watcher then re-watches from its last resourceVersion (and relists when
-//! the server answers 410 Gone), as client-go's reflector does. Connecting is bounded separately
+//! the server answers 410 Gone), as client-go's reflector does. A request that got no response in time or
+//! a watch that went idle also retires its connection from the pool (its other requests run on): over
+//! HTTP/1.1 the connection closes with the request anyway, but an HTTP/2 connection carries every request,
+//! and the re-watch must not go back to a connection that has stopped delivering. Connecting is bounded separately
 //! ([`CONNECT_TIMEOUT`]) and the TCP connections carry keepalive probes ([`KEEPALIVE_IDLE`]), which end a
 //! connection whose peer is gone (a half-open flow) even while nothing is being read.
 
 use hyper::body::{Body, Frame, SizeHint};
+use hyper_util::client::legacy::connect::{CaptureConnection, capture_connection};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -177,24 +181,38 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: hyper::Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut req: hyper::Request<ReqBody>) -> Self::Future {
         let kind = RequestKind::of(req.uri());
         let d = self.deadlines;
         let start = Instant::now();
+        let connection = capture_connection(&mut req);
         let response = self.inner.call(req);
         Box::pin(async move {
             let response = match tokio::time::timeout(d.request, response).await {
                 Ok(r) => r.map_err(Into::into)?,
-                Err(_) => return Err(TimedOut::Response(d.request).into()),
+                Err(_) => {
+                    retire(&connection);
+                    return Err(TimedOut::Response(d.request).into());
+                }
             };
-            Ok(response.map(|body| DeadlineBody::new(body, kind, d, start)))
+            Ok(response.map(|body| DeadlineBody::new(body, kind, d, start, connection)))
         })
+    }
+}
+
+/// Takes the connection that `connection` saw carry a request out of the pool: later requests get
+/// another one.
+fn retire(connection: &CaptureConnection) {
+    if let Some(c) = connection.connection_metadata().as_ref() {
+        c.poison();
     }
 }
 
 /// A response body that fails once its deadline passes or, for a watch, once it stays idle too long.
 pub struct DeadlineBody<B> {
     inner: B,
+    /// The connection it comes over, retired when the body goes idle.
+    connection: CaptureConnection,
     /// Absolute deadline and the error it produces.
     deadline: Option<(Pin<Box<Sleep>>, TimedOut)>,
     /// Idle limit (watches only) and its timer, reset by every frame.
@@ -203,7 +221,13 @@ pub struct DeadlineBody<B> {
 }
 
 impl<B> DeadlineBody<B> {
-    fn new(inner: B, kind: RequestKind, d: Deadlines, start: Instant) -> Self {
+    fn new(
+        inner: B,
+        kind: RequestKind,
+        d: Deadlines,
+        start: Instant,
+        connection: CaptureConnection,
+    ) -> Self {
         let (deadline, idle) = match kind {
             RequestKind::Plain => (Some((start + d.request, TimedOut::Body(d.request))), None),
             RequestKind::Watch { timeout } => (
@@ -218,6 +242,7 @@ impl<B> DeadlineBody<B> {
         };
         DeadlineBody {
             inner,
+            connection,
             deadline: deadline.map(|(at, e)| (Box::pin(tokio::time::sleep_until(at)), e)),
             idle: idle.map(|l| (l, Box::pin(tokio::time::sleep(l)))),
             failed: false,
@@ -281,7 +306,10 @@ where
             Poll::Pending => {}
         }
         match this.idle_too_long(cx) {
-            Some(e) => this.fail(e),
+            Some(e) => {
+                retire(&this.connection);
+                this.fail(e)
+            }
             None => Poll::Pending,
         }
     }

@@ -2,10 +2,12 @@
 
 pub mod body_limit;
 pub mod client;
+pub mod connect_gate;
 pub mod convert;
 pub mod deadline;
 pub mod decode;
 pub mod gzip;
+pub mod http2;
 pub mod listwatch;
 pub mod model;
 pub mod proto;

@@ -10,7 +10,7 @@ pub mod scheduler_modules;
 pub mod sync;
 pub mod watch_config;
 
-use crate::cluster::client::{ClientOptions, build_client};
+use crate::cluster::client::{ClientOptions, build_clients};
 use crate::cluster::listwatch::{ApiClient, MediaTypes};
 use crate::cluster::model::IpFamily;
 use crate::cluster::rest_metrics::RestClientMetrics;
@@ -166,16 +166,11 @@ async fn connect(options: &Options, rest_metrics: &RestClientMetrics) -> anyhow:
         qps: c.client_connection.qps,
         burst: c.client_connection.burst,
     };
-    let client = build_client(&client_options, rest_metrics).await?;
-    // Events get a client of their own: the publisher's rate limit, not the watches'.
-    let events_client = build_client(
-        &ClientOptions {
-            qps: -1.0,
-            ..client_options
-        },
-        rest_metrics,
-    )
-    .await?;
+    // The Event publisher has a client of its own (its own rate limit, not the watches') on the same
+    // connections.
+    let clients = build_clients(&client_options, rest_metrics).await?;
+    let client = clients.main;
+    let events_client = clients.events;
     let node_name = &options.node_name;
     let events = events::Events::start(events_client, node_name);
     events.normal("Starting", "StartKubeProxy", None);

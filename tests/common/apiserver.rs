@@ -25,6 +25,7 @@ pub mod http;
 pub mod proto;
 pub mod selector;
 pub mod store;
+pub mod tls;
 pub mod traffic;
 
 pub use http::Counters;
@@ -55,6 +56,9 @@ pub struct Options {
     /// watch cache (the daemon's first lists, like client-go's, ask `resourceVersion=0&limit=500`);
     /// `false` = pages of `limit` objects, as from etcd.
     pub watch_cache_lists: bool,
+    /// `Some`: HTTPS with a certificate made for this server (`tls.rs`), offering these protocols by
+    /// ALPN, as kube-apiserver serves (`Alpn::H2`); `None`: plain HTTP/1.1.
+    pub tls: Option<tls::Alpn>,
 }
 
 impl Default for Options {
@@ -64,6 +68,7 @@ impl Default for Options {
             bookmark_interval: Duration::from_secs(5),
             protobuf: true,
             watch_cache_lists: false,
+            tls: None,
         }
     }
 }
@@ -75,6 +80,8 @@ pub struct TestApiServer {
     traffic: Arc<traffic::Traffic>,
     compressed: Arc<compression::Compressed>,
     addr: SocketAddr,
+    /// The certificate, when it serves HTTPS.
+    identity: Option<tls::Identity>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -88,6 +95,11 @@ impl TestApiServer {
     /// Starts a server on `addr` with `opts`.
     pub fn start_with(addr: impl ToSocketAddrs, opts: Options) -> Result<Self> {
         let listener = std::net::TcpListener::bind(addr).context("bind test API server")?;
+        let identity = opts.tls.map(|_| tls::Identity::generate()).transpose()?;
+        let acceptor = match (&identity, opts.tls) {
+            (Some(id), Some(alpn)) => Some(id.acceptor(alpn)?),
+            _ => None,
+        };
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -146,8 +158,14 @@ impl TestApiServer {
                             faults::middleware,
                         ));
                     let listener = traffic::CountingListener::new(listener, counted);
+                    let served = async move {
+                        match acceptor {
+                            Some(a) => axum::serve(tls::TlsListener::new(listener, a), app).await,
+                            None => axum::serve(listener, app).await,
+                        }
+                    };
                     tokio::select! {
-                        r = axum::serve(listener, app) => {
+                        r = served => {
                             if let Err(e) = r {
                                 eprintln!("test API server stopped: {e}");
                             }
@@ -167,9 +185,16 @@ impl TestApiServer {
             traffic,
             compressed,
             addr,
+            identity,
             stop: Some(stop_tx),
             thread: Some(thread),
         })
+    }
+
+    /// Freezes every connection open now: they neither read nor write again, and are not closed (a peer
+    /// gone without a word, as far as the client can tell).
+    pub fn freeze_connections(&self) {
+        self.traffic.freeze_open();
     }
 
     /// The bound address.
@@ -177,7 +202,8 @@ impl TestApiServer {
         self.addr
     }
 
-    /// Base URL clients use (`http://127.0.0.1:<port>` when bound to an unspecified address).
+    /// Base URL clients use (`http://127.0.0.1:<port>` when bound to an unspecified address, `https://`
+    /// when it serves TLS).
     pub fn url(&self) -> String {
         let ip = if self.addr.ip().is_unspecified() {
             "127.0.0.1".to_string()
@@ -186,16 +212,30 @@ impl TestApiServer {
         } else {
             self.addr.ip().to_string()
         };
-        format!("http://{ip}:{}", self.addr.port())
+        let scheme = if self.identity.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{ip}:{}", self.addr.port())
     }
 
-    /// A kubeconfig pointing at this server without authentication.
+    /// The `certificate-authority-data` line of a kubeconfig trusting this server ("" for HTTP).
+    fn ca_line(&self) -> String {
+        match &self.identity {
+            Some(id) => format!("    certificate-authority-data: {}\n", id.ca_data()),
+            None => String::new(),
+        }
+    }
+
+    /// A kubeconfig pointing at this server without authentication (trusting its certificate).
     pub fn kubeconfig(&self) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n{}\
              contexts:\n- name: test\n  context:\n    cluster: test\n    user: test\n    namespace: default\n\
              current-context: test\nusers:\n- name: test\n  user: {{}}\n",
-            self.url()
+            self.url(),
+            self.ca_line()
         )
     }
 

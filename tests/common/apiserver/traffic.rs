@@ -1,6 +1,10 @@
 //! What the test API server's clients cost on the wire: every TCP connection accepted (also those that
 //! closed since) and every byte sent and received on them, HTTP heads and chunk framing included, as a
 //! packet capture would count the payload. The listener given to axum wraps each accepted stream.
+//!
+//! It can also freeze the connections open now ([`Traffic::freeze_open`]): they neither read nor write
+//! again while the kernel keeps acknowledging, a peer that is gone without closing (HTTP/2 pings go
+//! unanswered, watches go silent).
 
 use axum::serve::Listener;
 use std::io;
@@ -18,6 +22,8 @@ pub struct Traffic {
     open: AtomicU64,
     sent: AtomicU64,
     received: AtomicU64,
+    /// Connections numbered below this are frozen.
+    frozen_below: AtomicU64,
 }
 
 /// A snapshot of [`Traffic`].
@@ -46,6 +52,12 @@ impl TrafficCounts {
 }
 
 impl Traffic {
+    /// Freezes every connection accepted so far.
+    pub fn freeze_open(&self) {
+        let n = self.connections.load(Ordering::SeqCst);
+        self.frozen_below.store(n, Ordering::SeqCst);
+    }
+
     /// The totals now.
     pub fn counts(&self) -> TrafficCounts {
         TrafficCounts {
@@ -76,10 +88,11 @@ impl Listener for CountingListener {
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         let (stream, addr) = Listener::accept(&mut self.inner).await;
-        self.traffic.connections.fetch_add(1, Ordering::SeqCst);
+        let number = self.traffic.connections.fetch_add(1, Ordering::SeqCst);
         self.traffic.open.fetch_add(1, Ordering::SeqCst);
         let io = CountingStream {
             inner: stream,
+            number,
             traffic: self.traffic.clone(),
         };
         (io, addr)
@@ -93,7 +106,16 @@ impl Listener for CountingListener {
 /// One accepted connection, counted.
 pub struct CountingStream {
     inner: TcpStream,
+    /// Its place in the order of acceptance, from 0.
+    number: u64,
     traffic: Arc<Traffic>,
+}
+
+impl CountingStream {
+    /// Whether [`Traffic::freeze_open`] froze it: it then stays pending for good.
+    fn frozen(&self) -> bool {
+        self.number < self.traffic.frozen_below.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for CountingStream {
@@ -108,6 +130,9 @@ impl AsyncRead for CountingStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if self.frozen() {
+            return Poll::Pending;
+        }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         let read = (buf.filled().len() - before) as u64;
@@ -122,6 +147,9 @@ impl AsyncWrite for CountingStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.frozen() {
+            return Poll::Pending;
+        }
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &r {
             self.traffic.sent.fetch_add(*n as u64, Ordering::SeqCst);
@@ -134,6 +162,9 @@ impl AsyncWrite for CountingStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.frozen() {
+            return Poll::Pending;
+        }
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = &r {
             self.traffic.sent.fetch_add(*n as u64, Ordering::SeqCst);
