@@ -105,15 +105,7 @@ fn ipsets_from(save: &str, family: IpFamily) -> BTreeMap<String, DesiredIpSet> {
                 };
                 sets.insert(
                     name.to_string(),
-                    DesiredIpSet {
-                        spec: IpSetSpec {
-                            name: name.to_string(),
-                            set_type,
-                            family,
-                            comment: String::new(),
-                        },
-                        entries: BTreeSet::new(),
-                    },
+                    DesiredIpSet::new(IpSetSpec::new(*name, set_type, family), BTreeSet::new()),
                 );
             }
             ["add", name, entry] => {
@@ -709,15 +701,10 @@ fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredSta
     let mut sets = BTreeMap::new();
     sets.insert(
         "KUBE-IPVS-IPS".to_string(),
-        DesiredIpSet {
-            spec: IpSetSpec {
-                name: "KUBE-IPVS-IPS".into(),
-                set_type: IpSetType::HashIp,
-                family: IpFamily::V4,
-                comment: String::new(),
-            },
-            entries: ["10.96.0.20".to_string(), "10.96.0.53".to_string()].into(),
-        },
+        DesiredIpSet::new(
+            IpSetSpec::new("KUBE-IPVS-IPS", IpSetType::HashIp, IpFamily::V4),
+            ["10.96.0.20".to_string(), "10.96.0.53".to_string()].into(),
+        ),
     );
     DesiredState {
         family: IpFamily::V4,
