@@ -31,12 +31,7 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 fn spec(name: &str, set_type: IpSetType) -> IpSetSpec {
-    IpSetSpec {
-        name: name.into(),
-        set_type,
-        family: IpFamily::V4,
-        comment: String::new(),
-    }
+    IpSetSpec::new(name, set_type, IpFamily::V4)
 }
 
 /// Sets and entries of `n` services: a ClusterIP each (KUBE-CLUSTER-IP, KUBE-IPVS-IPS), one local

@@ -13,6 +13,8 @@
 //! `KPRS_BENCH_CHURN_RATE` (default 10) endpoint changes per second over random services for
 //! `KPRS_BENCH_CHURN_SECS` (default 300; 0 skips it), once with minSyncPeriod 0 and once with 1s, measuring
 //! the daemon's CPU seconds per minute, syncs per minute, sampled programming latency and RSS.
+//! `KPRS_BENCH_EVERY_N=1` runs the change and no-op tests at every N (e.g. 50k and 100k in one boot; with
+//! `KPRS_BENCH_CHURN_SECS=0` unless the churn should run at every N too).
 //! `KPRS_BENCH_SKIP_FLOOR=1` skips the floor (quick runs); `KPRS_BENCH_CONTENT_TYPE` sets the daemon's
 //! `--kube-api-content-type` (default: protobuf); `KPRS_BENCH_HEAP_MARKS=1` makes the daemons log
 //! the heap in use at every step of a sync (target `kube_proxy_rs::heap`; off by default: it costs time). Figures are printed and written to
@@ -74,6 +76,8 @@ struct Params {
     change_n: usize,
     daemon: PathBuf,
     skip_floor: bool,
+    /// The change and no-op tests at every N (`KPRS_BENCH_EVERY_N=1`), not only at one up to 20k.
+    every_n: bool,
     /// Churn mode: seconds per run (0: skipped) and changes per second.
     churn_secs: u64,
     churn_rate: f64,
@@ -142,6 +146,7 @@ fn main() {
         change_n,
         daemon: daemon.clone(),
         skip_floor: std::env::var_os("KPRS_BENCH_SKIP_FLOOR").is_some(),
+        every_n: std::env::var("KPRS_BENCH_EVERY_N").is_ok_and(|v| v == "1"),
         churn_secs: env_or("KPRS_BENCH_CHURN_SECS", 300),
         churn_rate: env_or("KPRS_BENCH_CHURN_RATE", 10.0),
         heap_marks: std::env::var("KPRS_BENCH_HEAP_MARKS").is_ok_and(|v| v == "1"),
@@ -538,6 +543,7 @@ struct Run {
     /// N of the services the kernel holds from the last cold start (0: unknown).
     loaded_kernel: usize,
     skip_floor: bool,
+    every_n: bool,
     churn_secs: u64,
     churn_rate: f64,
 }
@@ -590,6 +596,7 @@ fn guest(name: &str) -> Result<()> {
         loaded: 0,
         loaded_kernel: 0,
         skip_floor: params.skip_floor,
+        every_n: params.every_n,
         churn_secs: params.churn_secs,
         churn_rate: params.churn_rate,
     };
@@ -632,7 +639,7 @@ fn guest(name: &str) -> Result<()> {
     let mut rows = Vec::new();
     let mut change = None;
     for &n in &params.sizes {
-        let (row, ch) = one_size(&mut run, n, n == params.change_n)?;
+        let (row, ch) = one_size(&mut run, n, n == params.change_n || params.every_n)?;
         rows.push(row);
         if ch.is_some() {
             change = ch;
@@ -745,7 +752,7 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
     row.peak_rss_end = st.peak_rss;
     row.cpu_end = st.cpu_seconds;
     d.stop()?;
-    if n <= 20_000 {
+    if n <= 20_000 || run.every_n {
         // Warm restart with a short syncPeriod: no-op periodic full syncs.
         noop_syncs(run, n, &exp, &mut row)?;
     }

@@ -69,6 +69,8 @@ pub struct Metrics {
     events: IntCounterVec,
     event_writes: IntCounterVec,
     events_queued: IntGauge,
+    ipset_entries: IntGaugeVec,
+    ipset_maxelem: IntGaugeVec,
     /// Per-service IPVS traffic counters, rendered at scrape time (`--ipvs-traffic-metrics`).
     traffic: std::sync::OnceLock<std::sync::Arc<crate::traffic::TrafficMetrics>>,
 }
@@ -317,6 +319,16 @@ const EVENTS_QUEUED: Desc = Desc {
     help: "Event writes waiting for the API server",
 };
 
+const IPSET_ENTRIES: Desc = Desc {
+    name: "ipset_entries",
+    help: "Members of each of kube-proxy's ipsets after the last sync that changed or read them",
+};
+
+const IPSET_MAXELEM: Desc = Desc {
+    name: "ipset_maxelem",
+    help: "Most members each of kube-proxy's ipsets accepts (its kernel maxelem; 65536 as upstream until the members need more, then grown)",
+};
+
 /// Creates metrics and registers them in one registry.
 struct Builder<'a>(&'a Registry);
 
@@ -358,6 +370,16 @@ impl Builder<'_> {
     fn extra_int_gauge(&self, d: Desc) -> Result<IntGauge, prometheus::Error> {
         let o = Opts::new(d.name, d.help).namespace(EXTRA_NAMESPACE);
         self.register(IntGauge::with_opts(o)?)
+    }
+
+    /// A gauge of ours with labels (`kubeproxy_rs_*`, no upstream equivalent).
+    fn extra_int_gauge_vec(
+        &self,
+        d: Desc,
+        labels: &[&str],
+    ) -> Result<IntGaugeVec, prometheus::Error> {
+        let o = Opts::new(d.name, d.help).namespace(EXTRA_NAMESPACE);
+        self.register(IntGaugeVec::new(o, labels)?)
     }
 
     /// A counter of ours (`kubeproxy_rs_*`, no upstream equivalent).
@@ -415,6 +437,8 @@ impl Metrics {
             events: b.extra_counter_vec(EVENTS, &["result"])?,
             event_writes: b.extra_counter_vec(EVENT_WRITES, &["result"])?,
             events_queued: b.extra_int_gauge(EVENTS_QUEUED)?,
+            ipset_entries: b.extra_int_gauge_vec(IPSET_ENTRIES, &["ip_family", "set"])?,
+            ipset_maxelem: b.extra_int_gauge_vec(IPSET_MAXELEM, &["ip_family", "set"])?,
             registry,
             traffic: std::sync::OnceLock::new(),
         };
@@ -537,6 +561,17 @@ impl Metrics {
         self.conntrack_deleted_entries
             .with_label_values(&f)
             .inc_by(deleted);
+    }
+
+    /// Sets the members and `maxelem` of one of our ipsets.
+    pub fn set_ipset(&self, family: IpFamily, set: &str, entries: usize, maxelem: u32) {
+        let labels = [family.label(), set];
+        self.ipset_entries
+            .with_label_values(&labels)
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
+        self.ipset_maxelem
+            .with_label_values(&labels)
+            .set(i64::from(maxelem));
     }
 
     /// Counts `n` failed kernel writes of `backend` (`ipvs`, `ipset`, `iptables`, `link`, `conntrack`, ...).

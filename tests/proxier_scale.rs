@@ -60,15 +60,7 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
     let set = |name: &str, set_type, entries| {
         (
             name.to_string(),
-            DesiredIpSet {
-                spec: IpSetSpec {
-                    name: name.into(),
-                    set_type,
-                    family: IpFamily::V4,
-                    comment: String::new(),
-                },
-                entries,
-            },
+            DesiredIpSet::new(IpSetSpec::new(name, set_type, IpFamily::V4), entries),
         )
     };
     DesiredState {

@@ -116,12 +116,7 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     let mut specs = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
         for (base, t) in SETS {
-            specs.push(IpSetSpec {
-                name: name_for(base, family),
-                set_type: *t,
-                family,
-                comment: String::new(),
-            });
+            specs.push(IpSetSpec::new(name_for(base, family), *t, family));
         }
     }
     assert!(
@@ -161,12 +156,7 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     assert!(ipset.create(&clash).is_err());
 
     // A set the backend knows but that vanished behind its back: its line fails inside the restore.
-    let vanished = IpSetSpec {
-        name: "KUBE-VANISHED".into(),
-        set_type: IpSetType::HashIp,
-        family: IpFamily::V4,
-        comment: String::new(),
-    };
+    let vanished = IpSetSpec::new("KUBE-VANISHED", IpSetType::HashIp, IpFamily::V4);
     ipset.create(&vanished).unwrap();
     fake.create(&vanished).unwrap();
     fake.destroy("KUBE-VANISHED").unwrap();
@@ -399,12 +389,7 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
 
 /// FLUSH and SWAP (netlink backend only).
 fn flush_and_swap(n: &mut NetlinkIpSets) {
-    let spec = |name: &str| IpSetSpec {
-        name: name.into(),
-        set_type: IpSetType::HashIpPort,
-        family: IpFamily::V4,
-        comment: String::new(),
-    };
+    let spec = |name: &str| IpSetSpec::new(name, IpSetType::HashIpPort, IpFamily::V4);
     n.create_all(&[spec("KUBE-A"), spec("KUBE-B")]).unwrap();
     let r = n
         .apply(&[

@@ -26,6 +26,7 @@ use kube_proxy_rs::proxier::{
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The committed copy of ../shared/reference/small-scenario (identical files).
 const REF: &str = concat!(
@@ -105,15 +106,7 @@ fn ipsets_from(save: &str, family: IpFamily) -> BTreeMap<String, DesiredIpSet> {
                 };
                 sets.insert(
                     name.to_string(),
-                    DesiredIpSet {
-                        spec: IpSetSpec {
-                            name: name.to_string(),
-                            set_type,
-                            family,
-                            comment: String::new(),
-                        },
-                        entries: BTreeSet::new(),
-                    },
+                    DesiredIpSet::new(IpSetSpec::new(*name, set_type, family), BTreeSet::new()),
                 );
             }
             ["add", name, entry] => {
@@ -710,15 +703,10 @@ fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredSta
     let mut sets = BTreeMap::new();
     sets.insert(
         "KUBE-IPVS-IPS".to_string(),
-        DesiredIpSet {
-            spec: IpSetSpec {
-                name: "KUBE-IPVS-IPS".into(),
-                set_type: IpSetType::HashIp,
-                family: IpFamily::V4,
-                comment: String::new(),
-            },
-            entries: ["10.96.0.20".to_string(), "10.96.0.53".to_string()].into(),
-        },
+        DesiredIpSet::new(
+            IpSetSpec::new("KUBE-IPVS-IPS", IpSetType::HashIp, IpFamily::V4),
+            ["10.96.0.20".to_string(), "10.96.0.53".to_string()].into(),
+        ),
     );
     DesiredState {
         family: IpFamily::V4,
@@ -1180,5 +1168,132 @@ uml_test!(
         for _ in 0..per_sync.len() {
             assert_eq!(full_v4(&mut p, &d).writes(), 0);
         }
+    }
+);
+
+/// `desired(V4)` with `n` more members in KUBE-CLUSTER-IP: `10.200.0.0 + i`, UDP port 9.
+fn with_cluster_ips(n: u32) -> DesiredState {
+    let mut d = desired(IpFamily::V4);
+    let set = d.ipsets.get_mut("KUBE-CLUSTER-IP").expect("planned set");
+    let base = u32::from(std::net::Ipv4Addr::new(10, 200, 0, 0));
+    set.entries
+        .extend((0..n).map(|i| format!("{},udp:9", std::net::Ipv4Addr::from(base + i))));
+    set.refresh_size();
+    d
+}
+
+/// Packets through the probe chain's rules: (matched KUBE-CLUSTER-IP, matched nothing).
+fn probe_counts() -> (u64, u64) {
+    let text = sh("iptables -t mangle -L KPRS-PROBE -n -v -x");
+    let pkts: Vec<u64> = text
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(pkts.len(), 2, "{text}");
+    (pkts[0], pkts[1])
+}
+
+/// The `Header:` and `Number of entries:` lines of `ipset list -t name`.
+fn set_header(name: &str) -> (String, usize) {
+    let terse = sh(&format!("ipset list -t {name}"));
+    let field = |k: &str| {
+        terse
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{k} in {terse}"))
+            .trim()
+            .to_string()
+    };
+    let entries = field("Number of entries:").parse().expect("a count");
+    (field("Header:"), entries)
+}
+
+uml_test!(
+    a_set_past_65536_members_is_grown_and_swapped_in_while_it_matches,
+    {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let mut p = direct_proxier(&log);
+        let v6 = desired(IpFamily::V6);
+        let reference_members = desired(IpFamily::V4).ipsets["KUBE-CLUSTER-IP"]
+            .entries
+            .len();
+        // 60,000 members: upstream's size, as upstream creates it.
+        let small = with_cluster_ips(60_000);
+        sync(&mut p, &small, &v6, false);
+        let (header, entries) = set_header("KUBE-CLUSTER-IP");
+        assert!(header.contains("maxelem 65536"), "{header}");
+        assert_eq!(entries, 60_000 + reference_members);
+        // A probe sends UDP to a sample of those members all along (through a dummy device, which drops
+        // them); a chain of the test's own counts the packets that match KUBE-CLUSTER-IP and those that do
+        // not. Rules referring to the set also keep it from being destroyed: only a swap can grow it.
+        sh("ip link add probe0 type dummy && ip link set probe0 up \
+        && ip route add 10.200.0.0/15 dev probe0 \
+        && iptables -t mangle -N KPRS-PROBE \
+        && iptables -t mangle -A KPRS-PROBE -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN \
+        && iptables -t mangle -A KPRS-PROBE -j RETURN \
+        && iptables -t mangle -A OUTPUT -p udp -d 10.200.0.0/15 -j KPRS-PROBE");
+        let probe = r#"
+import os, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+targets = ["10.200.%d.%d" % (i >> 8, i & 255) for i in range(0, 60000, 997)]
+while not os.path.exists("/tmp/probe-stop"):
+    for t in targets:
+        try:
+            s.sendto(b"x", (t, 9))
+        except OSError:
+            pass
+"#;
+        std::fs::write("/tmp/probe.py", probe).unwrap();
+        sh("(/usr/bin/python3 /tmp/probe.py >/tmp/probe.log 2>&1 &)");
+        let started = Instant::now();
+        while probe_counts().0 < 1000 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the probe sends nothing"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // 75,000 members, event-driven: KUBE-CLUSTER-IP is rebuilt larger beside the old one and swapped in.
+        let before = probe_counts();
+        let big = with_cluster_ips(75_000);
+        let r = sync(&mut p, &big, &v6, false);
+        let after = probe_counts();
+        sh("touch /tmp/probe-stop");
+        assert_eq!(r.ipsets_grown, 1, "{r:#?}");
+        let (header, entries) = set_header("KUBE-CLUSTER-IP");
+        // Created with hashsize 2048; the kernel shows the buckets as they are now (it doubles them).
+        assert!(header.contains("maxelem 131072"), "{header}");
+        assert_eq!(entries, 75_000 + reference_members);
+        let names = sh("ipset list -n");
+        assert!(!names.contains("KUBE-CLUSTER-IP-G"), "{names}");
+        let calls = calls(&log);
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.contains("ipset.swap KUBE-CLUSTER-IP KUBE-CLUSTER-IP-G")),
+            "{calls:#?}"
+        );
+        // Every probe packet, before, during and after the swap, matched the set.
+        assert_eq!(after.1, 0, "probe packets that matched no set: {after:?}");
+        assert!(
+            after.0 > before.0 + 100,
+            "the probe ran during the grow: {before:?} {after:?}"
+        );
+        for member in [
+            "10.200.0.0,udp:9",
+            "10.201.36.247,udp:9",
+            "10.96.100.20,tcp:80",
+        ] {
+            sh(&format!("ipset test KUBE-CLUSTER-IP {member}"));
+        }
+        // A full sync reads the grown set back and changes nothing; so does the plan shrinking back (sets
+        // never shrink).
+        let r = sync(&mut p, &big, &v6, true);
+        assert_eq!(r.writes(), 0, "{r:#?}");
+        let r = sync(&mut p, &small, &v6, true);
+        assert_eq!(r.ipsets_grown, 0, "{r:#?}");
+        assert!(set_header("KUBE-CLUSTER-IP").0.contains("maxelem 131072"));
+        assert_eq!(sync(&mut p, &small, &v6, true).writes(), 0);
     }
 );

@@ -4,6 +4,7 @@ use crate::cluster::model::{IpFamily, ServiceName};
 use crate::kernel::ipset::IpSetSpec;
 use crate::kernel::ipvs::{ForwardMethod, IpvsDestination, IpvsService, IpvsServiceKey};
 use crate::proxier::plan::decision::ServiceDecision;
+use crate::proxier::plan::ipsets::size_for;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -131,9 +132,24 @@ impl FromIterator<((IpAddr, u16), IpvsDestination)> for Destinations {
 /// Members one ipset should have.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredIpSet {
+    /// The set; its size is the one its entries need ([`size_for`]), kept so by whoever changes them.
     pub spec: IpSetSpec,
     /// Entries in `ipset save` canonical text form, e.g. `10.96.0.1,tcp:443`.
     pub entries: BTreeSet<String>,
+}
+
+impl DesiredIpSet {
+    /// A set with `entries`, sized for them.
+    pub fn new(spec: IpSetSpec, entries: BTreeSet<String>) -> Self {
+        let mut set = DesiredIpSet { spec, entries };
+        set.refresh_size();
+        set
+    }
+
+    /// Sizes the spec for the entries it has now (after they changed).
+    pub fn refresh_size(&mut self) {
+        self.spec.size = size_for(self.entries.len());
+    }
 }
 
 /// Health-check listener wanted for one externalTrafficPolicy=Local service.

@@ -62,6 +62,17 @@ pub enum SyncStep {
     Conntrack,
 }
 
+/// Members and size of one of our sets after a sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpSetFigures {
+    pub family: IpFamily,
+    pub name: String,
+    /// Members planned (and applied).
+    pub entries: usize,
+    /// The kernel set's `maxelem` (65,536 for bitmap:port sets, their range).
+    pub maxelem: u32,
+}
+
 /// One family's own figures in a sync (the per-family metrics of a dual-stack node).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FamilyReport {
@@ -91,6 +102,10 @@ pub struct SyncReport {
     pub ipset_entries: ObjectCounts,
     /// Sets created.
     pub ipsets_created: usize,
+    /// Sets grown (rebuilt larger and swapped in) because their members outgrew them.
+    pub ipsets_grown: usize,
+    /// Members and kernel size of every set a full sync looked at, or an event-driven sync changed.
+    pub ipsets: Vec<IpSetFigures>,
     pub addresses: ObjectCounts,
     /// Payload restores performed (0 when the payload was unchanged on an event-driven sync).
     pub iptables_restores: usize,
@@ -144,6 +159,7 @@ impl SyncReport {
             + self.ipvs_destinations.total()
             + self.ipset_entries.total()
             + self.ipsets_created
+            + self.ipsets_grown
             + self.addresses.total()
             + self.iptables_restores
             + self.jumps_inserted

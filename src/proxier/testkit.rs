@@ -214,6 +214,10 @@ impl<T: IpSets> IpSets for Rec<T> {
         self.w("ipset.destroy", name.into())?;
         self.inner.destroy(name)
     }
+    fn swap(&mut self, a: &str, b: &str) -> KernelResult<()> {
+        self.w("ipset.swap", format!("{a} {b}"))?;
+        self.inner.swap(a, b)
+    }
 }
 
 impl<T: Iptables> Iptables for Rec<T> {

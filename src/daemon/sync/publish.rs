@@ -40,6 +40,9 @@ fn record_sync_metrics(metrics: &Metrics, families: &[IpFamily], o: &Outcome) {
     for (backend, n) in by_backend {
         metrics.inc_kernel_write_failures(backend, n);
     }
+    for s in &r.ipsets {
+        metrics.set_ipset(s.family, &s.name, s.entries, s.maxelem);
+    }
 }
 
 /// Where the time between a change and its programming goes (debug): waiting for this sync to start,

@@ -1,5 +1,5 @@
 //! ipsets through the `ipset` tool: `create -exist`, one `ipset save`, one `ipset restore -exist` per
-//! batch, `destroy`.
+//! batch, `destroy`, `swap`.
 //!
 //! Entries are validated against their set's type and family before anything is written; invalid ones
 //! are reported in [`ApplyReport::rejected`]. When `ipset restore` stops at a line (a set vanished, a
@@ -199,6 +199,12 @@ impl IpSets for IpsetCli {
             return Err(KernelError::NotFound(format!("ipset {name}")));
         }
         Err(out.error())
+    }
+
+    fn swap(&mut self, a: &str, b: &str) -> KernelResult<()> {
+        self.run(&["swap", a, b], None)?.ok()?;
+        self.types.swap(a, b);
+        Ok(())
     }
 }
 

@@ -209,6 +209,10 @@ pub struct ListPart {
     /// `NFPROTO_*` family, present with the type name.
     pub family: Option<u8>,
     pub revision: Option<u8>,
+    /// `maxelem` of a hash set, present with the type name.
+    pub maxelem: Option<u32>,
+    /// `hashsize` of a hash set as it is now (the kernel doubles it as the set fills).
+    pub hashsize: Option<u32>,
     pub elems: Vec<Elem>,
 }
 
@@ -273,6 +277,15 @@ fn decode_list(attrs: &[u8]) -> ListPart {
             attr::TYPENAME => part.type_name = Some(c_string(v)),
             attr::FAMILY => part.family = v.first().copied(),
             attr::REVISION => part.revision = v.first().copied(),
+            attr::DATA => {
+                for (k, d) in Nlas::new(v) {
+                    match k {
+                        data::HASHSIZE => part.hashsize = be32(d),
+                        data::MAXELEM => part.maxelem = be32(d),
+                        _ => {}
+                    }
+                }
+            }
             attr::ADT => {
                 part.elems.extend(
                     Nlas::new(v)
@@ -300,7 +313,7 @@ mod tests {
                 .u8(attr::FAMILY, NFPROTO_IPV6)
                 .u8(attr::REVISION, 5)
                 .nested(attr::DATA, |d| {
-                    d.be32(data::HASHSIZE, 1024).be32(data::MAXELEM, 65536);
+                    d.be32(data::HASHSIZE, 2048).be32(data::MAXELEM, 131072);
                 });
         }
         a.nested(attr::ADT, |adt| {
@@ -347,6 +360,7 @@ mod tests {
                 assert_eq!(p.type_name.as_deref(), Some("hash:ip,port,net"));
                 assert_eq!(p.family, Some(NFPROTO_IPV6));
                 assert_eq!(p.revision, Some(5));
+                assert_eq!((p.hashsize, p.maxelem), (Some(2048), Some(131072)));
                 assert_eq!(p.elems, elems);
             }
             other => panic!("{other:?}"),

@@ -5,7 +5,7 @@
 
 use super::entry::canonical_entry;
 use super::save::{SavedSets, SetHeader};
-use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
+use super::{ApplyReport, IpSetOp, IpSetSize, IpSetSpec, IpSetType, IpSets};
 use crate::kernel::{KernelError, KernelResult};
 use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,8 +13,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Longest set name the kernel accepts.
 pub const MAX_SET_NAME: usize = 31;
-/// Members a hash set can hold (`maxelem 65536`).
-pub const MAX_ELEM: usize = 65536;
 
 /// One set held by the fake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +20,8 @@ pub struct FakeSet {
     pub set_type: IpSetType,
     /// Family of hash sets; bitmap:port ones accept it but ignore it.
     pub family: IpFamily,
+    /// A hash set refuses members beyond `maxelem`; bitmap:port ones ignore it.
+    pub size: IpSetSize,
     pub members: BTreeSet<String>,
 }
 
@@ -60,7 +60,7 @@ impl FakeIpSets {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds a set (ours or foreign) with members, as if someone else had created it.
+    /// Adds a set (ours or foreign) of upstream's size with members, as if someone else had created it.
     pub fn insert_set(
         &self,
         name: &str,
@@ -73,9 +73,17 @@ impl FakeIpSets {
             FakeSet {
                 set_type,
                 family,
+                size: IpSetSize::UPSTREAM,
                 members: members.into_iter().map(Into::into).collect(),
             },
         );
+    }
+
+    /// Changes a set's size behind the backend's back (a no-op for a missing set).
+    pub fn resize(&self, name: &str, size: IpSetSize) {
+        if let Some(s) = self.lock().sets.get_mut(name) {
+            s.size = size;
+        }
     }
 
     /// A copy of one set.
@@ -122,7 +130,7 @@ impl FakeIpSets {
         self.lock().fail_next = Some(stderr.to_string());
     }
 
-    /// Log of calls: `create NAME`, `save`, `restore N` (lines sent), `destroy NAME`.
+    /// Log of calls: `create NAME`, `save`, `restore N` (lines sent), `destroy NAME`, `swap A B`.
     pub fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
     }
@@ -133,10 +141,8 @@ impl FakeIpSets {
         let mut out = String::new();
         for (name, set) in &st.sets {
             let spec = IpSetSpec {
-                name: name.clone(),
-                set_type: set.set_type,
-                family: set.family,
-                comment: String::new(),
+                size: set.size,
+                ..IpSetSpec::new(name.clone(), set.set_type, set.family)
             };
             out.push_str(&spec.create_line());
             out.push('\n');
@@ -170,10 +176,13 @@ impl IpSets for FakeIpSets {
                 ),
             ));
         }
+        // As the kernel's `-exist`: an existing set must have the same type, family and maxelem.
+        let hash = spec.set_type != IpSetType::BitmapPort;
         match st.sets.get(&spec.name) {
             Some(s)
                 if s.set_type != spec.set_type
-                    || (s.set_type != IpSetType::BitmapPort && s.family != spec.family) =>
+                    || (hash && s.family != spec.family)
+                    || (hash && s.size.maxelem != spec.size.maxelem) =>
             {
                 Err(command_error(
                     &cmd,
@@ -187,6 +196,7 @@ impl IpSets for FakeIpSets {
                     FakeSet {
                         set_type: spec.set_type,
                         family: spec.family,
+                        size: spec.size,
                         members: BTreeSet::new(),
                     },
                 );
@@ -201,10 +211,12 @@ impl IpSets for FakeIpSets {
         Self::take_failure(&mut st, "ipset save")?;
         let mut out = SavedSets::default();
         for (n, s) in &st.sets {
+            let hash = s.set_type != IpSetType::BitmapPort;
             let header = SetHeader {
                 type_name: s.set_type.as_str().to_string(),
                 set_type: Some(s.set_type),
-                family: (s.set_type != IpSetType::BitmapPort).then_some(s.family),
+                family: hash.then_some(s.family),
+                size: hash.then_some(s.size),
             };
             out.headers.insert(n.clone(), header);
             out.members.insert(n.clone(), s.members.clone());
@@ -245,7 +257,7 @@ impl IpSets for FakeIpSets {
             if add {
                 if !s.members.contains(&canon)
                     && s.set_type != IpSetType::BitmapPort
-                    && s.members.len() >= MAX_ELEM
+                    && s.members.len() >= s.size.maxelem as usize
                 {
                     report.rejected.push((
                         op.clone(),
@@ -279,6 +291,33 @@ impl IpSets for FakeIpSets {
         st.sets.remove(name);
         Ok(())
     }
+
+    fn swap(&mut self, a: &str, b: &str) -> KernelResult<()> {
+        let mut st = self.lock();
+        st.calls.push(format!("swap {a} {b}"));
+        let cmd = format!("ipset swap {a} {b}");
+        Self::take_failure(&mut st, &cmd)?;
+        let (Some(sa), Some(sb)) = (st.sets.get(a), st.sets.get(b)) else {
+            return Err(command_error(
+                &cmd,
+                "ipset v7.17: The set with the given name does not exist",
+            ));
+        };
+        if sa.set_type != sb.set_type || sa.family != sb.family {
+            return Err(command_error(
+                &cmd,
+                "ipset v7.17: The sets cannot be swapped: their type does not match",
+            ));
+        }
+        // Rules refer to a set by its place in the kernel's table, which the swap exchanges with the
+        // name: references follow the name, so `referenced` and `pinned` stay as they are.
+        let (sa, sb) = (st.sets.remove(a), st.sets.remove(b));
+        if let (Some(sa), Some(sb)) = (sa, sb) {
+            st.sets.insert(a.to_string(), sb);
+            st.sets.insert(b.to_string(), sa);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -286,12 +325,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, t: IpSetType, f: IpFamily) -> IpSetSpec {
-        IpSetSpec {
-            name: name.into(),
-            set_type: t,
-            family: f,
-            comment: String::new(),
-        }
+        IpSetSpec::new(name, t, f)
     }
 
     fn add(set: &str, entry: &str) -> IpSetOp {

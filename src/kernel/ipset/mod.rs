@@ -28,6 +28,22 @@ impl IpSetType {
     }
 }
 
+/// Size limits of a hash set: `hashsize`, the buckets it starts with (the kernel doubles them as the set
+/// fills), and `maxelem`, the most members it accepts. Bitmap sets have neither (their range bounds them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IpSetSize {
+    pub hashsize: u32,
+    pub maxelem: u32,
+}
+
+impl IpSetSize {
+    /// What upstream creates every hash set with: `hashsize 1024 maxelem 65536`.
+    pub const UPSTREAM: IpSetSize = IpSetSize {
+        hashsize: 1024,
+        maxelem: 65536,
+    };
+}
+
 /// Definition of one set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpSetSpec {
@@ -37,22 +53,37 @@ pub struct IpSetSpec {
     pub family: IpFamily,
     /// Comment carried by the iptables rules that match this set.
     pub comment: String,
+    /// Size a hash set is created with (ignored for bitmap sets).
+    pub size: IpSetSize,
 }
 
 impl IpSetSpec {
+    /// A set of upstream's size, without comment.
+    pub fn new(name: impl Into<String>, set_type: IpSetType, family: IpFamily) -> Self {
+        IpSetSpec {
+            name: name.into(),
+            set_type,
+            family,
+            comment: String::new(),
+            size: IpSetSize::UPSTREAM,
+        }
+    }
+
     /// The `create` line as `ipset save` prints it (no `-exist`).
     pub fn create_line(&self) -> String {
         match self.set_type {
             IpSetType::BitmapPort => format!("create {} bitmap:port range 0-65535", self.name),
             t => format!(
-                "create {} {} family {} hashsize 1024 maxelem 65536",
+                "create {} {} family {} hashsize {} maxelem {}",
                 self.name,
                 t.as_str(),
                 if self.family == IpFamily::V4 {
                     "inet"
                 } else {
                     "inet6"
-                }
+                },
+                self.size.hashsize,
+                self.size.maxelem
             ),
         }
     }
@@ -93,6 +124,10 @@ pub trait IpSets: Send {
     fn apply(&mut self, ops: &[IpSetOp]) -> KernelResult<ApplyReport>;
     /// Destroys one set.
     fn destroy(&mut self, name: &str) -> KernelResult<()>;
+    /// Exchanges the names of sets `a` and `b` in one kernel step (`ipset swap`): rules that match `a`
+    /// match the other set from then on, with no moment where they match neither. Both sets must have the
+    /// same type and family; their sizes may differ.
+    fn swap(&mut self, a: &str, b: &str) -> KernelResult<()>;
 }
 
 pub mod cli;

@@ -15,7 +15,7 @@ use super::codec::{
 use super::save::{SavedSets, SetHeader, parse_type};
 use super::text::{elem_of, render};
 use super::types::{SetTypes, op_set};
-use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
+use super::{ApplyReport, IpSetOp, IpSetSize, IpSetSpec, IpSetType, IpSets};
 use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
@@ -200,7 +200,8 @@ impl NetlinkIpSets {
                     d.be16(data::PORT, 0).be16(data::PORT_TO, 65535);
                 }
                 _ => {
-                    d.be32(data::HASHSIZE, 1024).be32(data::MAXELEM, 65536);
+                    d.be32(data::HASHSIZE, spec.size.hashsize)
+                        .be32(data::MAXELEM, spec.size.maxelem);
                 }
             });
         Ok(req)
@@ -254,21 +255,6 @@ impl NetlinkIpSets {
         )
     }
 
-    /// Exchanges the contents (and types) of sets `a` and `b`.
-    pub fn swap(&mut self, a: &str, b: &str) -> KernelResult<()> {
-        let mut req = Request::new(cmd::SWAP, Some(a));
-        req.attrs.string(attr::SETNAME2, b);
-        self.simple(req, &format!("swap ipsets {a} {b}"))?;
-        let (ta, tb) = (self.types.known.remove(a), self.types.known.remove(b));
-        if let Some(t) = ta {
-            self.types.known.insert(b.to_string(), t);
-        }
-        if let Some(t) = tb {
-            self.types.known.insert(a.to_string(), t);
-        }
-        Ok(())
-    }
-
     fn simple(&mut self, req: Request, what: &str) -> KernelResult<()> {
         self.sock
             .request::<_, NoPayload>(req)
@@ -314,20 +300,33 @@ fn request(types: &SetTypes, op: &IpSetOp) -> Result<Request, String> {
     Ok(req)
 }
 
-/// Groups list parts into set → rendered entries, with each set's type name and family.
-type Listing = BTreeMap<String, (String, Option<IpFamily>, BTreeSet<String>)>;
+/// One set of a list dump: its header as `ipset save` shows it and its rendered entries.
+#[derive(Debug, Default)]
+struct Listed {
+    type_name: String,
+    family: Option<IpFamily>,
+    size: Option<IpSetSize>,
+    entries: BTreeSet<String>,
+}
 
-/// Adds one list part to `out`: its set's type and family, and its entries rendered.
+/// Groups list parts into set → header and rendered entries.
+type Listing = BTreeMap<String, Listed>;
+
+/// Adds one list part to `out`: its set's type, family and size, and its entries rendered.
 fn add_part(out: &mut Listing, part: ListPart) {
     let slot = out.entry(part.set.clone()).or_default();
     if let Some(t) = part.type_name {
-        slot.0 = t;
-        slot.1 = family_of(part.family);
+        slot.type_name = t;
+        slot.family = family_of(part.family);
+        slot.size = part.maxelem.map(|maxelem| IpSetSize {
+            hashsize: part.hashsize.unwrap_or(IpSetSize::UPSTREAM.hashsize),
+            maxelem,
+        });
     }
     for e in &part.elems {
-        match render(&slot.0, e) {
+        match render(&slot.type_name, e) {
             Some(text) => {
-                slot.2.insert(text);
+                slot.entries.insert(text);
             }
             None => tracing::debug!(set = %part.set, elem = ?e, "Ipset entry not rendered"),
         }
@@ -369,15 +368,16 @@ impl IpSets for NetlinkIpSets {
         let mut listing = Listing::new();
         self.list_each(false, |part| add_part(&mut listing, part))?;
         let mut out = SavedSets::default();
-        for (name, (type_name, family, members)) in listing {
-            self.types.learn(&name, &type_name, family);
+        for (name, set) in listing {
+            self.types.learn(&name, &set.type_name, set.family);
             let header = SetHeader {
-                set_type: parse_type(&type_name),
-                type_name,
-                family,
+                set_type: parse_type(&set.type_name),
+                type_name: set.type_name,
+                family: set.family,
+                size: set.size,
             };
             out.headers.insert(name.clone(), header);
-            out.members.insert(name, members);
+            out.members.insert(name, set.entries);
         }
         Ok(out)
     }
@@ -422,6 +422,14 @@ impl IpSets for NetlinkIpSets {
             self.types.forget(name);
         }
         r
+    }
+
+    fn swap(&mut self, a: &str, b: &str) -> KernelResult<()> {
+        let mut req = Request::new(cmd::SWAP, Some(a));
+        req.attrs.string(attr::SETNAME2, b);
+        self.simple(req, &format!("swap ipsets {a} {b}"))?;
+        self.types.swap(a, b);
+        Ok(())
     }
 }
 
@@ -469,6 +477,8 @@ mod tests {
             type_name: Some("hash:ip,port".into()),
             family: Some(NFPROTO_IPV4),
             revision: Some(5),
+            maxelem: Some(131072),
+            hashsize: Some(4096),
             elems: vec![elem_of(IpSetType::HashIpPort, "10.0.0.1,tcp:80").unwrap()],
         };
         let more = ListPart {
@@ -488,13 +498,19 @@ mod tests {
         for part in [head, more, empty] {
             add_part(&mut l, part);
         }
-        assert_eq!(l["S"].0, "hash:ip,port");
-        assert_eq!(l["S"].1, Some(IpFamily::V4));
+        assert_eq!(l["S"].type_name, "hash:ip,port");
+        assert_eq!(l["S"].family, Some(IpFamily::V4));
+        let size = IpSetSize {
+            hashsize: 4096,
+            maxelem: 131072,
+        };
+        assert_eq!(l["S"].size, Some(size));
         assert_eq!(
-            l["S"].2.iter().collect::<Vec<_>>(),
+            l["S"].entries.iter().collect::<Vec<_>>(),
             vec!["10.0.0.1,tcp:80", "10.0.0.2,udp:53"]
         );
-        assert!(l["E"].2.is_empty());
+        assert!(l["E"].entries.is_empty());
+        assert_eq!(l["E"].size, None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Parsing of `ipset save` (and `ipset list -t`) output.
 
-use super::IpSetType;
+use super::{IpSetSize, IpSetType};
 use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,6 +13,9 @@ pub struct SetHeader {
     pub set_type: Option<IpSetType>,
     /// `family` option (bitmap sets have none).
     pub family: Option<IpFamily>,
+    /// `hashsize` (as it is now: the kernel doubles it as the set fills) and `maxelem` of a hash set;
+    /// None for bitmap sets, or where the header does not show them.
+    pub size: Option<IpSetSize>,
 }
 
 /// Parsed `ipset save` output: set headers and members.
@@ -34,13 +37,27 @@ pub fn parse_type(s: &str) -> Option<IpSetType> {
     })
 }
 
+/// The value after option `name` in a header's options.
+fn option<'a>(opts: &[&'a str], name: &str) -> Option<&'a str> {
+    let i = opts.iter().position(|o| *o == name)?;
+    opts.get(i + 1).copied()
+}
+
 fn parse_family(opts: &[&str]) -> Option<IpFamily> {
-    let i = opts.iter().position(|o| *o == "family")?;
-    match opts.get(i + 1).copied() {
+    match option(opts, "family") {
         Some("inet") => Some(IpFamily::V4),
         Some("inet6") => Some(IpFamily::V6),
         _ => None,
     }
+}
+
+/// `hashsize` and `maxelem` of a header; None unless `maxelem` is there (hashsize defaults as ipset's).
+fn parse_size(opts: &[&str]) -> Option<IpSetSize> {
+    let maxelem = option(opts, "maxelem")?.parse().ok()?;
+    let hashsize = option(opts, "hashsize")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(IpSetSize::UPSTREAM.hashsize);
+    Some(IpSetSize { hashsize, maxelem })
 }
 
 /// Parses `ipset save` output. Comment lines, blank lines, unknown commands and any options after the
@@ -62,6 +79,7 @@ pub fn parse_save(text: &str) -> SavedSets {
                         type_name: type_name.to_string(),
                         set_type: parse_type(type_name),
                         family: parse_family(opts),
+                        size: parse_size(opts),
                     },
                 );
                 out.members.entry(name.to_string()).or_default();
@@ -99,6 +117,7 @@ pub fn parse_list_terse(text: &str) -> BTreeMap<String, SetHeader> {
                     set_type: parse_type(&t),
                     type_name: t,
                     family: parse_family(&opts),
+                    size: parse_size(&opts),
                 },
             );
         }
@@ -134,14 +153,21 @@ create EMPTY hash:ip family inet hashsize 1024 maxelem 65536\n";
         assert_eq!(h.family, Some(IpFamily::V6));
         assert_eq!(s.headers["FOREIGN"].set_type, None);
         assert_eq!(s.headers["KUBE-NODE-PORT-TCP"].family, None);
+        assert_eq!(h.size, Some(IpSetSize::UPSTREAM));
+        assert_eq!(s.headers["KUBE-NODE-PORT-TCP"].size, None);
     }
 
     #[test]
     fn parses_terse_list() {
-        let text = "Name: A\nType: hash:ip,port,net\nRevision: 7\nHeader: family inet6 hashsize 1024 maxelem 65536\nSize in memory: 1\nReferences: 0\nNumber of entries: 0\nName: B\nType: bitmap:port\nRevision: 3\nHeader: range 0-65535\n";
+        let text = "Name: A\nType: hash:ip,port,net\nRevision: 7\nHeader: family inet6 hashsize 4096 maxelem 262144\nSize in memory: 1\nReferences: 0\nNumber of entries: 0\nName: B\nType: bitmap:port\nRevision: 3\nHeader: range 0-65535\n";
         let h = parse_list_terse(text);
         assert_eq!(h["A"].set_type, Some(IpSetType::HashIpPortNet));
         assert_eq!(h["A"].family, Some(IpFamily::V6));
+        let size = IpSetSize {
+            hashsize: 4096,
+            maxelem: 262144,
+        };
+        assert_eq!(h["A"].size, Some(size));
         assert_eq!(h["B"].set_type, Some(IpSetType::BitmapPort));
     }
 }

@@ -16,6 +16,17 @@ pub struct SetTypes {
     pub foreign: BTreeMap<String, String>,
 }
 
+/// Moves the value under `a` to `b` and the one under `b` to `a`.
+fn swap_keys<V>(map: &mut BTreeMap<String, V>, a: &str, b: &str) {
+    let (va, vb) = (map.remove(a), map.remove(b));
+    if let Some(v) = va {
+        map.insert(b.to_string(), v);
+    }
+    if let Some(v) = vb {
+        map.insert(a.to_string(), v);
+    }
+}
+
 /// The set an op targets.
 pub fn op_set(op: &IpSetOp) -> &str {
     let (IpSetOp::Add { set, .. } | IpSetOp::Del { set, .. }) = op;
@@ -44,6 +55,12 @@ impl SetTypes {
         self.foreign.remove(&spec.name);
         self.known
             .insert(spec.name.clone(), (spec.set_type, family));
+    }
+
+    /// Records that sets `a` and `b` exchanged names.
+    pub fn swap(&mut self, a: &str, b: &str) {
+        swap_keys(&mut self.known, a, b);
+        swap_keys(&mut self.foreign, a, b);
     }
 
     /// Forgets a set (destroyed or vanished).

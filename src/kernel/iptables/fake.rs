@@ -876,13 +876,8 @@ COMMIT
                 .contains("doesn't exist")
         );
         for n in ["KUBE-CLUSTER-IP", "KUBE-IPVS-IPS"] {
-            sets.create(&IpSetSpec {
-                name: n.into(),
-                set_type: IpSetType::HashIp,
-                family: IpFamily::V4,
-                comment: String::new(),
-            })
-            .unwrap();
+            sets.create(&IpSetSpec::new(n, IpSetType::HashIp, IpFamily::V4))
+                .unwrap();
         }
         ipt.restore(IpFamily::V4, PAYLOAD).unwrap();
         assert!(sets.destroy("KUBE-IPVS-IPS").is_err());

@@ -11,6 +11,7 @@ use crate::kernel::ipset::IpSets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::Ipvs;
 use crate::kernel::link::{DUMMY_DEVICE, Links};
+use crate::proxier::plan::ipsets::staging_name;
 use crate::proxier::reconcile::ownership::{SET_BASES, set_name};
 use std::collections::BTreeSet;
 
@@ -134,10 +135,13 @@ pub(super) fn cleanup(
     for family in [IpFamily::V4, IpFamily::V6] {
         for base in SET_BASES {
             let name = set_name(family, base);
-            r.record(
-                format!("ipset {name}"),
-                ipsets.destroy(&name).map(|()| true),
-            );
+            // The staging set of a grow a stopped process left unfinished, if any.
+            for name in [staging_name(&name), name] {
+                r.record(
+                    format!("ipset {name}"),
+                    ipsets.destroy(&name).map(|()| true),
+                );
+            }
         }
     }
 }

@@ -170,11 +170,13 @@ impl DesiredDelta {
                 for e in dels {
                     s.entries.remove(e);
                 }
+                s.refresh_size();
             }
         }
         for (name, adds) in &self.set_adds {
             if let Some(s) = state.ipsets.get_mut(name) {
                 s.entries.extend(adds.iter().cloned());
+                s.refresh_size();
             }
         }
         for a in &self.addresses_removed {
@@ -233,13 +235,7 @@ pub fn empty_state(family: IpFamily) -> DesiredState {
             .iter()
             .map(|k| {
                 let spec = k.spec(family);
-                (
-                    spec.name.clone(),
-                    DesiredIpSet {
-                        spec,
-                        entries: BTreeSet::new(),
-                    },
-                )
+                (spec.name.clone(), DesiredIpSet::new(spec, BTreeSet::new()))
             })
             .collect(),
         iptables_payload: String::new(),
@@ -798,6 +794,7 @@ impl Planned {
             if let Some(set) = self.state.ipsets.get_mut(&self.set_names[kind]) {
                 // Sorted input: the set is built in linear time.
                 set.entries = list.into_iter().collect();
+                set.refresh_size();
             }
         }
     }
@@ -868,6 +865,7 @@ fn toggle(state: &mut DesiredState, name: &str, e: String, want: bool, d: &mut D
     } else if !want && set.entries.remove(&e) {
         d.set_dels.entry(name.to_string()).or_default().insert(e);
     }
+    set.refresh_size();
 }
 
 /// Items of sorted, deduplicated `old` missing from `new`, and items of `new` missing from `old`.

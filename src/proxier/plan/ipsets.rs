@@ -2,7 +2,7 @@
 //! and member text exactly as `ipset save` prints it.
 
 use crate::cluster::model::{IpFamily, Protocol};
-use crate::kernel::ipset::{IpSetSpec, IpSetType};
+use crate::kernel::ipset::{IpSetSize, IpSetSpec, IpSetType};
 use ipnet::IpNet;
 use std::fmt::Write;
 use std::net::IpAddr;
@@ -146,15 +146,41 @@ impl SetKind {
         set_name(self.base_name(), family)
     }
 
-    /// Full definition for `family`.
+    /// Full definition for `family`, at upstream's size (a planned set is sized from its members).
     pub fn spec(self, family: IpFamily) -> IpSetSpec {
         IpSetSpec {
-            name: self.name(family),
-            set_type: self.set_type(),
-            family,
             comment: self.comment().to_string(),
+            ..IpSetSpec::new(self.name(family), self.set_type(), family)
         }
     }
+}
+
+/// The size a set holding `members` entries needs: upstream's (`hashsize 1024 maxelem 65536`) while they
+/// fit in it, so a node within upstream's limits has upstream's sets; beyond, the smallest power of two
+/// that leaves room for a quarter more members (the next grow is that far away), with upstream's 1:64
+/// ratio of hashsize to maxelem. The reconciler grows a set whose kernel `maxelem` is below this and
+/// never shrinks one.
+pub fn size_for(members: usize) -> IpSetSize {
+    let upstream = IpSetSize::UPSTREAM;
+    let members = u64::try_from(members).unwrap_or(u64::MAX);
+    if members <= u64::from(upstream.maxelem) {
+        return upstream;
+    }
+    // The kernel's limit is a u32; 2^31 members would need hundreds of GiB anyway.
+    let wanted = members.saturating_add(members.div_ceil(4)).min(1 << 31);
+    let maxelem = u32::try_from(wanted.next_power_of_two()).unwrap_or(1 << 31);
+    IpSetSize {
+        hashsize: maxelem / (upstream.maxelem / upstream.hashsize),
+        maxelem,
+    }
+}
+
+/// The name a set of ours is grown under before it is swapped in (the set's name cut to 29 characters
+/// and `-G`): unique per set, never the name of one, and at most 31 characters.
+pub fn staging_name(name: &str) -> String {
+    let mut n: String = name.chars().take(MAX_SET_NAME - 2).collect();
+    n.push_str("-G");
+    n
 }
 
 // `ALL` lists every kind once, in declaration order: the last kind closes the count.
@@ -265,6 +291,53 @@ mod tests {
             assert_eq!(SetKind::ALL[k as usize], k);
             assert_eq!(PerSet::from_fn(|x| x)[k], k);
         }
+    }
+
+    #[test]
+    fn sets_keep_upstream_size_until_members_outgrow_it() {
+        let up = IpSetSize::UPSTREAM;
+        assert_eq!((up.hashsize, up.maxelem), (1024, 65536));
+        for n in [0, 1, 52_429, 65_535, 65_536] {
+            assert_eq!(size_for(n), up, "{n} members");
+        }
+        let size = |hashsize, maxelem| IpSetSize { hashsize, maxelem };
+        // Beyond 65,536: a power of two with room for a quarter more, hashsize 1/64 of it.
+        assert_eq!(size_for(65_537), size(2048, 131_072));
+        assert_eq!(size_for(100_000), size(2048, 131_072));
+        assert_eq!(size_for(104_857), size(2048, 131_072));
+        assert_eq!(size_for(104_858), size(4096, 262_144));
+        assert_eq!(size_for(1_000_000), size(32_768, 2_097_152));
+        assert_eq!(size_for(usize::MAX), size(1 << 25, 1 << 31));
+        // Monotonic and always with room: a set of n members never needs to shrink to hold n + 1.
+        let mut last = up;
+        for n in (0..3_000_000).step_by(997) {
+            let s = size_for(n);
+            assert!(s >= last && s.maxelem as usize >= n, "{n}: {s:?}");
+            last = s;
+        }
+    }
+
+    #[test]
+    fn staging_names_are_unique_and_short() {
+        let mut all = std::collections::BTreeSet::new();
+        for f in [IpFamily::V4, IpFamily::V6] {
+            for k in SetKind::ALL {
+                all.insert(k.name(f));
+            }
+        }
+        let staged: std::collections::BTreeSet<String> =
+            all.iter().map(|n| staging_name(n)).collect();
+        assert_eq!(staged.len(), all.len());
+        assert!(
+            staged
+                .iter()
+                .all(|n| n.len() <= MAX_SET_NAME && !all.contains(n))
+        );
+        assert_eq!(staging_name("KUBE-CLUSTER-IP"), "KUBE-CLUSTER-IP-G");
+        assert_eq!(
+            staging_name("KUBE-6-LOAD-BALANCER-SOURCE-CID"),
+            "KUBE-6-LOAD-BALANCER-SOURCE-C-G"
+        );
     }
 
     #[test]

@@ -649,7 +649,7 @@ pub fn plan(
     for (kind, entries) in b.sets {
         let spec = kind.spec(family);
         let entries: BTreeSet<String> = entries.into_iter().collect();
-        ipsets.insert(spec.name.clone(), DesiredIpSet { spec, entries });
+        ipsets.insert(spec.name.clone(), DesiredIpSet::new(spec, entries));
     }
 
     let health_checks = b

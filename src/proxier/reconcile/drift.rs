@@ -9,6 +9,7 @@ use super::{Applied, Snapshot};
 use crate::cluster::model::IpFamily;
 use crate::kernel::ipvs::{IpvsDestination, IpvsServiceKey};
 use crate::proxier::graceful::GracefulTermination;
+use crate::proxier::plan::ipsets::staging_name;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -249,9 +250,11 @@ impl Measure<'_> {
 
 /// ipsets in the dump that are none of ours (either family).
 pub(super) fn foreign_sets(snap: &Snapshot) -> u64 {
+    // A staging set (a grow in progress when a process stopped) is ours too.
     let ours: BTreeSet<String> = [IpFamily::V4, IpFamily::V6]
         .iter()
         .flat_map(|f| SET_BASES.iter().map(|b| set_name(*f, b)))
+        .flat_map(|n| [staging_name(&n), n])
         .collect();
     let names = snap.ipset_headers.keys();
     names.filter(|n| !ours.contains(n.as_str())).count() as u64

@@ -1,12 +1,14 @@
-//! ipsets: create missing sets, then one `IpSets::apply` with every member change of every family (one
-//! per [`IPSET_BATCH`] changes when there are more, as on a first sync at scale).
+//! ipsets: create missing sets, grow the sets whose members outgrew them ([`super::ipset_grow`]), then
+//! one `IpSets::apply` with every member change of every family (one per [`IPSET_BATCH`] changes when
+//! there are more, as on a first sync at scale).
 
 use super::diff::{Diff, Scope, StepInput};
+use super::ipset_grow::{grow, needs_growing, remove_staging_leftovers};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::IpFamily;
 use crate::kernel::ipset::save::SetHeader;
-use crate::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
-use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
+use crate::kernel::ipset::{IpSetOp, IpSetSize, IpSetSpec, IpSetType, IpSets};
+use crate::proxier::report::{FailureKind, IpSetFigures, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
@@ -20,6 +22,27 @@ struct Expected {
     replaced: Members,
     /// Sets compared in a delta's scope: (set, added, deleted).
     patches: Vec<(String, Vec<String>, Vec<String>)>,
+    /// The kernel size of every set looked at: created, grown, or as read or last applied.
+    sizes: BTreeMap<String, IpSetSize>,
+}
+
+impl Expected {
+    fn new(family: IpFamily) -> Self {
+        Expected {
+            family,
+            replaced: Members::new(),
+            patches: Vec::new(),
+            sizes: BTreeMap::new(),
+        }
+    }
+}
+
+/// What every family's step reads: the sets that could not be repaired, the dump (full syncs) and
+/// whether the missing sets were created in one batch.
+struct Context<'a> {
+    stuck: &'a BTreeSet<String>,
+    snap: &'a Snapshot,
+    created_together: bool,
 }
 
 impl Reconciler {
@@ -32,10 +55,9 @@ impl Reconciler {
     ) {
         let start = Instant::now();
         let stuck = repair_set_types(k.ipsets.as_mut(), families, snap, report);
+        remove_staging_leftovers(k.ipsets.as_mut(), families, snap, report);
         let snap = &*snap;
-        let no_sets = Members::new();
-        let no_members = BTreeSet::new();
-        let set_diffs = self.set_diffs(families, snap, &no_sets);
+        let set_diffs = self.set_diffs(families, snap, &Members::new());
         // Missing sets of every family are created together (one process with the real backend); should
         // that fail, each set is tried on its own so one bad set cannot block the others.
         let missing: Vec<_> = families
@@ -44,52 +66,81 @@ impl Reconciler {
             .flat_map(|(f, d)| d.add.iter().filter_map(|n| f.desired.ipsets.get(n)))
             .map(|set| set.spec.clone())
             .collect();
-        let created_together = !missing.is_empty() && k.ipsets.create_all(&missing).is_ok();
+        let cx = Context {
+            stuck: &stuck,
+            snap,
+            created_together: !missing.is_empty() && k.ipsets.create_all(&missing).is_ok(),
+        };
         let mut w = Writer {
             ipsets: k.ipsets.as_mut(),
             report,
             ops: Vec::new(),
             ok: true,
         };
-        let mut expected = Vec::new();
-        for (f, sets) in families.iter().zip(&set_diffs) {
-            let applied = self.applied.get(&f.desired.family).map(|a| &a.ipsets);
-            let current = snap.ipsets.as_ref().or(applied).unwrap_or(&no_sets);
-            let mut exp = Expected {
-                family: f.desired.family,
-                replaced: Members::new(),
-                patches: Vec::new(),
-            };
-            for name in &sets.add {
-                if let Some(set) = f.desired.ipsets.get(name) {
-                    let res = match created_together {
-                        true => Ok(()),
-                        false => w.ipsets.create(&set.spec),
-                    };
-                    if let Err(e) = res {
-                        tracing::error!(ipSet = %name, error = %e, "Failed to ensure ip set");
-                        w.report.fail(FailureKind::Ipset);
-                        continue;
-                    }
-                    w.report.ipsets_created += 1;
-                    // A set just created gets all its members, whatever the delta says.
-                    member_ops(f, name, &no_members, &Scope::All, applied, &mut w, &mut exp);
-                }
-            }
-            for name in sets.keep.iter().filter(|n| !stuck.contains(*n)) {
-                let scope = Scope::of(f.delta, |d| {
-                    let adds = d.set_adds.get(name).into_iter().flatten();
-                    adds.chain(d.set_dels.get(name).into_iter().flatten())
-                });
-                let members = current.get(name).unwrap_or(&no_members);
-                member_ops(f, name, members, &scope, applied, &mut w, &mut exp);
-            }
-            expected.push(exp);
-        }
+        let expected: Vec<Expected> = families
+            .iter()
+            .zip(&set_diffs)
+            .map(|(f, sets)| self.family_sets(f, sets, &cx, &mut w))
+            .collect();
         crate::malloc::mark("ipsets: last ops built");
         let ok = w.finish();
-        self.record_ipsets(families, expected, ok);
+        self.record_ipsets(families, expected, ok, report);
         report.add_shared_step(SyncStep::Ipsets, start.elapsed());
+    }
+
+    /// One family's sets: the missing ones created and filled, the others grown where their members
+    /// outgrew them, and their member changes queued in `w`.
+    fn family_sets(
+        &self,
+        f: &FamilyInput<'_>,
+        sets: &Diff<String>,
+        cx: &Context<'_>,
+        w: &mut Writer<'_>,
+    ) -> Expected {
+        let no_sets = Members::new();
+        let no_members = BTreeSet::new();
+        let applied = self.applied.get(&f.desired.family);
+        let applied_sets = applied.map(|a| &a.ipsets);
+        let current = cx.snap.ipsets.as_ref().or(applied_sets).unwrap_or(&no_sets);
+        let mut exp = Expected::new(f.desired.family);
+        for set in sets.add.iter().filter_map(|n| f.desired.ipsets.get(n)) {
+            let name = &set.spec.name;
+            if !cx.created_together
+                && let Err(e) = w.ipsets.create(&set.spec)
+            {
+                tracing::error!(ipSet = %name, error = %e, "Failed to ensure ip set");
+                w.report.fail(FailureKind::Ipset);
+                continue;
+            }
+            w.report.ipsets_created += 1;
+            exp.sizes.insert(name.clone(), set.spec.size);
+            // A set just created gets all its members, whatever the delta says.
+            member_ops(f, name, &no_members, &Scope::All, applied_sets, w, &mut exp);
+        }
+        for name in sets.keep.iter().filter(|n| !cx.stuck.contains(*n)) {
+            // Unknown (a header that does not show it): upstream's, what every set starts with.
+            let have = match &cx.snap.ipsets {
+                Some(_) => cx.snap.ipset_headers.get(name).and_then(|h| h.size),
+                None => applied.and_then(|a| a.ipset_sizes.get(name).copied()),
+            }
+            .unwrap_or(IpSetSize::UPSTREAM);
+            exp.sizes.insert(name.clone(), have);
+            if let Some(set) = f.desired.ipsets.get(name)
+                && needs_growing(set, have)
+                && grow(w.ipsets, set, w.report)
+            {
+                exp.sizes.insert(name.clone(), set.spec.size);
+                exp.replaced.insert(name.clone(), set.entries.clone());
+                continue;
+            }
+            let scope = Scope::of(f.delta, |d| {
+                let adds = d.set_adds.get(name).into_iter().flatten();
+                adds.chain(d.set_dels.get(name).into_iter().flatten())
+            });
+            let members = current.get(name).unwrap_or(&no_members);
+            member_ops(f, name, members, &scope, applied_sets, w, &mut exp);
+        }
+        exp
     }
 
     /// Per family, the sets to create (`add`) and to look into (`keep`): observed = the dump on full
@@ -114,29 +165,64 @@ impl Reconciler {
             .collect()
     }
 
-    /// Records what the sets hold after the member changes (or forgets them when the apply failed).
-    fn record_ipsets(&mut self, families: &[FamilyInput<'_>], expected: Vec<Expected>, ok: bool) {
+    /// Records what the sets hold after the member changes (or forgets them when the apply failed), and
+    /// reports the figures of every set a full sync looked at, or an event-driven one changed.
+    fn record_ipsets(
+        &mut self,
+        families: &[FamilyInput<'_>],
+        expected: Vec<Expected>,
+        ok: bool,
+        report: &mut SyncReport,
+    ) {
         for exp in expected {
             let applied = self.applied.entry(exp.family).or_default();
             if !ok {
                 // Unknown kernel contents: forget them, so the next (full) sync compares with a dump.
                 applied.ipsets.clear();
+                applied.ipset_sizes.clear();
                 continue;
             }
+            let Some(f) = families.iter().find(|f| f.desired.family == exp.family) else {
+                continue;
+            };
+            let planned = &f.desired.ipsets;
+            let changed: BTreeSet<String> = match report.full {
+                true => planned.keys().cloned().collect(),
+                false => (exp.replaced.keys().cloned())
+                    .chain(exp.patches.iter().map(|(n, _, _)| n.clone()))
+                    .chain(
+                        exp.sizes
+                            .keys()
+                            .filter(|n| applied.ipset_sizes.get(*n) != exp.sizes.get(*n))
+                            .cloned(),
+                    )
+                    .collect(),
+            };
             // `replaced` holds only the sets whose members changed; drop sets no longer planned.
-            let planned: BTreeSet<&String> = families
-                .iter()
-                .filter(|f| f.desired.family == exp.family)
-                .flat_map(|f| f.desired.ipsets.keys())
-                .collect();
-            applied.ipsets.retain(|name, _| planned.contains(name));
+            applied.ipsets.retain(|name, _| planned.contains_key(name));
+            applied
+                .ipset_sizes
+                .retain(|name, _| planned.contains_key(name));
             applied.ipsets.extend(exp.replaced);
+            applied.ipset_sizes.extend(exp.sizes);
             for (name, adds, dels) in exp.patches {
                 let members = applied.ipsets.entry(name).or_default();
                 for e in &dels {
                     members.remove(e);
                 }
                 members.extend(adds);
+            }
+            for name in changed {
+                let (Some(set), Some(size)) = (planned.get(&name), applied.ipset_sizes.get(&name))
+                else {
+                    continue;
+                };
+                report.ipsets.push(IpSetFigures {
+                    family: exp.family,
+                    entries: set.entries.len(),
+                    maxelem: size.maxelem,
+                    name,
+                });
             }
         }
     }
@@ -206,7 +292,7 @@ struct Writer<'k> {
 
 /// Most member changes held at once: beyond, they are applied before more are built (a first sync's
 /// changes are the sets' whole contents, ~110 bytes each).
-const IPSET_BATCH: usize = 8192;
+pub(super) const IPSET_BATCH: usize = 8192;
 
 impl Writer<'_> {
     fn push(&mut self, op: IpSetOp) {
@@ -280,7 +366,7 @@ fn member_ops(
 }
 
 /// Applies member changes in one call and counts the results; false if the call failed.
-fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) -> bool {
+pub(super) fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) -> bool {
     if ops.is_empty() {
         return true;
     }

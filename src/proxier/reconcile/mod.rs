@@ -18,6 +18,7 @@ mod conntrack;
 mod dest_order;
 pub mod diff;
 pub mod drift;
+mod ipset_grow;
 mod ipsets;
 mod iptables;
 mod iptables_jumps;
@@ -26,8 +27,8 @@ pub mod ownership;
 
 use crate::cluster::model::IpFamily;
 use crate::kernel::conntrack::Conntrack;
-use crate::kernel::ipset::IpSets;
 use crate::kernel::ipset::save::SetHeader;
+use crate::kernel::ipset::{IpSetSize, IpSets};
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::procfs::ViewSlice;
 use crate::kernel::ipvs::{Ipvs, IpvsService, IpvsServiceKey};
@@ -93,6 +94,8 @@ pub struct Applied {
     pub virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     /// Members of our sets, by set name.
     pub ipsets: BTreeMap<String, BTreeSet<String>>,
+    /// Kernel size of our sets, by set name: as created, grown, or read by the last full sync.
+    pub ipset_sizes: BTreeMap<String, IpSetSize>,
     /// Last payload restored successfully (None: never, i.e. cold start).
     pub iptables_payload: Option<String>,
     /// All built-in-chain jumps were in place after the last attempt.
