@@ -56,6 +56,8 @@ impl SyncSettings {
                         .collect(),
                     random_fully,
                     unavailable_schedulers: BTreeMap::new(),
+                    lb_source_ranges_for_node: settings.fixes.lb_source_ranges_for_node,
+                    arp_per_address: settings.fixes.arp_per_address,
                 };
                 (family, config)
             })
