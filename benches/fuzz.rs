@@ -6,6 +6,10 @@
 #[path = "../tests/common/fuzz/mod.rs"]
 mod fuzz;
 
+// Counts each case's memory (per thread), for the targets' memory bounds.
+#[global_allocator]
+static ALLOC: fuzz::alloc::Counting = fuzz::alloc::Counting;
+
 fn main() {
     // `cargo bench` passes `--bench`; take positional numbers only.
     let args: Vec<String> = std::env::args()
@@ -38,11 +42,10 @@ fn main() {
     {
         let r = fuzz::run_target_for(t, &corpus, seed, cases, budget);
         println!(
-            "{}  ({:.0} cases/s, slowest case {} {:?})",
+            "{}  ({:.0} cases/s, {})",
             r.line(),
             r.cases as f64 / r.seconds.max(1e-9),
-            r.slowest.0,
-            r.slowest.1
+            r.extremes()
         );
         for (case, msg) in r.failures.iter().take(5) {
             println!("  {} case {case}: {msg}", r.target);

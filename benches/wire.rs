@@ -1,30 +1,42 @@
-//! JSON vs protobuf on the watch path (issue 22): `cargo bench --bench wire` (sizes: `KPRS_WIRE_SIZES`,
-//! default `1000,10000,50000`; burst size: `KPRS_WIRE_BURST`, default 10000).
+//! JSON vs protobuf, with and without gzip, on the watch path (issues 22 and 29): `cargo bench --bench
+//! wire` (sizes: `KPRS_WIRE_SIZES`, default `1000,10000,50000`; burst size: `KPRS_WIRE_BURST`, default
+//! 10000).
 //!
-//! Per N and encoding, the daemon's own watchers (`cluster::watch::start`, the list-watch loop and the
-//! lenient decoders, feeding the change trackers) run on one thread with a current-thread runtime
-//! against the in-process test API server (N scale-scenario Services with 2-endpoint slices, and the
-//! Node): the initial list (bytes received, CPU time of the watcher thread, wall time) and a burst of
-//! EndpointSlice updates (each one a watch event) until the trackers have recorded all of them. The
-//! server runs on other threads; its encoding cost is not counted. Then, per encoding, the decode of
-//! list pages alone (no HTTP): JSON (lenient), protobuf pruned to the kept fields (what the daemon
-//! does) and protobuf decoded into whole `k8s-pb` objects then converted (the alternative), for the
-//! scenario's lean objects and for objects as a real cluster serves them (managed fields, the
-//! last-applied annotation, status).
+//! Per N and combination (JSON/protobuf × gzip/none), the daemon's own watchers (`cluster::watch::start`,
+//! the list-watch loop and the lenient decoders, feeding the change trackers, over the daemon's own HTTP
+//! stack: `transport::build`, which asks for gzip unless `disable_compression`) run on one thread with a
+//! current-thread runtime against the in-process test API server (N scale-scenario Services with
+//! 2-endpoint slices, and the Node), which serves lists as kube-apiserver does (`resourceVersion=0`
+//! whole, gzip past 128 KiB when asked): the initial list (bytes on the wire, HTTP included, and body
+//! bytes before compression; connections opened; CPU time of the watcher thread; wall time) and a
+//! burst of EndpointSlice updates (each one a watch event; watches are never compressed) until the
+//! trackers have recorded all of them. The server runs on other threads; its encoding cost is not
+//! counted, its gzip time is printed. Then the upstream harness's shape (`tests/common/api_bytes.rs`:
+//! 1,000 Services × 2 ports × 2 endpoints with the metadata a real API server serves) in each
+//! combination against upstream's 0.14 MB. Then, per encoding, the decode of list pages alone (no
+//! HTTP): JSON (lenient), protobuf pruned to the kept fields (what the daemon does) and protobuf decoded
+//! into whole `k8s-pb` objects then converted (the alternative), for the scenario's lean objects and
+//! for objects as a real cluster serves them (managed fields, the last-applied annotation, status).
 //!
-//! Prints `wire-list: ...`, `wire-burst: ...` and `wire-decode: ...` lines and the ratios.
+//! Prints `wire-list: ...`, `wire-burst: ...`, `wire-bytes: ...` and `wire-decode: ...` lines and the
+//! ratios.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::api_bytes;
 use common::apiserver::proto::{self as server_proto, Wire};
 use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};
 use common::scale;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_proxy_rs::cluster::listwatch::request::decode_page;
+use kube_proxy_rs::cluster::client::RateLimitLayer;
+use kube_proxy_rs::cluster::deadline::Deadlines;
+use kube_proxy_rs::cluster::listwatch::request::{ListReader, decode_page};
 use kube_proxy_rs::cluster::listwatch::{ApiClient, Encoding, MediaTypes};
 use kube_proxy_rs::cluster::proto::{Protobuf, envelope};
+use kube_proxy_rs::cluster::rest_metrics::RestClientMetrics;
+use kube_proxy_rs::cluster::transport::{self, Transport};
 use kube_proxy_rs::cluster::watch::{Notifier, Trackers, start};
 use prost::Message;
 use serde_json::{Value, json};
@@ -55,10 +67,58 @@ fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
         .unwrap_or_else(|| default.to_vec())
 }
 
-/// What one encoding cost the watcher thread.
+/// One combination: the encoding and whether gzip is asked for.
+#[derive(Debug, Clone, Copy)]
+struct Combo {
+    wire: Wire,
+    gzip: bool,
+}
+
+impl Combo {
+    const ALL: [Combo; 4] = [
+        Combo {
+            wire: Wire::Json,
+            gzip: false,
+        },
+        Combo {
+            wire: Wire::Json,
+            gzip: true,
+        },
+        Combo {
+            wire: Wire::Protobuf,
+            gzip: false,
+        },
+        Combo {
+            wire: Wire::Protobuf,
+            gzip: true,
+        },
+    ];
+
+    fn name(self) -> String {
+        format!(
+            "{}{}",
+            self.wire.name(),
+            if self.gzip { "+gzip" } else { "" }
+        )
+    }
+
+    fn media(self) -> MediaTypes {
+        match self.wire {
+            Wire::Json => MediaTypes::json(),
+            Wire::Protobuf => MediaTypes::protobuf(),
+        }
+    }
+}
+
+/// What one combination cost the watcher thread.
 #[derive(Debug, Default, Clone, Copy)]
 struct Cost {
+    /// Response body bytes before compression.
     bytes: u64,
+    /// Bytes on the wire (HTTP heads, framing and compressed bodies).
+    wire: u64,
+    /// Connections opened.
+    connections: u64,
     cpu: Duration,
     wall: Duration,
 }
@@ -72,44 +132,50 @@ fn bytes(api: &TestApiServer, wire: Wire, watch: bool) -> u64 {
         .sum()
 }
 
-async fn client(api: &TestApiServer) -> kube::Client {
-    let dir = std::env::temp_dir().join(format!("kprs-wire-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let path = dir.join("kubeconfig");
-    api.write_kubeconfig(&path).expect("kubeconfig");
-    let kc = kube::config::Kubeconfig::read_from(&path).expect("read kubeconfig");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(cfg).expect("client")
+/// A client of `api` over the daemon's HTTP stack (no rate limit), asking for gzip when `gzip`.
+fn client(api: &TestApiServer, gzip: bool) -> kube::Client {
+    let metrics = RestClientMetrics::register(&prometheus::Registry::new()).expect("metrics");
+    let mut config = kube::Config::new(api.url().parse().expect("url"));
+    config.disable_compression = !gzip;
+    let t = Transport {
+        rate_limit: RateLimitLayer::new(0.0, 1),
+        deadlines: Deadlines::default(),
+        metrics: &metrics,
+    };
+    transport::build(config, t).expect("client")
 }
 
-/// Runs the watchers on this thread: reports the list's cost, then waits for `burst` more
-/// EndpointSlice updates (applied by the caller after the first report) and reports their cost.
-fn watcher_thread(api: &TestApiServer, wire: Wire, burst: u64, report: mpsc::Sender<Cost>) {
+/// Runs the watchers on this thread: reports the list's cost once Services and EndpointSlices are
+/// listed and the three watches open, then waits for `burst` more EndpointSlice updates (applied by
+/// the caller after the first report) and reports their cost.
+fn watcher_thread(api: &TestApiServer, combo: Combo, burst: u64, report: mpsc::Sender<Cost>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let media = match wire {
-            Wire::Json => MediaTypes::json(),
-            Wire::Protobuf => MediaTypes::protobuf(),
-        };
-        let client = client(api).await;
+        let client = client(api, combo.gzip);
         let trackers = Trackers::new(scale::NODE);
         let (cpu0, t0) = (thread_cpu(), Instant::now());
         let (stores, mut synced) = start(
-            ApiClient::new(client, media),
+            ApiClient::new(client, combo.media()),
             scale::NODE,
             trackers.clone(),
             Notifier::new(|| {}),
         );
         synced.wait_proxy_ready().await;
+        let watching = || {
+            [Kind::Service, Kind::EndpointSlice, Kind::Node]
+                .iter()
+                .all(|k| api.open_watches(*k) >= 1)
+        };
+        while !watching() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let _ = report.send(Cost {
-            bytes: 0,
             cpu: thread_cpu() - cpu0,
             wall: t0.elapsed(),
+            ..Cost::default()
         });
         let (cpu1, t1) = (thread_cpu(), Instant::now());
         let seen = trackers.totals().1;
@@ -122,42 +188,50 @@ fn watcher_thread(api: &TestApiServer, wire: Wire, burst: u64, report: mpsc::Sen
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _ = report.send(Cost {
-            bytes: 0,
             cpu: thread_cpu() - cpu1,
             wall: t1.elapsed(),
+            ..Cost::default()
         });
         stores.abort();
     });
 }
 
-/// The list and burst cost of one encoding.
-fn measure(api: &TestApiServer, n: usize, wire: Wire, burst: usize, round: usize) -> (Cost, Cost) {
+/// The list and burst cost of one combination; `update(u)` applies the burst's update `u`.
+fn measure(
+    api: &TestApiServer,
+    combo: Combo,
+    burst: usize,
+    update: impl Fn(usize),
+) -> (Cost, Cost) {
     let (tx, rx) = mpsc::channel();
-    let (list_bytes0, watch_bytes0) = (bytes(api, wire, false), bytes(api, wire, true));
+    let wire = combo.wire;
+    let (list_bytes0, traffic0) = (bytes(api, wire, false), api.traffic());
     std::thread::scope(|s| {
-        s.spawn(|| watcher_thread(api, wire, burst as u64, tx));
+        s.spawn(|| watcher_thread(api, combo, burst as u64, tx));
         let mut list = rx.recv().expect("list cost");
+        let traffic1 = api.traffic();
         list.bytes = bytes(api, wire, false) - list_bytes0;
+        list.wire = traffic1.since(traffic0).sent;
+        list.connections = traffic1.since(traffic0).connections;
         let watch_bytes1 = bytes(api, wire, true);
-        for u in 0..burst {
-            let i = (u * 7919) % n;
-            let extra = [scale::extra_ip(round * burst + u)];
-            api.apply_value(Kind::EndpointSlice, scale::slice(i, M, &extra, None))
-                .expect("slice update");
-        }
+        (0..burst).for_each(&update);
         let mut updates = rx.recv().expect("burst cost");
         updates.bytes = bytes(api, wire, true) - watch_bytes1;
-        let _ = watch_bytes0;
+        let traffic2 = api.traffic().since(traffic1);
+        updates.wire = traffic2.sent;
+        updates.connections = traffic2.connections;
         (list, updates)
     })
 }
 
-fn line(what: &str, n: usize, wire: Wire, c: Cost) -> String {
+fn line(what: &str, n: usize, combo: Combo, c: Cost) -> String {
     format!(
-        "{what}: n={n} encoding={} bytes={} MiB={:.2} cpu_s={:.3} wall_s={:.3}",
-        wire.name(),
+        "{what}: n={n} encoding={} bytes={} wire_bytes={} MiB={:.2} connections={} cpu_s={:.3} wall_s={:.3}",
+        combo.name(),
         c.bytes,
-        c.bytes as f64 / (1 << 20) as f64,
+        c.wire,
+        c.wire as f64 / (1 << 20) as f64,
+        c.connections,
         c.cpu.as_secs_f64(),
         c.wall.as_secs_f64()
     )
@@ -254,30 +328,52 @@ fn decode_figures<K: Protobuf + kube_proxy_rs::cluster::listwatch::Watched>(
     let (json_cpu, n1) = cpu_of(&json, reps, page(Encoding::Json));
     let (pruned_cpu, n2) = cpu_of(&pb, reps, page(Encoding::Protobuf));
     let (full_cpu, n3) = cpu_of(&pb, reps, full_decode::<K>);
-    assert_eq!((n1, n2, n3), (objs.len(), objs.len(), objs.len()));
+    // What the daemon does since issue 29: the same pages read as they arrive, in 16 KiB pieces.
+    let incremental = |enc| {
+        move |b: &[u8]| {
+            let mut reader = ListReader::<K>::new(enc);
+            b.chunks(16 << 10)
+                .try_for_each(|c| reader.push(c))
+                .and_then(|()| reader.finish())
+                .map(|p| p.items.len())
+                .unwrap_or(0)
+        }
+    };
+    let (json_inc_cpu, n4) = cpu_of(&json, reps, incremental(Encoding::Json));
+    let (pb_inc_cpu, n5) = cpu_of(&pb, reps, incremental(Encoding::Protobuf));
+    assert_eq!([n1, n2, n3, n4, n5], [objs.len(); 5]);
     let us = |d: Duration| d.as_secs_f64() * 1e6 / objs.len() as f64;
     println!(
         "wire-decode: {label} objects={} json_bytes={} protobuf_bytes={} json_us_per_obj={:.2} \
-         protobuf_pruned_us_per_obj={:.2} protobuf_full_k8s_pb_us_per_obj={:.2}",
+         json_incremental_us_per_obj={:.2} protobuf_pruned_us_per_obj={:.2} \
+         protobuf_incremental_us_per_obj={:.2} protobuf_full_k8s_pb_us_per_obj={:.2}",
         objs.len(),
         size(&json),
         size(&pb),
         us(json_cpu),
+        us(json_inc_cpu),
         us(pruned_cpu),
+        us(pb_inc_cpu),
         us(full_cpu)
     );
 }
 
-fn main() {
-    let sizes = env_list("KPRS_WIRE_SIZES", &[1000, 10_000, 50_000]);
-    let burst = env_list("KPRS_WIRE_BURST", &[10_000])[0];
-    for &n in &sizes {
+/// A test API server serving lists as kube-apiserver does, with history for a burst of `burst`.
+fn server(burst: usize) -> TestApiServer {
+    let opts = ApiOptions {
         // History for the whole burst: a watch that falls behind must not get 410 and relist.
-        let opts = ApiOptions {
-            history_limit: 4 * burst + 10,
-            ..ApiOptions::default()
-        };
-        let api = TestApiServer::start_with("127.0.0.1:0", opts).expect("test API server");
+        history_limit: 4 * burst + 10,
+        watch_cache_lists: true,
+        bookmark_interval: Duration::from_secs(3600),
+        ..ApiOptions::default()
+    };
+    TestApiServer::start_with("127.0.0.1:0", opts).expect("test API server")
+}
+
+/// The scale scenario at each size: list and burst per combination.
+fn scale_figures(sizes: &[usize], burst: usize) {
+    for &n in sizes {
+        let api = server(burst * Combo::ALL.len());
         api.apply_value(Kind::Node, scale::node()).expect("node");
         for i in 0..n {
             api.apply_value(Kind::Service, scale::service(i))
@@ -286,24 +382,67 @@ fn main() {
                 .expect("slice");
         }
         let mut results = Vec::new();
-        for (round, wire) in [Wire::Json, Wire::Protobuf].into_iter().enumerate() {
-            let (list, updates) = measure(&api, n, wire, burst, round);
-            println!("{}", line("wire-list", n, wire, list));
+        for (round, combo) in Combo::ALL.into_iter().enumerate() {
+            let update = |u: usize| {
+                let i = (u * 7919) % n;
+                let extra = [scale::extra_ip(round * burst + u)];
+                api.apply_value(Kind::EndpointSlice, scale::slice(i, M, &extra, None))
+                    .expect("slice update");
+            };
+            let (list, updates) = measure(&api, combo, burst, update);
+            println!("{}", line("wire-list", n, combo, list));
             println!(
                 "{}",
-                line(&format!("wire-burst({burst})"), n, wire, updates)
+                line(&format!("wire-burst({burst})"), n, combo, updates)
             );
-            results.push((list, updates));
+            results.push((combo, list, updates));
         }
-        let (j, p) = (results[0], results[1]);
+        let json = results[0].1;
+        for (combo, list, updates) in &results {
+            println!(
+                "wire-ratio: n={n} encoding={} list_wire_bytes={} list_cpu={} burst_cpu={} (to json without gzip)",
+                combo.name(),
+                ratio(list.wire as f64, json.wire as f64),
+                ratio(list.cpu.as_secs_f64(), json.cpu.as_secs_f64()),
+                ratio(updates.cpu.as_secs_f64(), results[0].2.cpu.as_secs_f64()),
+            );
+        }
+        let (gz, plain, zipped) = api.compressed();
         println!(
-            "wire-ratio: n={n} list_bytes={} list_cpu={} burst_bytes={} burst_cpu={} (protobuf / json)",
-            ratio(p.0.bytes as f64, j.0.bytes as f64),
-            ratio(p.0.cpu.as_secs_f64(), j.0.cpu.as_secs_f64()),
-            ratio(p.1.bytes as f64, j.1.bytes as f64),
-            ratio(p.1.cpu.as_secs_f64(), j.1.cpu.as_secs_f64()),
+            "wire-server: n={n} gzip_responses={gz} plain_bytes={plain} gzip_bytes={zipped} gzip_ms={}",
+            api.compress_time().as_millis()
         );
     }
+}
+
+/// The upstream harness's shape: 1,000 Services × 2 ports × 2 endpoints, start-up until watching.
+fn upstream_shape_figures() {
+    let n = 1000;
+    let api = server(10);
+    api.apply_value(Kind::Node, scale::node()).expect("node");
+    api_bytes::load(&api, n);
+    let mut json = 0;
+    for combo in Combo::ALL {
+        let (list, _) = measure(&api, combo, 0, |_| {});
+        if combo.wire == Wire::Json && !combo.gzip {
+            json = list.wire;
+        }
+        println!(
+            "wire-bytes: shape=upstream-harness n={n} encoding={} wire_bytes={} connections={} to_json={} to_upstream_0.14MB={}",
+            combo.name(),
+            list.wire,
+            list.connections,
+            ratio(list.wire as f64, json as f64),
+            ratio(list.wire as f64, api_bytes::UPSTREAM_BYTES_1000 as f64),
+        );
+    }
+}
+
+fn main() {
+    let sizes = env_list("KPRS_WIRE_SIZES", &[1000, 10_000, 50_000]);
+    let burst = env_list("KPRS_WIRE_BURST", &[10_000])[0];
+    upstream_shape_figures();
+    scale_figures(&sizes, burst);
     let n = 10_000;
     let services: Vec<Value> = (0..n).map(scale::service).collect();
     let slices: Vec<Value> = (0..n).map(|i| scale::slice(i, M, &[], None)).collect();

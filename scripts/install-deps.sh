@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the demo, the kernel tests and the image build need, skipping what is already installed:
 # - Debian packages: the User-Mode Linux kernel, ipvsadm, ipset, iptables, kmod, curl, iproute2, conntrack (kernel
-#   tests; conntrack is the conntrack test's independent check); nftables (the nft tool: the host-kernel tests of
+#   tests; conntrack is the conntrack test's independent check; iputils-arping probes the multi-node suite's
+#   segment for strictARP); nftables (the nft tool: the host-kernel tests of
 #   other modes' leftovers build the nftables mode's tables with it); mmdebstrap, binutils (objcopy, readelf), file,
 #   python3 (scripts/build-image.sh, scripts/build-release.sh); containerd and runc (the image tests run the
 #   image inside the UML guest); with --tools also gcc-aarch64-linux-gnu and binutils-aarch64-linux-gnu (the
@@ -34,7 +35,7 @@ for a in "$@"; do
   esac
 done
 
-need=(user-mode-linux ipvsadm ipset iptables kmod curl iproute2 conntrack nftables
+need=(user-mode-linux ipvsadm ipset iptables kmod curl iproute2 conntrack nftables iputils-arping
       mmdebstrap binutils file python3 containerd runc)
 [ "$tools" = 1 ] && need+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user-static python3-venv)
 missing=()

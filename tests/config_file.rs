@@ -271,6 +271,35 @@ fn api_version_and_kind_are_checked() {
     assert!(decode("").is_err());
 }
 
+/// A file with two documents (e.g. a KubeletConfiguration pasted after ours) is refused saying so, not
+/// as "too big"; a single document with a leading `---` is fine.
+#[test]
+fn a_second_document_is_refused_saying_so() {
+    let one =
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n";
+    assert!(decode(&format!("---\n{one}")).is_ok());
+    for two in [
+        format!("{one}---\n{one}"),
+        format!(
+            "---\n{one}---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        ),
+    ] {
+        let err = decode(&two).unwrap_err().to_string();
+        assert!(
+            err.contains("more than one YAML document") && !err.contains("too big"),
+            "{err}"
+        );
+    }
+    let path = tmp_file("two-docs.yaml", &format!("{one}---\n{one}"));
+    let arg = format!("--config={}", path.display());
+    let e = parse_args(["kube-proxy", arg.as_str()]).unwrap_err();
+    assert!(
+        e.to_string().contains(&path.display().to_string())
+            && e.to_string().contains("more than one YAML document"),
+        "{e}"
+    );
+}
+
 #[test]
 fn logging_section_accepts_integer_and_string_forms() {
     let yaml = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\

@@ -203,15 +203,22 @@ fn proxy_mode() {
 #[test]
 fn feature_gates() {
     let o = run(&[
-        "--feature-gates=KubeProxyIPVS=true,Foo=false",
+        "--feature-gates=KubeProxyIPVS=true,AllowServiceExternalIPs=false",
         "--feature_gates",
-        "Bar=t",
+        "ComponentFlagz=t",
         "--hostname-override=n",
     ]);
     let g = &o.config.feature_gates;
     assert_eq!(g.get("KubeProxyIPVS"), Some(&true));
-    assert_eq!(g.get("Foo"), Some(&false));
-    assert_eq!(g.get("Bar"), Some(&true));
+    assert_eq!(g.get("AllowServiceExternalIPs"), Some(&false));
+    assert_eq!(g.get("ComponentFlagz"), Some(&true));
+    // Setting a deprecated gate is allowed with upstream's warning.
+    assert!(
+        o.warnings.iter().any(|w| w
+            == "Setting deprecated feature gate KubeProxyIPVS=true. It will be removed in a future release."),
+        "{:?}",
+        o.warnings
+    );
     for bad in [
         "--feature-gates=KubeProxyIPVS",
         "--feature-gates=A=maybe",
@@ -220,6 +227,39 @@ fn feature_gates() {
         let e = err(&[bad]);
         assert!(e.contains("--feature-gates"), "{bad}: {e}");
     }
+}
+
+/// Unknown gates are refused as upstream refuses them, naming the gate; so are locked gates set against
+/// their value, and `KubeProxyIPVS=false` (this binary runs IPVS mode only).
+#[test]
+fn unknown_locked_and_ipvs_disabling_gates_are_refused() {
+    let e = err(&["--feature-gates=SidecarContainers=true,NoSuchGate=true,Zzz=false"]);
+    assert_eq!(
+        e,
+        "invalid configuration: featureGates: Invalid value: map[string]bool{\"NoSuchGate\":true, \"SidecarContainers\":true, \
+         \"Zzz\":false}: unrecognized feature gate: NoSuchGate"
+    );
+    let e = err(&["--feature-gates=NFTablesProxyMode=false"]);
+    assert!(
+        e.ends_with(
+            "cannot set feature gate NFTablesProxyMode to false, feature is locked to true"
+        ),
+        "{e}"
+    );
+    let e = err(&["--feature-gates=KubeProxyIPVS=false"]);
+    assert!(
+        e.starts_with(
+            "invalid configuration: featureGates: Invalid value: \
+             map[string]bool{\"KubeProxyIPVS\":false}: the KubeProxyIPVS feature gate is off"
+        ),
+        "{e}"
+    );
+    // A gate of another component is known to upstream's kube-proxy, so accepted.
+    let o = run(&[
+        "--feature-gates=SidecarContainers=true",
+        "--hostname-override=n",
+    ]);
+    assert_eq!(o.config.feature_gates.get("SidecarContainers"), Some(&true));
 }
 
 #[test]
@@ -248,7 +288,7 @@ fn every_value_flag_lands_in_the_config() {
         "--detect-local-mode=InterfaceNamePrefix",
         "--pod-interface-name-prefix=veth",
         "--pod-bridge-interface=cbr0",
-        "--nodeport-addresses=primary,10.0.0.0/8",
+        "--nodeport-addresses=10.0.0.0/8",
         "--oom-score-adj",
         "-500",
         "--conntrack-max-per-core=0",
@@ -291,7 +331,7 @@ fn every_value_flag_lands_in_the_config() {
     assert_eq!(c.detect_local.interface_name_prefix, "veth");
     assert_eq!(c.detect_local.bridge_interface, "cbr0");
     let npa = c.node_port_addresses();
-    assert!(npa.primary);
+    assert!(!npa.primary);
     assert_eq!(npa.cidrs, vec!["10.0.0.0/8".parse().unwrap()]);
     assert_eq!(c.oom_score_adj, Some(-500));
     assert_eq!(c.conntrack.max_per_core, Some(0));

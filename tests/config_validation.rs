@@ -247,16 +247,31 @@ fn node_port_addresses() {
         ),
         (
             |c| c.node_port_addresses = Some(vec!["Primary".into()]),
-            "nodePortAddresses[0]",
+            "nodePortAddresses[0]: Invalid value: \"Primary\": must be a valid CIDR",
+        ),
+        // Upstream's validation knows one keyword, `primary`, and only alone.
+        (
+            |c| c.node_port_addresses = Some(vec!["primary".into(), "10.0.0.0/8".into()]),
+            "nodePortAddresses[0]: Invalid value: \"primary\": can't use both 'primary' and CIDRs",
+        ),
+        (
+            |c| c.node_port_addresses = Some(vec!["10.0.0.0/8".into(), "primary".into()]),
+            "nodePortAddresses[1]: Invalid value: \"primary\": can't use both 'primary' and CIDRs",
+        ),
+        (
+            |c| c.node_port_addresses = Some(vec!["Localhost".into()]),
+            "nodePortAddresses[0]: Invalid value: \"Localhost\": must be a valid CIDR",
         ),
     ]);
     valid_each(&[
         |c| c.node_port_addresses = Some(vec!["primary".into()]),
+        |c| c.node_port_addresses = Some(vec![]),
+        |c| c.node_port_addresses = Some(vec!["192.168.1.7/24".into(), "fd00::/64".into()]),
+        // The newest upstream's shorthands, accepted beside CIDRs (a superset of upstream 1.36's values).
         |c| {
             c.node_port_addresses =
                 Some(vec!["localhost".into(), "all".into(), "10.0.0.0/8".into()])
         },
-        |c| c.node_port_addresses = Some(vec!["192.168.1.7/24".into(), "fd00::/64".into()]),
     ]);
 }
 
@@ -393,31 +408,38 @@ fn helpers() {
         LocalDetector::BridgeInterface("cbr0".into())
     );
 
-    // nodePortAddresses: unset means all; keywords expand; host bits are dropped.
-    c.node_port_addresses = None;
-    let all = c.node_port_addresses();
-    assert!(all.allows("203.0.113.9".parse().unwrap(), &[]));
-    assert!(all.allows("2001:db8::1".parse().unwrap(), &[]));
-    c.node_port_addresses = Some(vec!["primary".into(), "192.168.1.7/24".into()]);
+    // nodePortAddresses: unset or empty means all; `primary` means the Node's primary IPs; host bits
+    // are dropped.
+    for unset in [None, Some(vec![])] {
+        c.node_port_addresses = unset;
+        let all = c.node_port_addresses();
+        assert!(all.allows("203.0.113.9".parse().unwrap(), &[]));
+        assert!(all.allows("2001:db8::1".parse().unwrap(), &[]));
+        assert!(!all.primary);
+    }
+    let primary = ["10.0.0.5".parse().unwrap()];
+    c.node_port_addresses = Some(vec!["primary".into()]);
+    let npa = c.node_port_addresses();
+    assert!(npa.cidrs.is_empty());
+    assert!(npa.allows("10.0.0.5".parse().unwrap(), &primary));
+    assert!(!npa.allows("10.0.0.6".parse().unwrap(), &primary));
+    c.node_port_addresses = Some(vec!["192.168.1.7/24".into()]);
     let npa = c.node_port_addresses();
     assert_eq!(
         npa.cidrs_for(IpFamily::V4),
         vec!["192.168.1.0/24".parse().unwrap()]
     );
     assert!(npa.cidrs_for(IpFamily::V6).is_empty());
-    let primary = ["10.0.0.5".parse().unwrap()];
-    assert!(npa.allows("10.0.0.5".parse().unwrap(), &primary));
     assert!(npa.allows("192.168.1.200".parse().unwrap(), &primary));
-    assert!(!npa.allows("10.0.0.6".parse().unwrap(), &primary));
+    assert!(!npa.allows("10.0.0.5".parse().unwrap(), &primary));
+    // The shorthands expand to their CIDRs: `localhost` to both loopback ranges.
     c.node_port_addresses = Some(vec!["localhost".into()]);
-    assert!(
-        c.node_port_addresses()
-            .allows("127.0.0.1".parse().unwrap(), &[])
+    let npa = c.node_port_addresses();
+    assert_eq!(
+        npa.cidrs,
+        vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]
     );
-    assert!(
-        !c.node_port_addresses()
-            .allows("10.0.0.1".parse().unwrap(), &[])
-    );
+    assert!(!npa.allows("10.0.0.5".parse().unwrap(), &primary));
 
     assert_eq!(c.scheduler(), "rr");
     c.ipvs.scheduler = "mh".into();

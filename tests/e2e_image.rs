@@ -8,14 +8,14 @@
 //! - `image_runs_like_the_daemonset` (UML guest): containerd imports the archive (`ctr images import`) and runs
 //!   the image as the DaemonSet's pod: its init containers in order (`ipvs-modules` with SYS_MODULE only,
 //!   then the privileged `kube-proxy-init --init-only`), then the daemon with the DaemonSet's command, env,
-//!   volume mounts (host network, ConfigMap directory, `/run/xtables.lock`, the node's `/lib/modules`
-//!   read-only) and exactly its securityContext (capabilities, no_new_privs, read-only root, the default
+//!   volume mounts (host network, ConfigMap directory, `/run/xtables.lock`) and exactly its securityContext (capabilities, no_new_privs, read-only root, the default
 //!   seccomp profile; `tests/common/podsec.rs` maps them to ctr's flags and reads them back from the running
 //!   process): ClusterIP and NodePort traffic, the DaemonSet's probe paths, a restart adopting the rules,
 //!   `--cleanup` as `deploy/jobs/cleanup.yaml` runs it leaving nothing, a rejected config exiting non-zero
-//!   with the field named; without SYS_MODULE the daemon's modprobe fails and a Service asking for an
-//!   unloaded scheduler stays on the node's with a Warning Event; with the capability of
-//!   `deploy/components/scheduler-modules` the image's modprobe loads from the mounted `/lib/modules`.
+//!   with the field named; without SYS_MODULE (and without the module tree, which the daemon's container
+//!   does not mount) modprobe fails, and a Service asking for an unloaded scheduler stays on the node's
+//!   with a Warning Event saying the capability is missing; with the capability and the mount of
+//!   `deploy/components/scheduler-modules` the image's modprobe loads from the node's `/lib/modules`.
 //!
 //! A missing image fails these tests (scripts/test.sh builds it first); `KPRS_SKIP_IMAGE_TESTS=1` opts out.
 mod common;
@@ -31,7 +31,7 @@ use common::podsec;
 use common::uml::{self, BootOptions, sh};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -478,8 +478,8 @@ fn loaded(module: &str) -> bool {
     Path::new("/sys/module").join(module).exists()
 }
 
-/// The capability deploy/components/scheduler-modules adds to the daemon's container.
-fn scheduler_modules_cap() -> String {
+/// What deploy/components/scheduler-modules adds to the daemon's container: a capability and a mount.
+fn scheduler_modules_patch() -> (String, VolumeMount) {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/deploy/components/scheduler-modules/kustomization.yaml"
@@ -488,18 +488,27 @@ fn scheduler_modules_cap() -> String {
         serde_saphyr::from_str(&std::fs::read_to_string(path).expect("read")).expect("parse");
     let ops: Value =
         serde_saphyr::from_str(k["patches"][0]["patch"].as_str().expect("patch")).expect("ops");
-    assert_eq!(ops[0]["op"], "add");
-    assert!(
-        ops[0]["path"]
-            .as_str()
-            .is_some_and(|p| p.ends_with("/securityContext/capabilities/add/-"))
-    );
-    ops[0]["value"].as_str().expect("capability").to_string()
+    let added = |path_end: &str| {
+        let op = ops
+            .as_array()
+            .expect("ops")
+            .iter()
+            .find(|o| o["path"].as_str().is_some_and(|p| p.ends_with(path_end)))
+            .unwrap_or_else(|| panic!("no op adding {path_end}: {ops}"));
+        assert_eq!(op["op"], "add");
+        op["value"].clone()
+    };
+    let cap = added("/securityContext/capabilities/add/-");
+    let mount = added("/volumeMounts/-");
+    (
+        cap.as_str().expect("capability").to_string(),
+        serde_json::from_value(mount).expect("volume mount"),
+    )
 }
 
-/// The daemon's container cannot load a module (no SYS_MODULE: modprobe fails, nothing loaded); with the
-/// capability the scheduler-modules component adds, the image's modprobe loads it from the node's
-/// /lib/modules as the DaemonSet mounts it.
+/// The daemon's container cannot load a module (no SYS_MODULE and no module tree: modprobe fails, nothing
+/// loaded); with the capability and the node's /lib/modules that the scheduler-modules component adds, the
+/// image's modprobe loads it.
 fn modules_need_sys_module(e: &E2e) {
     assert!(!loaded(PROBE_MODULE));
     let argv = vec!["/sbin/modprobe".to_string(), PROBE_MODULE.to_string()];
@@ -510,17 +519,16 @@ fn modules_need_sys_module(e: &E2e) {
         !out.status.success() && !loaded(PROBE_MODULE),
         "loaded without SYS_MODULE: {text}"
     );
-    assert!(text.contains("Operation not permitted"), "{text}");
     println!("modprobe without SYS_MODULE: {}", text.trim());
     let (pod, mut c) = daemonset();
+    let (cap, mount) = scheduler_modules_patch();
     let caps = c
         .security_context
         .as_mut()
         .and_then(|s| s.capabilities.as_mut())
         .expect("caps");
-    caps.add
-        .get_or_insert_with(Vec::new)
-        .push(scheduler_modules_cap());
+    caps.add.get_or_insert_with(Vec::new).push(cap);
+    c.volume_mounts.get_or_insert_with(Vec::new).push(mount);
     run(&mut ctr_run(e, &pod, &c, &cm, &argv));
     assert!(
         loaded(PROBE_MODULE),
@@ -602,7 +610,9 @@ fn unloadable_scheduler_is_reported(e: &mut E2e) {
     let notes = warnings(e);
     let module = format!("ip_vs_{ANNOTATED}");
     assert!(
-        notes[0].contains(&module) && notes[0].contains(SCHEDULER_ANNOTATION),
+        notes[0].contains(&module)
+            && notes[0].contains(SCHEDULER_ANNOTATION)
+            && notes[0].contains("lacks CAP_SYS_MODULE"),
         "{notes:?}"
     );
     println!("Event without SYS_MODULE: {}", notes[0]);

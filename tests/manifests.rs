@@ -593,12 +593,13 @@ fn daemonset_is_a_kubeadm_style_drop_in() {
     let hp = xtables_vol.host_path.as_ref().unwrap();
     assert_eq!(hp.path, "/run/xtables.lock");
     assert_eq!(hp.type_.as_deref(), Some("FileOrCreate"));
-    let modules = mounts
-        .iter()
-        .find(|m| m.mount_path == "/lib/modules")
-        .expect("/lib/modules");
-    assert_eq!(modules.read_only, Some(true));
-    let modules_vol = volumes.iter().find(|v| v.name == modules.name).unwrap();
+    // The node's module tree only where a module can be loaded (CAP_SYS_MODULE): the ipvs-modules init
+    // container (tests/manifests/security.rs), not the daemon (components/scheduler-modules adds both).
+    assert!(
+        !mounts.iter().any(|m| m.mount_path == "/lib/modules"),
+        "the daemon has no CAP_SYS_MODULE: no /lib/modules"
+    );
+    let modules_vol = volumes.iter().find(|v| v.name == "lib-modules").unwrap();
     assert_eq!(modules_vol.host_path.as_ref().unwrap().path, "/lib/modules");
 
     // Probes hit the healthz server where the configuration puts it.
@@ -1164,6 +1165,14 @@ fn demo_cluster_state_parses_and_is_consistent() {
         for ep in &slice.endpoints {
             assert_eq!(ep.node_name.as_deref(), Some(node_name.as_str()));
             let cond = ep.conditions.as_ref().unwrap();
+            // web's pod-d is not ready yet: the demo explains why it gets no traffic.
+            if name == "web" && ep.addresses == ["10.244.0.14"] {
+                assert_eq!(
+                    (cond.ready, cond.serving, cond.terminating),
+                    (Some(false), Some(false), Some(false))
+                );
+                continue;
+            }
             assert_eq!(
                 (cond.ready, cond.serving, cond.terminating),
                 (Some(true), Some(true), Some(false))

@@ -629,6 +629,8 @@ async fn statusz_and_flagz_negotiate_like_upstream() {
         component: "kube-proxy".into(),
         started: std::time::SystemTime::now() - Duration::from_secs(61),
         flags,
+        statusz: true,
+        flagz: true,
     };
     let state = MetricsServerState {
         metrics: Arc::new(Metrics::new().unwrap()),
@@ -694,4 +696,31 @@ async fn statusz_and_flagz_negotiate_like_upstream() {
     assert_eq!(f["flags"]["v"], "2");
     // A structured kind of the other page is not acceptable.
     assert_eq!(get_with(addr, "/flagz", beta).await.status, 406);
+}
+
+/// A page whose feature gate (`ComponentStatusz`, `ComponentFlagz`) is off is not served: 404, as
+/// upstream, which does not install it; the other page and the rest of the server are unaffected.
+#[tokio::test]
+async fn zpages_follow_their_feature_gates() {
+    for (gate, off, on) in [
+        ("ComponentStatusz", "/statusz", "/flagz"),
+        ("ComponentFlagz", "/flagz", "/statusz"),
+    ] {
+        let gates: BTreeMap<String, bool> = [(gate.to_string(), false)].into();
+        let state = MetricsServerState {
+            metrics: Arc::new(Metrics::new().unwrap()),
+            proxy_mode: "ipvs".into(),
+            configz: Value::Null,
+            zpages: Arc::new(ZPages::for_process().with_gates(&gates)),
+            explain: None,
+        };
+        let server = start_metrics_server(loopback0(), state, true, std::future::pending())
+            .await
+            .unwrap();
+        let addr = server.local_addr.unwrap();
+        assert_eq!(get(addr, off).await.status, 404, "{gate}=false: {off}");
+        assert_eq!(get(addr, on).await.status, 200, "{gate}=false: {on}");
+        assert_eq!(get(addr, "/healthz").await.status, 200);
+        server.task.abort();
+    }
 }

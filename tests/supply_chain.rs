@@ -4,6 +4,10 @@
 //! - `dependency_policy_accepts_ours_and_rejects_the_rest`: cargo-deny (installed by `scripts/install-deps.sh
 //!   --tools`) with deny.toml passes on this crate's graph; the same policy fails a scratch crate that depends
 //!   on a GPL-3.0 crate (licenses) and on a crate named openssl (bans).
+//! - `advisory_check_passes_ours_and_fails_a_known_vulnerability`: scripts/advisories.sh (cargo-deny's
+//!   advisories check against the RustSec database snapshot, offline) passes on this crate's graph and fails
+//!   a graph holding smallvec 1.6.0 (RUSTSEC-2021-0003). A missing snapshot fails it (KPRS_SKIP_ADVISORIES=1
+//!   skips).
 //! - `test_command_runs_cargo_locked`: every cargo invocation of scripts/test.sh and of the scripts it runs
 //!   carries `--locked` (`cargo fmt` excepted: it resolves no dependencies and has no such flag).
 //! - `license_file_matches_cargo_toml`: LICENSE is the Apache License 2.0 text that Cargo.toml declares.
@@ -104,19 +108,114 @@ fn dependency_policy_accepts_ours_and_rejects_the_rest() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `scripts/advisories.sh` with extra cargo-deny options.
+fn advisories(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(root().join("scripts/advisories.sh"))
+        .args(args)
+        .env("CARGO_TERM_COLOR", "never")
+        .output()
+        .expect("run scripts/advisories.sh")
+}
+
+/// The advisory check against the RustSec database snapshot (scripts/advisories.sh, offline) passes on this
+/// crate's graph and fails a graph holding a crate version with a known vulnerability: smallvec 1.6.0
+/// (RUSTSEC-2021-0003), a scratch crate of that name and version presented as crates.io's (cargo's metadata
+/// rewritten to the registry source, so nothing is downloaded).
+#[test]
+fn advisory_check_passes_ours_and_fails_a_known_vulnerability() {
+    if !tools_required("advisory_check_passes_ours_and_fails_a_known_vulnerability") {
+        return;
+    }
+    if std::env::var("KPRS_SKIP_ADVISORIES").is_ok_and(|v| v == "1") {
+        println!("SKIP advisory check: KPRS_SKIP_ADVISORIES=1");
+        return;
+    }
+    let ours = advisories(&[]);
+    assert!(
+        ours.status.success(),
+        "advisories on this crate:\n{}",
+        text(&ours)
+    );
+    assert!(
+        text(&ours).contains("RustSec advisory database: "),
+        "{}",
+        text(&ours)
+    );
+
+    let dir = common::uml::run_dir("advisory_scratch");
+    let sv = dir.join("smallvec");
+    scratch_crate(&dir.join("app"), "app", "MIT", &["smallvec"]);
+    scratch_crate(&sv, "smallvec", "MIT", &[]);
+    let toml = std::fs::read_to_string(sv.join("Cargo.toml")).expect("read");
+    std::fs::write(sv.join("Cargo.toml"), toml.replace("0.1.0", "1.6.0")).expect("write");
+    let app_toml = dir.join("app/Cargo.toml");
+    let app = std::fs::read_to_string(&app_toml).expect("read");
+    std::fs::write(
+        &app_toml,
+        app.replace("version = \"0.1.0\" }", "version = \"1.6.0\" }"),
+    )
+    .expect("write");
+    let meta = run(Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--offline",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(&app_toml));
+    let local_id = format!("path+file://{}#1.6.0", sv.display());
+    let registry = "registry+https://github.com/rust-lang/crates.io-index";
+    let mut m: serde_json::Value = serde_json::from_str(
+        &String::from_utf8_lossy(&meta.stdout)
+            .replace(&local_id, &format!("{registry}#smallvec@1.6.0")),
+    )
+    .expect("cargo metadata JSON");
+    for p in m["packages"].as_array_mut().expect("packages") {
+        if p["name"] == "smallvec" {
+            p["source"] = serde_json::json!(registry);
+        }
+    }
+    let meta_path = dir.join("metadata.json");
+    std::fs::write(&meta_path, m.to_string()).expect("write metadata");
+    let vulnerable = advisories(&[
+        "--manifest-path".as_ref(),
+        app_toml.as_os_str(),
+        "--metadata-path".as_ref(),
+        meta_path.as_os_str(),
+    ]);
+    assert!(
+        !vulnerable.status.success(),
+        "smallvec 1.6.0 accepted:\n{}",
+        text(&vulnerable)
+    );
+    assert!(
+        text(&vulnerable).contains("RUSTSEC-2021-0003"),
+        "{}",
+        text(&vulnerable)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The scripts the test command runs (itself included), by name.
-const TEST_SCRIPTS: [&str; 5] = [
+const TEST_SCRIPTS: [&str; 6] = [
     "scripts/test.sh",
     "scripts/install-deps.sh",
     "scripts/build-release.sh",
     "scripts/build-image.sh",
     "scripts/image/rootfs.sh",
+    "scripts/advisories.sh",
 ];
 
 #[test]
 fn test_command_runs_cargo_locked() {
     let test_sh = std::fs::read_to_string(root().join("scripts/test.sh")).expect("test.sh");
-    for called in ["install-deps.sh", "build-release.sh", "build-image.sh"] {
+    for called in [
+        "install-deps.sh",
+        "build-release.sh",
+        "build-image.sh",
+        "advisories.sh",
+    ] {
         assert!(
             test_sh.contains(called),
             "scripts/test.sh no longer runs {called}: update TEST_SCRIPTS"

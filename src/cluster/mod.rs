@@ -1,9 +1,11 @@
 //! The cluster side: models, conversion from API objects, change trackers, endpoint selection, watchers.
 
+pub mod body_limit;
 pub mod client;
 pub mod convert;
 pub mod deadline;
 pub mod decode;
+pub mod gzip;
 pub mod listwatch;
 pub mod model;
 pub mod proto;

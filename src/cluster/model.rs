@@ -139,6 +139,18 @@ impl fmt::Display for ServicePortName {
     }
 }
 
+/// Whether `s` can be a namespace or a Service name: an RFC 1123 label (1 to 63 lowercase letters,
+/// digits and `-`, starting and ending with a letter or digit). Kubernetes 1.37 validates Service names
+/// so (`RelaxedServiceNameValidation`: a digit may lead); before, they were RFC 1035 labels, a subset.
+pub fn is_rfc1123_label(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter().all(|&c| alnum(c) || c == b'-')
+        && b.first().is_some_and(|&c| alnum(c))
+        && b.last().is_some_and(|&c| alnum(c))
+}
+
 /// Namespace/name of a service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceName {

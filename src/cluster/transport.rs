@@ -2,14 +2,18 @@
 //! TCP connections carry keepalive probes and every request has a deadline ([`super::deadline`]), and so
 //! that every request is counted ([`super::rest_metrics`]).
 //!
-//! From the outside in: rate limiter → deadlines → base URI → retries of 429/503/504 (when the config
-//! allows, as kube's builder does) → authentication → extra headers → metrics → hyper's pooled HTTP/1.1
-//! client over rustls, on TCP connections with keepalive and a connect timeout.
+//! From the outside in: rate limiter → deadlines → response size limits ([`super::body_limit`]) → base
+//! URI → retries of 429/503/504 (when the config allows, as kube's builder does) → authentication → extra
+//! headers → metrics → gzip ([`super::gzip`]: asks for it unless the kubeconfig has
+//! `disable-compression: true`, decodes it) → hyper's pooled HTTP/1.1 client over rustls, on TCP
+//! connections with keepalive and a connect timeout.
 
+use super::body_limit::BodyLimitLayer;
 use super::client::RateLimitLayer;
 use super::deadline::{
     CONNECT_TIMEOUT, DeadlineLayer, Deadlines, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES,
 };
+use super::gzip::GzipLayer;
 use super::rest_metrics::RestClientMetrics;
 use anyhow::{Context, bail};
 use hyper_util::client::legacy::Client as HyperClient;
@@ -67,6 +71,7 @@ pub fn build(config: kube::Config, t: Transport<'_>) -> anyhow::Result<kube::Cli
     let service = ServiceBuilder::new()
         .layer(t.rate_limit)
         .layer(DeadlineLayer::new(t.deadlines))
+        .layer(BodyLimitLayer::default())
         .layer(config.base_uri_layer())
         .option_layer(retry)
         .option_layer(config.auth_layer().context("API server credentials")?)
@@ -76,6 +81,7 @@ pub fn build(config: kube::Config, t: Transport<'_>) -> anyhow::Result<kube::Cli
                 .context("API request headers")?,
         )
         .layer(t.metrics.layer(&host_label(&config)))
+        .layer(GzipLayer::new(!config.disable_compression))
         .service(hyper);
     Ok(ClientBuilder::new(service, config.default_namespace.clone()).build())
 }

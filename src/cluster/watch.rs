@@ -41,9 +41,13 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
 
 /// Watch parameters every watcher starts from: a server-side timeout picked at random in 5–10 minutes
-/// ([`deadline::watch_timeout_seconds`]; the client-side limits are the transport's, see [`deadline`]).
+/// ([`deadline::watch_timeout_seconds`]; the client-side limits are the transport's, see [`deadline`]);
+/// the first list at `resourceVersion=0`, as client-go's reflector lists: the API server answers it from
+/// its watch cache, whole, in one response it can compress (a relist after 410 Gone is consistent).
 fn base_watch_config() -> watcher::Config {
-    watcher::Config::default().timeout(deadline::watch_timeout_seconds())
+    watcher::Config::default()
+        .timeout(deadline::watch_timeout_seconds())
+        .any_semantic()
 }
 
 /// Watch parameters for Services.

@@ -5,6 +5,7 @@
 
 pub mod build_info;
 pub mod features;
+pub mod gate_names;
 pub mod runtime;
 pub mod zpages;
 
@@ -16,6 +17,8 @@ pub const NAME: &str = "kube-proxy";
 pub const KUBERNETES_MAJOR: &str = "1";
 /// See [`KUBERNETES_MAJOR`].
 pub const KUBERNETES_MINOR: &str = "36";
+/// [`KUBERNETES_MINOR`] as a number (the feature gates' specs are per minor release).
+pub const KUBERNETES_MINOR_NUMBER: u32 = 36;
 
 /// This build's own version (Cargo's).
 pub const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -85,6 +88,10 @@ mod tests {
         assert!(v.starts_with("v1.36.0+kube-proxy-rs."), "{v}");
         assert_eq!(binary_version(), v[1..]);
         assert_eq!(emulation_version(), "1.36");
+        assert_eq!(
+            KUBERNETES_MINOR.parse::<u32>().ok(),
+            Some(KUBERNETES_MINOR_NUMBER)
+        );
         assert!(
             COMPILER_VERSION.starts_with("rustc 1."),
             "{COMPILER_VERSION}"

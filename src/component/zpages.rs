@@ -134,6 +134,11 @@ pub struct ZPages {
     pub started: SystemTime,
     /// Every flag's value ([`crate::config::help::flag_values`]).
     pub flags: BTreeMap<String, String>,
+    /// Whether `/statusz` is served (the `ComponentStatusz` feature gate; off, the path is not found, as
+    /// upstream does not install the page).
+    pub statusz: bool,
+    /// Whether `/flagz` is served (the `ComponentFlagz` feature gate).
+    pub flagz: bool,
 }
 
 #[derive(Serialize)]
@@ -197,13 +202,25 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 impl ZPages {
-    /// The facts of this process: its start time (from `/proc`), its command line's flags.
+    /// The facts of this process: its start time (from `/proc`), its command line's flags; both pages
+    /// as their gates' defaults say.
     pub fn for_process() -> ZPages {
         ZPages {
             component: super::NAME.to_string(),
             started: process_start().unwrap_or_else(SystemTime::now),
             flags: crate::config::help::flag_values(std::env::args_os()),
+            statusz: true,
+            flagz: true,
         }
+        .with_gates(&BTreeMap::new())
+    }
+
+    /// The pages served as the configured `featureGates` say (`ComponentStatusz`, `ComponentFlagz`).
+    pub fn with_gates(mut self, configured: &BTreeMap<String, bool>) -> ZPages {
+        use super::features::{COMPONENT_FLAGZ, COMPONENT_STATUSZ, enabled};
+        self.statusz = enabled(configured, COMPONENT_STATUSZ);
+        self.flagz = enabled(configured, COMPONENT_FLAGZ);
+        self
     }
 
     fn uptime(&self) -> Duration {
@@ -299,7 +316,21 @@ mod tests {
             component: "kube-proxy".into(),
             started: SystemTime::now() - Duration::from_secs(3_725),
             flags,
+            statusz: true,
+            flagz: true,
         }
+    }
+
+    #[test]
+    fn pages_follow_their_gates() {
+        let p = pages();
+        assert!(p.statusz && p.flagz);
+        let off: BTreeMap<String, bool> = [("ComponentStatusz".to_string(), false)].into();
+        let p = p.with_gates(&off);
+        assert!(!p.statusz && p.flagz);
+        let off: BTreeMap<String, bool> = [("ComponentFlagz".to_string(), false)].into();
+        let p = p.with_gates(&off);
+        assert!(p.statusz && !p.flagz);
     }
 
     #[test]

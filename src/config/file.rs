@@ -107,7 +107,11 @@ fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) ->
             .unwrap_or(&text)
             .trim()
             .to_string();
-        if over_budget(&err) {
+        if multiple_documents(&err) {
+            message = "the file holds more than one YAML document (separated by `---`): a \
+                       KubeProxyConfiguration file must hold exactly one"
+                .to_string();
+        } else if over_budget(&err) {
             message = format!(
                 "the YAML is too big for a KubeProxyConfiguration (at most {MAX_YAML_EVENTS} parser \
                  events, {MAX_ALIAS_REPLAYED_EVENTS} through aliases): {message}"
@@ -118,6 +122,20 @@ fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) ->
             _ => message,
         }
     })
+}
+
+/// Whether the parser met a second document (the budget allows one).
+fn multiple_documents(err: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::Error as E;
+    use serde_saphyr::budget::BudgetBreach;
+    matches!(
+        err,
+        E::MultipleDocuments { .. }
+            | E::Budget {
+                breach: BudgetBreach::Documents { .. },
+                ..
+            }
+    )
 }
 
 /// Whether the parser stopped at one of [`yaml_options`]' limits (an alias bomb, a huge document).

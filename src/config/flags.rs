@@ -173,6 +173,11 @@ pub struct Flags {
     /// --config; cannot be combined with strictARP.
     #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ipvs_arp_per_address: Option<bool>,
+    /// Not in upstream (kube-proxy-rs only): answer /debug/* on the metrics server (the explanation of every
+    /// Service: endpoints, pod IPs, nodes, zones) to other hosts too; by default only this node is answered.
+    /// Also applies with --config; the file has no such field.
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub allow_remote_debug: Option<bool>,
     /// Print version information and exit (--version=raw prints it bare).
     #[arg(long, value_name = "version", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub version: Option<String>,
@@ -274,7 +279,7 @@ pub struct Flags {
     /// Pod CIDR of the cluster (a comma-separated IPv4,IPv6 pair for dual-stack), for ClusterCIDR detection. Ignored with --config.
     #[arg(long, value_name = "string")]
     pub cluster_cidr: Option<String>,
-    /// CIDRs and/or 'primary', 'localhost', 'all' limiting the node IPs that accept NodePorts (unset: all). Ignored with --config.
+    /// CIDRs, or 'primary' alone, limiting the node IPs that accept NodePorts (unset: all). Ignored with --config.
     #[arg(long, value_name = "strings", action = ArgAction::Append)]
     pub nodeport_addresses: Vec<String>,
 

@@ -7,10 +7,10 @@
 //! Deliberate differences from upstream kube-proxy:
 //! - only IPVS mode: an empty `mode` means `ipvs` (with a warning), any other mode is an error;
 //! - error paths are the YAML field paths (`ipvs.syncPeriod`), not Go struct names;
-//! - unknown feature gates are accepted (upstream rejects them);
+//! - feature gates: gates added after the followed release are accepted (`KubeProxyIPVS` from 1.37),
+//!   and `KubeProxyIPVS` is on in every release (see [`crate::component::features`]);
 //! - `ipvs.scheduler` must name a stock kernel scheduler (see [`crate::scheduler`]); upstream has
 //!   accepted any name since 1.27 and fails at start-up when the kernel lacks it;
-//! - `nodePortAddresses` accepts any mix of CIDRs and `primary`/`localhost`/`all` (newest upstream);
 //! - `showHiddenMetricsForVersion` is checked for the `<major>.<minor>` form only;
 //! - legacy klog flags and the removed `--proxy-port-range`/`--udp-timeout` are accepted
 //!   with a warning; flags ignored because of `--config` are reported in a warning.

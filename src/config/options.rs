@@ -60,6 +60,8 @@ pub struct Options {
     pub init_only: bool,
     /// `--ipvs-traffic-metrics` (not in upstream): per-Service IPVS traffic counters on /metrics.
     pub ipvs_traffic_metrics: bool,
+    /// `--allow-remote-debug` (not in upstream): `/debug/*` answers other hosts too, not only this node.
+    pub allow_remote_debug: bool,
     /// `--ipvs-max-drain-time` (not in upstream): a draining TCP real server is removed after this long,
     /// connections or not; `None` (the default, or 0): never.
     pub ipvs_max_drain_time: Option<std::time::Duration>,
@@ -76,7 +78,7 @@ pub struct Options {
 /// Parsed `nodePortAddresses`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodePortAddresses {
-    /// CIDRs (keywords `all` and `localhost` already expanded).
+    /// CIDRs (every address of both families when the list is unset or empty).
     pub cidrs: Vec<IpNet>,
     /// Whether `primary` (the Node object's primary IPs) was listed.
     pub primary: bool,
@@ -129,35 +131,29 @@ impl ProxyConfig {
             .find(|n| IpFamily::of_net(n) == family)
     }
 
-    /// Parsed `nodePortAddresses`; unset or empty means every local address (`all`).
+    /// Parsed `nodePortAddresses`; unset or empty means every local address (both families' `/0`).
     pub fn node_port_addresses(&self) -> NodePortAddresses {
         let mut out = NodePortAddresses::default();
-        let entries = self.node_port_addresses.clone().unwrap_or_default();
-        let entries = if entries.is_empty() {
-            vec!["all".to_string()]
-        } else {
-            entries
-        };
-        let mut push = |n: IpNet| {
-            if !out.cidrs.contains(&n) {
-                out.cidrs.push(n);
+        let entries = self.node_port_addresses.as_deref().unwrap_or_default();
+        if entries.is_empty() {
+            out.cidrs = vec![
+                IpNet::V4(ipnet::Ipv4Net::default()),
+                IpNet::V6(ipnet::Ipv6Net::default()),
+            ];
+            return out;
+        }
+        for entry in entries {
+            if entry == super::validate::NODE_PORT_PRIMARY {
+                out.primary = true;
+                continue;
             }
-        };
-        for entry in &entries {
-            match entry.as_str() {
-                "primary" => out.primary = true,
-                "all" => {
-                    push("0.0.0.0/0".parse().unwrap_or_default());
-                    push("::/0".parse().unwrap_or_default());
-                }
-                "localhost" => {
-                    push("127.0.0.0/8".parse().unwrap_or_default());
-                    push("::1/128".parse().unwrap_or_default());
-                }
-                cidr => {
-                    if let Some(n) = parse_cidr(cidr) {
-                        push(n);
-                    }
+            let expanded = super::validate::NODE_PORT_SHORTHANDS
+                .iter()
+                .find(|(k, _)| k == entry)
+                .map_or_else(|| vec![entry.as_str()], |(_, cidrs)| cidrs.to_vec());
+            for n in expanded.into_iter().filter_map(parse_cidr) {
+                if !out.cidrs.contains(&n) {
+                    out.cidrs.push(n);
                 }
             }
         }
@@ -394,6 +390,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     }
     keep_active_mode_only(&mut config);
     validate(&config)?;
+    warnings.extend(crate::component::features::check(&config.feature_gates).unwrap_or_default());
 
     let node_name = if config.hostname_override.trim().is_empty() {
         hostname().map_err(ConfigError::NodeName)?
@@ -412,6 +409,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         cleanup: flags.cleanup.unwrap_or(false),
         init_only: flags.init_only.unwrap_or(false),
         ipvs_traffic_metrics: flags.ipvs_traffic_metrics.unwrap_or(false),
+        allow_remote_debug: flags.allow_remote_debug.unwrap_or(false),
         ipvs_max_drain_time: max_drain_time(&flags)?,
         write_config_to: flags.write_config_to.clone(),
         master: flags.master.clone(),

@@ -5,6 +5,7 @@ use super::fixes::IpvsFixes;
 use super::options::{LocalMode, NodePortAddresses};
 use super::types::ProxyConfig;
 use crate::cluster::model::IpFamily;
+use crate::component::features;
 use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
@@ -81,6 +82,8 @@ pub struct ProxySettings {
     pub min_sync_period: Duration,
     /// kube-proxy-rs's fixes of upstream's IPVS-mode behaviour, each from its own flag (all off: upstream).
     pub fixes: IpvsFixes,
+    /// The `AllowServiceExternalIPs` feature gate: Services' `spec.externalIPs` are programmed.
+    pub external_ips: bool,
 }
 
 impl ProxySettings {
@@ -97,6 +100,7 @@ impl ProxySettings {
             sync_period: c.sync_period(),
             min_sync_period: c.min_sync_period(),
             fixes: IpvsFixes::default(),
+            external_ips: features::enabled(&c.feature_gates, features::ALLOW_SERVICE_EXTERNAL_IPS),
         }
     }
 }

@@ -215,7 +215,7 @@ config_structs! {
         /// nftables-mode settings (ignored).
         #[serde(deserialize_with = "nullable")]
         pub nftables: NftablesConfig,
-        /// CIDRs and/or keywords (`primary`, `localhost`, `all`) selecting NodePort addresses.
+        /// CIDRs, or the keyword `primary` alone, selecting NodePort addresses.
         #[serde(deserialize_with = "go_string_list")]
         pub node_port_addresses: Option<Vec<String>>,
         /// oom_score_adj of the process.

@@ -18,8 +18,16 @@ pub const LOCAL_MODES: &[&str] = &[
     "InterfaceNamePrefix",
 ];
 
-/// Keywords allowed in `nodePortAddresses` besides CIDRs.
-pub const NODE_PORT_KEYWORDS: &[&str] = &["primary", "localhost", "all"];
+/// The keyword allowed in `nodePortAddresses` instead of CIDRs: the Node's primary IPs.
+pub const NODE_PORT_PRIMARY: &str = "primary";
+
+/// Shorthands accepted in `nodePortAddresses` beside CIDRs, with what they stand for: the newest upstream
+/// releases know them (../shared/upstream-ipvs-reference.md); upstream's stored validation up to 1.36 does
+/// not, so this accepts a superset of what an operator moving from upstream can have written.
+pub const NODE_PORT_SHORTHANDS: &[(&str, &[&str])] = &[
+    ("localhost", &["127.0.0.0/8", "::1/128"]),
+    ("all", &["0.0.0.0/0", "::/0"]),
+];
 
 /// One invalid field, printed like Kubernetes' `field.Error`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,15 +175,7 @@ fn valid_port_range(s: &str) -> bool {
 /// Validate a defaulted configuration whose `mode` has been resolved.
 pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     let mut e = Errs(Vec::new());
-    for name in c.feature_gates.keys() {
-        if name.trim().is_empty() {
-            e.invalid(
-                "featureGates",
-                q(name),
-                "feature gate names must not be empty",
-            );
-        }
-    }
+    validate_feature_gates(c, &mut e);
     if let Some(bit) = c.iptables.masquerade_bit
         && !(0..=31).contains(&bit)
     {
@@ -218,7 +218,31 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
     }
 }
 
-/// The `ipvs` section: in IPVS mode its sync periods are the proxier's.
+/// `featureGates` as upstream's feature gate takes them (unknown names and locked gates refused, with
+/// the map rendered as Go's `%#v`); `KubeProxyIPVS=false` refuses IPVS mode, the only one here.
+fn validate_feature_gates(c: &ProxyConfig, e: &mut Errs) {
+    use crate::component::features;
+    if let Err(why) = features::check(&c.feature_gates) {
+        let pairs: Vec<String> = c
+            .feature_gates
+            .iter()
+            .map(|(k, v)| format!("{k:?}:{v}"))
+            .collect();
+        e.invalid(
+            "featureGates",
+            format!("map[string]bool{{{}}}", pairs.join(", ")),
+            why,
+        );
+    } else if !features::enabled(&c.feature_gates, features::KUBE_PROXY_IPVS) {
+        e.invalid(
+            "featureGates",
+            "map[string]bool{\"KubeProxyIPVS\":false}".to_string(),
+            "the KubeProxyIPVS feature gate is off, which disables IPVS mode: this binary implements only \
+             IPVS mode (remove the setting, or run upstream kube-proxy in another mode)",
+        );
+    }
+}
+
 /// `clientConnection.contentType` must be a media type lists and watches can read;
 /// `acceptContentTypes`, when set, must name one.
 fn validate_media_types(c: &ProxyConfig, e: &mut Errs) {
@@ -239,6 +263,7 @@ fn validate_media_types(c: &ProxyConfig, e: &mut Errs) {
     }
 }
 
+/// The `ipvs` section: in IPVS mode its sync periods are the proxier's.
 fn validate_ipvs(c: &ProxyConfig, e: &mut Errs) {
     let ipvs = &c.ipvs;
     if ipvs.sync_period.as_nanos() <= 0 {
@@ -367,12 +392,25 @@ fn validate_addresses(c: &ProxyConfig, e: &mut Errs) {
             "must be a valid port range (e.g. 300-2000)",
         );
     }
-    for (i, addr) in c.node_port_addresses.iter().flatten().enumerate() {
-        if !NODE_PORT_KEYWORDS.contains(&addr.as_str()) && parse_cidr(addr).is_none() {
+    // As upstream: CIDRs, or the one keyword `primary` alone; also the shorthands `localhost` and `all`.
+    let addresses = c.node_port_addresses.as_deref().unwrap_or_default();
+    for (i, addr) in addresses.iter().enumerate() {
+        if addr == NODE_PORT_PRIMARY {
+            if i != 0 || addresses.len() != 1 {
+                e.invalid(
+                    format!("nodePortAddresses[{i}]"),
+                    q(addr),
+                    "can't use both 'primary' and CIDRs",
+                );
+            }
+            break;
+        }
+        let shorthand = NODE_PORT_SHORTHANDS.iter().any(|(k, _)| k == addr);
+        if !shorthand && parse_cidr(addr).is_none() {
             e.invalid(
                 format!("nodePortAddresses[{i}]"),
                 q(addr),
-                "must be a valid CIDR or one of 'primary', 'localhost', 'all'",
+                "must be a valid CIDR",
             );
         }
     }

@@ -1,5 +1,6 @@
-//! Kernel modules: whether one is loaded, and loading it with `modprobe` (as the node's image provides
-//! it, reading the node's `/lib/modules`).
+//! Kernel modules: whether one is loaded (`/sys/module`), and loading it with `modprobe` (the image's,
+//! reading the node's `/lib/modules`, which only a container holding `CAP_SYS_MODULE` mounts): without
+//! that capability no module can be loaded, and the error says so instead of running `modprobe`.
 
 use super::{KernelError, KernelResult};
 use std::path::PathBuf;
@@ -12,18 +13,32 @@ pub trait Modules: Send {
 }
 
 /// The real loader: `/sys/module/<name>` tells whether a module is loaded, `modprobe` (from `PATH`)
-/// loads it.
+/// loads it when this process holds `CAP_SYS_MODULE` (read from `/proc/self/status`).
 #[derive(Debug, Clone)]
 pub struct Modprobe {
     sys_module: PathBuf,
+    status: PathBuf,
 }
 
 impl Default for Modprobe {
     fn default() -> Self {
         Modprobe {
             sys_module: PathBuf::from("/sys/module"),
+            status: PathBuf::from("/proc/self/status"),
         }
     }
+}
+
+/// `CAP_SYS_MODULE`'s bit in the capability sets.
+const CAP_SYS_MODULE: u32 = 16;
+
+/// Whether the effective capabilities (`CapEff:` of a `/proc/<pid>/status` text) hold `cap`.
+fn has_capability(status: &str, cap: u32) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|set| set & (1 << cap) != 0)
 }
 
 impl Modprobe {
@@ -46,6 +61,13 @@ impl Modules for Modprobe {
         }
         if self.is_loaded(name) {
             return Ok(());
+        }
+        let status = std::fs::read_to_string(&self.status).unwrap_or_default();
+        if !has_capability(&status, CAP_SYS_MODULE) {
+            return Err(KernelError::Unsupported(format!(
+                "cannot load module {name}: this process lacks CAP_SYS_MODULE (load it on the node, or \
+                 give the kube-proxy container the capability: deploy/components/scheduler-modules)"
+            )));
         }
         let out = Command::new("modprobe").arg(name).output()?;
         if !out.status.success() {
@@ -125,11 +147,31 @@ mod tests {
         std::fs::create_dir_all(dir.join("ip_vs_sh")).unwrap();
         let mut m = Modprobe {
             sys_module: dir.clone(),
+            ..Modprobe::default()
         };
         assert!(m.is_loaded("ip_vs_sh"));
         assert!(!m.is_loaded("ip_vs_mh"));
         // Already loaded: modprobe is not run.
         assert!(m.ensure_loaded("ip_vs_sh").is_ok());
+        // Not loaded, and no CAP_SYS_MODULE: refused saying why, modprobe not run.
+        let status = dir.join("status");
+        std::fs::write(&status, "Name:\tkube-proxy\nCapEff:\t0000000000003000\n").unwrap();
+        m.status = status;
+        let e = m.ensure_loaded("ip_vs_mh").unwrap_err().to_string();
+        assert!(
+            e.contains("ip_vs_mh") && e.contains("lacks CAP_SYS_MODULE"),
+            "{e}"
+        );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn capabilities_are_read_from_the_status_text() {
+        let caps = |eff: &str| format!("Name:\tx\nCapPrm:\t000001ffffffffff\nCapEff:\t{eff}\n");
+        // NET_ADMIN (12) and NET_RAW (13), as the DaemonSet's kube-proxy container.
+        assert!(!has_capability(&caps("0000000000003000"), CAP_SYS_MODULE));
+        assert!(has_capability(&caps("0000000000013000"), CAP_SYS_MODULE));
+        assert!(has_capability(&caps("000001ffffffffff"), CAP_SYS_MODULE));
+        assert!(!has_capability("Name:\tx\n", CAP_SYS_MODULE));
     }
 }

@@ -425,7 +425,8 @@ where
             NetlinkPayload::Done(d) => {
                 let r = if d.code < 0 {
                     Err(NlError::Errno {
-                        errno: -d.code,
+                        // saturating: -i32::MIN overflows (a panic in debug builds).
+                        errno: d.code.saturating_abs(),
                         message: None,
                     })
                 } else {

@@ -58,8 +58,8 @@ pub struct MetricsServerState {
     pub proxy_mode: String,
     /// Effective configuration shown by `/configz` under [`CONFIGZ_KEY`].
     pub configz: serde_json::Value,
-    /// Answers `/debug/services` (`None`: not served).
-    pub explain: Option<Arc<crate::explain::Explainer>>,
+    /// Answers `/debug/services`, to this node only unless allowed (`None`: not served).
+    pub explain: Option<Arc<crate::explain::http::DebugEndpoints>>,
     /// What `/statusz` and `/flagz` show.
     pub zpages: Arc<ZPages>,
 }
@@ -214,17 +214,22 @@ fn zpage(
 /// Router of the metrics server.
 pub fn metrics_router(state: MetricsServerState) -> Router {
     let explain = state.explain.clone();
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/metrics", any(metrics))
         .route("/healthz", any(ok))
         .route("/healthz/ping", any(ok))
         .route("/proxyMode", any(proxy_mode))
-        .route("/configz", any(configz))
-        .route("/statusz", any(statusz))
-        .route("/flagz", any(flagz))
-        .with_state(state);
+        .route("/configz", any(configz));
+    // As upstream, a page whose feature gate is off is not installed.
+    if state.zpages.statusz {
+        router = router.route("/statusz", any(statusz));
+    }
+    if state.zpages.flagz {
+        router = router.route("/flagz", any(flagz));
+    }
+    let router = router.with_state(state);
     match explain {
-        Some(e) => router.merge(crate::explain::http::router(e)),
+        Some(e) => crate::explain::http::serve_on(router, e),
         None => router,
     }
 }

@@ -4,10 +4,12 @@
 //! field selectors, pagination, resourceVersions, bookmarks, 410 "Expired" for compacted history, and records
 //! Events (events.k8s.io/v1 and core/v1). Lists, watches and gets are served in JSON or, when the `Accept`
 //! header asks for it and [`Options::protobuf`] offers it, in protobuf made from the same stored objects
-//! (`proto.rs`: the `k8s\0` envelope, length-prefixed watch frames), as the real API server does. It can
-//! also stall instead of failing (`faults`: a black hole that never answers, watches that go silent). The
-//! server runs on its own thread with its own tokio runtime, so the
-//! synchronous control handle works from plain threads and from async tests alike.
+//! (`proto.rs`: the `k8s\0` envelope, length-prefixed watch frames), as the real API server does. Like it,
+//! it compresses responses over 128 KiB for clients that accept gzip (`compression.rs`), and it counts
+//! every connection and byte on the wire (`traffic.rs`). It can also stall instead of failing (`faults`:
+//! a black hole that never answers, watches that go silent, a watch frame replaced). The server runs on
+//! its own thread with its own tokio runtime, so the synchronous control handle works from plain threads
+//! and from async tests alike.
 //!
 //! ```ignore
 //! let api = TestApiServer::start("127.0.0.1:0")?;
@@ -16,12 +18,14 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod compression;
 pub mod event_log;
 pub mod faults;
 pub mod http;
 pub mod proto;
 pub mod selector;
 pub mod store;
+pub mod traffic;
 
 pub use http::Counters;
 pub use store::Kind;
@@ -47,6 +51,10 @@ pub struct Options {
     /// Whether lists, watches and gets are offered in protobuf (as the real API server does for
     /// built-in kinds); `false` = a server that speaks JSON only (406 to a protobuf-only `Accept`).
     pub protobuf: bool,
+    /// Lists at resourceVersion `0` come whole, `limit` ignored, as kube-apiserver serves them from its
+    /// watch cache (the daemon's first lists, like client-go's, ask `resourceVersion=0&limit=500`);
+    /// `false` = pages of `limit` objects, as from etcd.
+    pub watch_cache_lists: bool,
 }
 
 impl Default for Options {
@@ -55,6 +63,7 @@ impl Default for Options {
             history_limit: 1000,
             bookmark_interval: Duration::from_secs(5),
             protobuf: true,
+            watch_cache_lists: false,
         }
     }
 }
@@ -63,6 +72,8 @@ impl Default for Options {
 pub struct TestApiServer {
     shared: Arc<Shared>,
     faults: Arc<faults::Faults>,
+    traffic: Arc<traffic::Traffic>,
+    compressed: Arc<compression::Compressed>,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -89,12 +100,17 @@ impl TestApiServer {
             unavailable: std::sync::atomic::AtomicBool::new(false),
             event_log: Mutex::new(event_log::EventLog::default()),
             protobuf: std::sync::atomic::AtomicBool::new(opts.protobuf),
+            watch_cache_lists: opts.watch_cache_lists,
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         let app_state = shared.clone();
         let faults = Arc::new(faults::Faults::default());
         let fault_state = faults.clone();
+        let traffic = Arc::new(traffic::Traffic::default());
+        let counted = traffic.clone();
+        let compressed = Arc::new(compression::Compressed::default());
+        let compression_state = compressed.clone();
         let thread = std::thread::Builder::new()
             .name(format!("test-apiserver-{}", addr.port()))
             .spawn(move || {
@@ -122,9 +138,14 @@ impl TestApiServer {
                         .fallback(http::handle)
                         .with_state(app_state)
                         .layer(axum::middleware::from_fn_with_state(
+                            compression_state,
+                            compression::middleware,
+                        ))
+                        .layer(axum::middleware::from_fn_with_state(
                             fault_state,
                             faults::middleware,
                         ));
+                    let listener = traffic::CountingListener::new(listener, counted);
                     tokio::select! {
                         r = axum::serve(listener, app) => {
                             if let Err(e) = r {
@@ -143,6 +164,8 @@ impl TestApiServer {
         Ok(TestApiServer {
             shared,
             faults,
+            traffic,
+            compressed,
             addr,
             stop: Some(stop_tx),
             thread: Some(thread),
@@ -282,6 +305,34 @@ impl TestApiServer {
             .get(&(kind, wire))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Connections and bytes on the wire so far.
+    pub fn traffic(&self) -> traffic::TrafficCounts {
+        self.traffic.counts()
+    }
+
+    /// Responses compressed so far and their body bytes before and after: (responses, plain, gzip).
+    pub fn compressed(&self) -> (u64, u64, u64) {
+        let c = &self.compressed;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+        (get(&c.responses), get(&c.plain_bytes), get(&c.gzip_bytes))
+    }
+
+    /// Time spent compressing responses so far.
+    pub fn compress_time(&self) -> Duration {
+        Duration::from_nanos(
+            self.compressed
+                .nanos
+                .load(std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+
+    /// Requests that asked for gzip so far.
+    pub fn gzip_asked(&self) -> u64 {
+        self.compressed
+            .asked
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Sets the BOOKMARK interval for watches started from now on.

@@ -136,10 +136,117 @@ impl Default for Options {
     }
 }
 
-/// A running daemon.
-struct Daemon {
+/// A running daemon process with its log file; killed when dropped (shared by [`E2e`] and the
+/// multi-node cluster's nodes).
+pub struct Daemon {
     child: Child,
-    log: PathBuf,
+    /// The file holding its stdout and stderr.
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Spawns `cmd` with stdout and stderr into a new file `log`.
+    pub fn spawn(mut cmd: Command, log: PathBuf) -> Daemon {
+        let file = std::fs::File::create(&log).expect("daemon log");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("dup log"))
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        Daemon { child, log }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status once the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("wait daemon")
+    }
+
+    /// Sends SIGTERM and waits up to [`STOP_TIMEOUT`] for the exit (panics with the log tail after that).
+    pub fn terminate(mut self) -> ExitStatus {
+        // SAFETY: kill(2) on the pid of our own child process.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        // The daemon finishes a sync in progress before it exits; a full sync takes tens of seconds in UML.
+        let end = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(st) = self.exited() {
+                return st;
+            }
+            if Instant::now() > end {
+                panic!(
+                    "daemon did not stop within {STOP_TIMEOUT:?} of SIGTERM\n{}",
+                    tail(&read(&self.log), 40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What a test's `KubeProxyConfiguration` varies; [`KubeProxyConfig::yaml`] writes the file.
+#[derive(Clone, Debug)]
+pub struct KubeProxyConfig<'a> {
+    /// `hostnameOverride` (empty: not written).
+    pub node: &'a str,
+    /// `clientConnection.kubeconfig`.
+    pub kubeconfig: &'a Path,
+    /// Extra lines inside `clientConnection:` (indented by two spaces).
+    pub client_connection: &'a str,
+    /// `healthzBindAddress`.
+    pub healthz: &'a str,
+    /// `metricsBindAddress`.
+    pub metrics: &'a str,
+    /// `clusterCIDR`.
+    pub cluster_cidr: &'a str,
+    /// `ipvs.syncPeriod`.
+    pub sync_period: &'a str,
+    /// Lines appended right after the `ipvs:` block (see [`Options::extra_config`]).
+    pub extra: &'a str,
+}
+
+impl KubeProxyConfig<'_> {
+    /// The configuration file's text (mode ipvs).
+    pub fn yaml(&self) -> String {
+        let host = if self.node.is_empty() {
+            String::new()
+        } else {
+            format!("hostnameOverride: {}\n", self.node)
+        };
+        format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
+             kind: KubeProxyConfiguration\n\
+             mode: ipvs\n\
+             {host}\
+             clientConnection:\n  kubeconfig: {kc}\n{cc}\
+             healthzBindAddress: {hz}\n\
+             metricsBindAddress: {m}\n\
+             clusterCIDR: {cidr}\n\
+             ipvs:\n  syncPeriod: {sp}\n{extra}",
+            kc = self.kubeconfig.display(),
+            cc = self.client_connection,
+            hz = self.healthz,
+            m = self.metrics,
+            cidr = self.cluster_cidr,
+            sp = self.sync_period,
+            extra = self.extra,
+        )
+    }
 }
 
 /// The end-to-end fixture.
@@ -193,23 +300,17 @@ impl E2e {
         let kubeconfig = dir.join("kubeconfig");
         api.write_kubeconfig(&kubeconfig).expect("kubeconfig");
         let config_path = dir.join("config.yaml");
-        let config = format!(
-            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
-             kind: KubeProxyConfiguration\n\
-             mode: ipvs\n\
-             hostnameOverride: {node}\n\
-             clientConnection:\n  kubeconfig: {kc}\n{cc}\
-             healthzBindAddress: {HEALTHZ}\n\
-             metricsBindAddress: {METRICS}\n\
-             clusterCIDR: {CLUSTER_CIDR}\n\
-             ipvs:\n  syncPeriod: {sp}\n{extra}",
-            node = opts.node,
-            kc = kubeconfig.display(),
-            cc = opts.client_connection,
-            sp = opts.sync_period,
-            extra = opts.extra_config,
-        );
-        std::fs::write(&config_path, config).expect("write config");
+        let config = KubeProxyConfig {
+            node: &opts.node,
+            kubeconfig: &kubeconfig,
+            client_connection: &opts.client_connection,
+            healthz: HEALTHZ,
+            metrics: METRICS,
+            cluster_cidr: CLUSTER_CIDR,
+            sync_period: &opts.sync_period,
+            extra: &opts.extra_config,
+        };
+        std::fs::write(&config_path, config.yaml()).expect("write config");
         E2e {
             api,
             dir,
@@ -234,59 +335,27 @@ impl E2e {
         assert!(self.daemon.is_none(), "daemon already running");
         self.runs += 1;
         let log = self.dir.join(format!("kube-proxy-{}.log", self.runs));
-        let file = std::fs::File::create(&log).expect("daemon log");
-        let child = (self.opts.launch)(self, &["--v=2"])
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().expect("dup log"))
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
-        self.daemon = Some(Daemon { child, log });
+        self.daemon = Some(Daemon::spawn((self.opts.launch)(self, &["--v=2"]), log));
     }
 
     /// Sends SIGTERM, waits for the exit and returns its status.
     pub fn stop_daemon(&mut self) -> ExitStatus {
-        let mut d = self.daemon.take().expect("no daemon running");
-        // SAFETY: kill(2) on the pid of our own child process.
-        unsafe {
-            libc::kill(d.child.id() as i32, libc::SIGTERM);
-        }
-        // The daemon finishes a sync in progress before it exits; a full sync takes tens of seconds in UML.
-        let end = Instant::now() + STOP_TIMEOUT;
-        loop {
-            if let Some(st) = d.child.try_wait().expect("wait daemon") {
-                return st;
-            }
-            if Instant::now() > end {
-                let _ = d.child.kill();
-                let _ = d.child.wait();
-                panic!(
-                    "daemon did not stop within {STOP_TIMEOUT:?} of SIGTERM\n{}",
-                    tail(&read(&d.log), 40)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.daemon.take().expect("no daemon running").terminate()
     }
 
     /// Kills the daemon with SIGKILL (no cleanup, kernel state stays) and reaps it.
     pub fn kill_daemon(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.child.kill();
-            let _ = d.child.wait();
-        }
+        drop(self.daemon.take());
     }
 
     /// The pid of the running daemon (None when none runs).
     pub fn daemon_pid(&self) -> Option<u32> {
-        self.daemon.as_ref().map(|d| d.child.id())
+        self.daemon.as_ref().map(Daemon::pid)
     }
 
     /// Whether the daemon process is still running (None when none was started).
     pub fn daemon_exit(&mut self) -> Option<ExitStatus> {
-        self.daemon
-            .as_mut()
-            .and_then(|d| d.child.try_wait().expect("wait daemon"))
+        self.daemon.as_mut().and_then(Daemon::exited)
     }
 
     /// Runs `kube-proxy --cleanup` (same config file) and returns (status, combined output).
@@ -353,32 +422,10 @@ impl E2e {
 
     /// Backtraces of the daemon's threads (gdb, when installed), for diagnosing a stuck daemon.
     pub fn daemon_stacks(&self) -> String {
-        let Some(d) = &self.daemon else {
-            return String::new();
-        };
-        if !Path::new("/usr/bin/gdb").exists() {
-            return "(gdb not installed)".to_string();
-        }
-        let out = Command::new("timeout")
-            .args([
-                "20",
-                "gdb",
-                "-p",
-                &d.child.id().to_string(),
-                "-batch",
-                "-nx",
-            ])
-            .args(["-ex", "set pagination off", "-ex", "thread apply all bt 25"])
-            .output();
-        match out {
-            Ok(o) => String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.starts_with("Thread") || l.starts_with('#'))
-                .map(|l| l.chars().take(160).collect::<String>())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            Err(e) => format!("gdb: {e}"),
-        }
+        self.daemon
+            .as_ref()
+            .map(|d| process_stacks(d.pid()))
+            .unwrap_or_default()
     }
 
     /// Waits until `ipvsadm -Sn` satisfies `cond`.
@@ -431,12 +478,23 @@ impl E2e {
     }
 }
 
-impl Drop for E2e {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.child.kill();
-            let _ = d.child.wait();
-        }
+/// Backtraces of the threads of process `pid` (gdb, when installed), for diagnosing a stuck daemon.
+pub fn process_stacks(pid: u32) -> String {
+    if !Path::new("/usr/bin/gdb").exists() {
+        return "(gdb not installed)".to_string();
+    }
+    let out = Command::new("timeout")
+        .args(["20", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
+        .args(["-ex", "set pagination off", "-ex", "thread apply all bt 25"])
+        .output();
+    match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("Thread") || l.starts_with('#'))
+            .map(|l| l.chars().take(160).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("gdb: {e}"),
     }
 }
 
@@ -479,6 +537,20 @@ pub fn merge(target: &mut Value, patch: Value) {
 
 /// The EndpointSlice `<service>-1` with port `p` = `port`/`proto` and endpoints (ip, nodeName, ready).
 pub fn slice(service: &str, proto: &str, port: u16, endpoints: &[(&str, &str, bool)]) -> Value {
+    let name = format!("{service}-1");
+    slice_named(&name, service, "IPv4", proto, port, endpoints)
+}
+
+/// The EndpointSlice `name` of `service` with `addressType` `address_type` ("IPv4" or "IPv6"), port `p` =
+/// `port`/`proto` and endpoints (ip, nodeName, ready).
+pub fn slice_named(
+    name: &str,
+    service: &str,
+    address_type: &str,
+    proto: &str,
+    port: u16,
+    endpoints: &[(&str, &str, bool)],
+) -> Value {
     let eps: Vec<Value> = endpoints
         .iter()
         .map(|(ip, node, ready)| {
@@ -488,9 +560,9 @@ pub fn slice(service: &str, proto: &str, port: u16, endpoints: &[(&str, &str, bo
         .collect();
     json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{service}-1"), "namespace": "default",
+        "metadata": {"name": name, "namespace": "default",
                      "labels": {"kubernetes.io/service-name": service}},
-        "addressType": "IPv4",
+        "addressType": address_type,
         "ports": [{"name": "p", "port": port, "protocol": proto}],
         "endpoints": eps
     })

@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
+pub mod api_bytes;
 pub mod apiserver;
+pub mod cluster;
 pub mod dashboard;
 pub mod e2e;
 pub mod hostns;

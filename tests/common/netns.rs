@@ -6,12 +6,16 @@
 //! gateway address. This works with IPVS in masquerade (NAT) mode: replies come back through the root
 //! namespace, where IPVS reverses the translation.
 //!
-//! Servers answer every TCP connection (plain or HTTP/1.x) and every UDP datagram with the pod name, and
+//! [`Pod::create_in`] puts the host side in another namespace instead (a node of a multi-node cluster,
+//! `tests/common/cluster/`, or a router with its outside clients).
+//!
+//! Servers answer every TCP connection (plain or HTTP/1.x), SCTP association and UDP datagram with the pod
+//! name (followed by the client address they saw, for a pod made with [`Pod::reporting_peers`]), and
 //! remember the peer address of each request so tests can check the source IP a pod saw.
 #![allow(dead_code)]
 
 use anyhow::{Context, Result, anyhow, bail};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::process::Command;
@@ -90,11 +94,25 @@ pub fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> Result<T> 
     })
 }
 
+/// Writes `value` to `/proc/sys/<key>` of namespace `ns` (None: the calling thread's).
+pub fn write_sysctl(ns: Option<&str>, key: &str, value: &str) -> Result<()> {
+    let path = format!("/proc/sys/{key}");
+    let write = || std::fs::write(&path, value).with_context(|| format!("write {path}"));
+    match ns {
+        None => write(),
+        Some(ns) => in_netns(ns, write)?,
+    }
+}
+
 /// Opens a TCP connection, sends a line, and returns the (trimmed) reply read until the peer closes.
 pub fn tcp_request(addr: IpAddr, port: u16, timeout: Duration) -> Result<String> {
     let sa = SocketAddr::new(addr, port);
-    let mut s =
-        TcpStream::connect_timeout(&sa, timeout).with_context(|| format!("connect {sa}"))?;
+    let s = TcpStream::connect_timeout(&sa, timeout).with_context(|| format!("connect {sa}"))?;
+    exchange(s, sa, timeout)
+}
+
+/// Sends a line on a connected stream and returns the (trimmed) reply read until the peer closes.
+fn exchange(mut s: TcpStream, sa: SocketAddr, timeout: Duration) -> Result<String> {
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     s.write_all(b"ping\n")
@@ -125,6 +143,182 @@ pub fn udp_request(addr: IpAddr, port: u16, timeout: Duration) -> Result<String>
     Ok(String::from_utf8_lossy(&buf[..n]).trim().to_string())
 }
 
+/// Opens an SCTP association (one-to-one style socket), sends a line and returns the (trimmed) reply read
+/// until the peer shuts down; the same exchange as [`tcp_request`].
+pub fn sctp_request(addr: IpAddr, port: u16, timeout: Duration) -> Result<String> {
+    let sa = SocketAddr::new(addr, port);
+    exchange(
+        connect_stream(libc::IPPROTO_SCTP, None, sa, timeout)?,
+        sa,
+        timeout,
+    )
+}
+
+/// [`tcp_request`] from source `src` (one of the caller's namespace's addresses; port 0 for any port, else
+/// that port, reusable at once: a fixed flow, e.g. for a scheduler hashing the source port).
+pub fn tcp_request_from(
+    src: SocketAddr,
+    addr: IpAddr,
+    port: u16,
+    timeout: Duration,
+) -> Result<String> {
+    let sa = SocketAddr::new(addr, port);
+    exchange(
+        connect_stream(libc::IPPROTO_TCP, Some(src), sa, timeout)?,
+        sa,
+        timeout,
+    )
+}
+
+/// A `SOCK_STREAM` socket of `protocol` (TCP or SCTP) bound to `src` when given (`SO_REUSEADDR` for a
+/// fixed port), connected to `sa` within `timeout` (a blocking connect waits at most the send timeout).
+fn connect_stream(
+    protocol: libc::c_int,
+    src: Option<SocketAddr>,
+    sa: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream> {
+    let s = stream_socket(sa.is_ipv6(), protocol)?;
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: libc::suseconds_t::from(timeout.subsec_micros()),
+    };
+    setsockopt(&s, libc::SO_SNDTIMEO, &tv).context("SO_SNDTIMEO")?;
+    if let Some(src) = src {
+        let one: libc::c_int = 1;
+        setsockopt(&s, libc::SO_REUSEADDR, &one).context("SO_REUSEADDR")?;
+        let (raw, len) = sockaddr(src);
+        // SAFETY: `raw` is a sockaddr of `len` bytes valid for the call; `s` is an open socket.
+        let r = unsafe {
+            libc::bind(
+                s.as_raw_fd(),
+                (&raw as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("bind {src}"));
+        }
+    }
+    let (raw, len) = sockaddr(sa);
+    // SAFETY: `raw` is a sockaddr of `len` bytes valid for the call; `s` is an open socket.
+    let r = unsafe {
+        libc::connect(
+            s.as_raw_fd(),
+            (&raw as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("connect {sa} (protocol {protocol})"));
+    }
+    Ok(TcpStream::from(s))
+}
+
+/// A new `SOCK_STREAM` socket of `protocol` (for SCTP, one-to-one style); IPv6 ones also take IPv4 (not
+/// `IPV6_V6ONLY`).
+fn stream_socket(v6: bool, protocol: libc::c_int) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
+    // SAFETY: socket(2) with constant arguments; the result is checked before use.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM, protocol) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| {
+            format!("socket(protocol {protocol}): for SCTP, is the sctp module loaded?")
+        });
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nothing else.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    if v6 {
+        let off: libc::c_int = 0;
+        setsockopt_level(&owned, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, &off)
+            .context("IPV6_V6ONLY")?;
+    }
+    Ok(owned)
+}
+
+fn setsockopt<T>(fd: &std::os::fd::OwnedFd, opt: libc::c_int, value: &T) -> std::io::Result<()> {
+    setsockopt_level(fd, libc::SOL_SOCKET, opt, value)
+}
+
+fn setsockopt_level<T>(
+    fd: &std::os::fd::OwnedFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: &T,
+) -> std::io::Result<()> {
+    let len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` points to a live `T` of `len` bytes; `fd` is an open socket.
+    let r =
+        unsafe { libc::setsockopt(fd.as_raw_fd(), level, opt, (value as *const T).cast(), len) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// `sa` as a `sockaddr_storage` and its length.
+fn sockaddr(sa: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut raw: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match sa {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut raw as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut raw as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (raw, len as libc::socklen_t)
+}
+
+/// An SCTP listener on `[::]:port` (IPv4 too), as a `TcpListener` (accept and read/write work alike).
+fn sctp_listener(port: u16) -> Result<TcpListener> {
+    let s = stream_socket(true, libc::IPPROTO_SCTP)?;
+    let one: libc::c_int = 1;
+    setsockopt(&s, libc::SO_REUSEADDR, &one).context("SO_REUSEADDR")?;
+    let (raw, len) = sockaddr(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port));
+    // SAFETY: `raw` is a sockaddr of `len` bytes; `s` is an open socket.
+    let r = unsafe {
+        libc::bind(
+            s.as_raw_fd(),
+            (&raw as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("bind sctp {port}"));
+    }
+    // SAFETY: listen(2) on a bound socket we own.
+    if unsafe { libc::listen(s.as_raw_fd(), 64) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("listen sctp");
+    }
+    Ok(TcpListener::from(s))
+}
+
 /// Host-side interface name for a pod (at most 15 bytes).
 fn host_ifname(pod: &str) -> String {
     let direct = format!("vp-{pod}");
@@ -149,6 +343,10 @@ pub struct Pod {
     pub ipv6: Option<(Ipv6Addr, Ipv6Addr)>,
     /// Host-side veth name.
     pub host_if: String,
+    /// Namespace holding the host side (None: the root namespace).
+    pub host_ns: Option<String>,
+    /// Whether replies carry the client address the pod saw ([`Pod::reporting_peers`]).
+    report_peer: bool,
     stop: Arc<AtomicBool>,
     servers: Mutex<Vec<JoinHandle<()>>>,
     peers: Arc<Mutex<Vec<SocketAddr>>>,
@@ -158,6 +356,11 @@ impl Pod {
     /// Creates namespace `name` with `eth0` = `ip`/32, default route via `gateway`, and the root-namespace
     /// side (`gateway`/32 on the host veth, route `ip`/32 to it, IPv4 forwarding on).
     pub fn create(name: &str, ip: &str, gateway: &str) -> Result<Pod> {
+        Pod::create_in(None, name, ip, gateway)
+    }
+
+    /// [`Pod::create`] with the host side in namespace `host_ns` (None: the root namespace).
+    pub fn create_in(host_ns: Option<&str>, name: &str, ip: &str, gateway: &str) -> Result<Pod> {
         let ip: Ipv4Addr = ip.parse().with_context(|| format!("pod IP {ip}"))?;
         let gw: Ipv4Addr = gateway
             .parse()
@@ -169,13 +372,15 @@ impl Pod {
             gateway: gw,
             ipv6: None,
             host_if: host_if.clone(),
+            host_ns: host_ns.map(str::to_string),
+            report_peer: false,
             stop: Arc::new(AtomicBool::new(false)),
             servers: Mutex::new(Vec::new()),
             peers: Arc::new(Mutex::new(Vec::new())),
         };
         run("ip", &["netns", "add", name])?;
         batch(
-            None,
+            host_ns,
             &format!(
                 "link add {host_if} type veth peer name eth0 netns {name}\n\
                  link set {host_if} up\n\
@@ -193,8 +398,15 @@ impl Pod {
                  route add default via {gw} dev eth0\n"
             ),
         )?;
-        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").context("enable ip_forward")?;
+        write_sysctl(host_ns, "net/ipv4/ip_forward", "1")?;
         Ok(pod)
+    }
+
+    /// The pod, its servers answering "`name` `client-ip`" (the address they saw) instead of the name alone.
+    /// Set before the first `serve_*` call.
+    pub fn reporting_peers(mut self) -> Pod {
+        self.report_peer = true;
+        self
     }
 
     /// Adds an IPv6 address to the pod the same way: `ip`/128 on `eth0` with a default route via `gateway`,
@@ -206,7 +418,7 @@ impl Pod {
             .with_context(|| format!("IPv6 gateway {gateway}"))?;
         let host_if = &self.host_if;
         batch(
-            None,
+            self.host_ns.as_deref(),
             &format!(
                 "addr add {gw}/128 dev {host_if} nodad\n\
                  route add {ip}/128 dev {host_if}\n"
@@ -220,8 +432,7 @@ impl Pod {
                  route add ::/0 via {gw} dev eth0\n"
             ),
         )?;
-        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
-            .context("enable IPv6 forwarding")?;
+        write_sysctl(self.host_ns.as_deref(), "net/ipv6/conf/all/forwarding", "1")?;
         self.ipv6 = Some((ip, gw));
         Ok(())
     }
@@ -254,27 +465,40 @@ impl Pod {
     /// Serves TCP on `port` (all pod addresses): every connection is answered with the pod name (as an HTTP
     /// response when the request looks like HTTP) and closed. Returns once the socket is bound.
     pub fn serve_tcp(&self, port: u16) -> Result<()> {
+        let name = self.name.clone();
+        self.serve_stream(move || {
+            // Dual-stack socket when IPv6 is available, IPv4 only otherwise.
+            TcpListener::bind((Ipv6Addr::UNSPECIFIED, port))
+                .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
+                .with_context(|| format!("bind tcp {port} in {name}"))
+        })
+    }
+
+    /// Serves SCTP on `port` the same way as [`Pod::serve_tcp`] (plain lines only).
+    pub fn serve_sctp(&self, port: u16) -> Result<()> {
+        let name = self.name.clone();
+        self.serve_stream(move || sctp_listener(port).with_context(|| format!("in {name}")))
+    }
+
+    /// Accepts on the listener `bind` makes inside the pod, answering each connection on its own thread.
+    fn serve_stream(
+        &self,
+        bind: impl FnOnce() -> Result<TcpListener> + Send + 'static,
+    ) -> Result<()> {
         let (name, stop, peers) = (self.name.clone(), self.stop.clone(), self.peers.clone());
+        let report = self.report_peer;
         self.spawn_server(move || {
             enter_netns(&name)?;
-            // Dual-stack socket when IPv6 is available, IPv4 only otherwise.
-            let l = TcpListener::bind((Ipv6Addr::UNSPECIFIED, port))
-                .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
-                .with_context(|| format!("bind tcp {port} in {name}"))?;
+            let l = bind()?;
             l.set_nonblocking(true)?;
             Ok(move || {
                 while !stop.load(Ordering::Relaxed) {
                     match l.accept() {
                         Ok((conn, peer)) => {
-                            peers
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .push(unmap(peer));
-                            let name = name.clone();
-                            std::thread::spawn(move || answer_tcp(conn, &name));
-                        }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(5))
+                            let peer = unmap(peer);
+                            peers.lock().unwrap_or_else(|e| e.into_inner()).push(peer);
+                            let reply = answer_text(&name, report, peer);
+                            std::thread::spawn(move || answer_tcp(conn, &reply));
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
@@ -296,6 +520,7 @@ impl Pod {
 
     fn serve_udp_with(&self, port: u16, echo: bool) -> Result<()> {
         let (name, stop, peers) = (self.name.clone(), self.stop.clone(), self.peers.clone());
+        let report = self.report_peer;
         self.spawn_server(move || {
             enter_netns(&name)?;
             let s = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, port))
@@ -306,11 +531,9 @@ impl Pod {
                 let mut buf = [0u8; 2048];
                 while !stop.load(Ordering::Relaxed) {
                     if let Ok((n, peer)) = s.recv_from(&mut buf) {
-                        peers
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(unmap(peer));
-                        let mut answer = name.as_bytes().to_vec();
+                        let seen = unmap(peer);
+                        peers.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
+                        let mut answer = answer_text(&name, report, seen).into_bytes();
                         if echo {
                             answer.push(b' ');
                             answer.extend_from_slice(&buf[..n]);
@@ -346,6 +569,41 @@ impl Pod {
             .unwrap_or_else(|e| e.into_inner())
             .push(handle);
         res
+    }
+}
+
+/// What a server answers: the pod name, and with `report` the client address it saw.
+fn answer_text(name: &str, report: bool, peer: SocketAddr) -> String {
+    if report {
+        format!("{name} {}", peer.ip())
+    } else {
+        name.to_string()
+    }
+}
+
+/// An answer of a pod made with [`Pod::reporting_peers`]: who answered and the client address it saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The answering pod's name.
+    pub pod: String,
+    /// The client (source) address the pod saw.
+    pub client: IpAddr,
+}
+
+impl Seen {
+    /// Parses "`name` `client-ip`".
+    pub fn parse(reply: &str) -> Result<Seen> {
+        let (pod, client) = reply
+            .trim()
+            .split_once(' ')
+            .ok_or_else(|| anyhow!("not a reporting pod's answer: {reply:?}"))?;
+        let client = client
+            .parse()
+            .with_context(|| format!("client address in {reply:?}"))?;
+        Ok(Seen {
+            pod: pod.to_string(),
+            client,
+        })
     }
 }
 
@@ -408,7 +666,10 @@ impl Drop for Pod {
         {
             let _ = h.join();
         }
-        let _ = run("ip", &["link", "del", &self.host_if]);
+        let _ = match &self.host_ns {
+            Some(ns) => run("ip", &["-n", ns, "link", "del", &self.host_if]),
+            None => run("ip", &["link", "del", &self.host_if]),
+        };
         let _ = run("ip", &["netns", "del", &self.name]);
     }
 }

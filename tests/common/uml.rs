@@ -199,7 +199,14 @@ pub fn run(name: &str, opts: BootOptions, body: impl FnOnce()) {
         "UML test {name} passed in {elapsed:.1?} (run dir {})",
         dir.display()
     );
+    if let Ok(report) = std::fs::read_to_string(dir.join(REPORT_FILE)) {
+        println!("{report}");
+    }
 }
+
+/// A file a guest may write into its run directory ([`guest_run_dir`]): the host prints it after a passing
+/// run (figures a test reports besides its verdict).
+pub const REPORT_FILE: &str = "report.txt";
 
 /// Environment variable naming the directory to hold the run directories instead of [`runs_base`]'s
 /// default (any host path: the guest is given whatever it names, `/tmp` included).
@@ -357,22 +364,33 @@ halt -f
     )
 }
 
-/// Defines a test whose body runs inside a UML guest: `uml_test!(name, { ... })`.
+/// A test's path as libtest filters it: `module_path` without the crate name, then `name`.
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, rest)) => format!("{rest}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// Defines a test whose body runs inside a UML guest: `uml_test!(name, { ... })`, or
+/// `uml_test!(#[ignore = "why"] name, opts, { ... })` for one `cargo test` runs only with `--ignored`.
 #[macro_export]
 macro_rules! uml_test {
+    (#[ignore = $why:literal] $name:ident, $opts:expr, $body:block) => {
+        #[test]
+        #[ignore = $why]
+        fn $name() {
+            let full = $crate::common::uml::test_name(module_path!(), stringify!($name));
+            $crate::common::uml::run(&full, $opts, || $body);
+        }
+    };
     ($name:ident, $body:block) => {
         uml_test!($name, $crate::common::uml::BootOptions::default(), $body);
     };
     ($name:ident, $opts:expr, $body:block) => {
         #[test]
         fn $name() {
-            let full = {
-                let p = module_path!();
-                match p.split_once("::") {
-                    Some((_, rest)) => format!("{}::{}", rest, stringify!($name)),
-                    None => stringify!($name).to_string(),
-                }
-            };
+            let full = $crate::common::uml::test_name(module_path!(), stringify!($name));
             $crate::common::uml::run(&full, $opts, || $body);
         }
     };

@@ -521,15 +521,23 @@ fn privileged_overlay_is_upstreams_privileged_container() {
         "invalid with privileged: false"
     );
     assert_eq!(sc.capabilities, None);
+    let modules = main.volume_mounts.clone().unwrap_or_default();
+    assert!(
+        modules
+            .iter()
+            .any(|m| m.mount_path == "/lib/modules" && m.read_only == Some(true)),
+        "it loads modules itself: /lib/modules read-only {modules:?}"
+    );
     assert!(
         r.config_map("kube-proxy").is_some(),
         "the plain install otherwise"
     );
 }
 
-/// components/scheduler-modules on the base: SYS_MODULE added to the daemon, nothing else changed.
+/// components/scheduler-modules on the base: SYS_MODULE and the node's /lib/modules (read-only) added to
+/// the daemon, nothing else changed.
 #[test]
-fn scheduler_modules_component_adds_only_sys_module() {
+fn scheduler_modules_component_adds_only_sys_module_and_the_module_tree() {
     let Some(k) = kubectl("scheduler-modules component") else {
         return;
     };
@@ -550,10 +558,15 @@ fn scheduler_modules_component_adds_only_sys_module() {
     assert_eq!(caps(&with), want);
     let mut a = with.get("DaemonSet", "kube-proxy").clone();
     let b = without.get("DaemonSet", "kube-proxy");
+    let main = |v: &Value| v["spec"]["template"]["spec"]["containers"][0].clone();
+    let mut mounts = main(b)["volumeMounts"].as_array().cloned().expect("mounts");
+    mounts.push(json!({"name": "lib-modules", "mountPath": "/lib/modules", "readOnly": true}));
+    assert_eq!(main(&a)["volumeMounts"], Value::Array(mounts));
+    a["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+        main(b)["volumeMounts"].clone();
     a["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] =
-        b["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
-            .clone();
-    assert_eq!(&a, b, "only the capability changes");
+        main(b)["securityContext"]["capabilities"]["add"].clone();
+    assert_eq!(&a, b, "only the capability and the mount change");
 }
 
 /// `target` as a path relative to `from` (both absolute): kustomize refuses absolute resource paths.
@@ -566,4 +579,61 @@ fn relative_to(target: &Path, from: &Path) -> String {
         .iter()
         .map(|c| c.as_os_str().to_string_lossy().into_owned());
     ups.chain(downs).collect::<Vec<_>>().join("/")
+}
+
+/// `kubectl exec <pod> -- kube-proxy explain` finds the daemon in every overlay: process 1 of the
+/// kube-proxy container is the daemon, whose `--config` the command reads (with the daemon's defaults);
+/// it connects to loopback (the daemon listens there or on every address), which `/debug/*` answers.
+/// kubeadm's own configuration file (not rendered) is `config/kubeadm-generated.yaml`'s shape.
+#[test]
+fn kube_proxy_explain_reaches_the_daemon_in_every_overlay() {
+    use kube_proxy_rs::explain::cli::{config_of_cmdline, server_of_config_text};
+    use kube_proxy_rs::explain::http::from_this_node;
+    let Some(k) = kubectl("kube-proxy explain in every overlay") else {
+        return;
+    };
+    let mut dirs = vec!["deploy".to_string()];
+    dirs.extend(OVERLAYS.iter().map(|o| format!("deploy/overlays/{o}")));
+    for dir in dirs {
+        let r = Rendered(render(&k, Path::new(&dir)));
+        if r.find("DaemonSet", "kube-proxy").is_none() {
+            continue; // monitoring: no DaemonSet of its own
+        }
+        let pod = pod(&r.daemon_set());
+        let main = container(&pod.containers, "kube-proxy");
+        let argv: Vec<String> = main
+            .command
+            .iter()
+            .flatten()
+            .chain(main.args.iter().flatten())
+            .cloned()
+            .collect();
+        let cmdline = argv.join("\0");
+        let path = config_of_cmdline(cmdline.as_bytes())
+            .unwrap_or_else(|| panic!("{dir}: no --config on process 1's command line {argv:?}"));
+        let (name, key) = configmap_file(&pod, main, &path);
+        let text = match r.config_map(&name) {
+            Some(cm) => cm
+                .data
+                .unwrap_or_default()
+                .remove(&key)
+                .expect("config key"),
+            None => super::read("config/kubeadm-generated.yaml"),
+        };
+        let server = server_of_config_text(&text, &path).unwrap_or_else(|e| panic!("{dir}: {e}"));
+        let first: std::net::SocketAddr = server.addrs[0].parse().unwrap();
+        assert!(
+            first.ip().is_loopback(),
+            "{dir}: kube-proxy explain asks {server:?}"
+        );
+        assert!(
+            from_this_node(first, first),
+            "{dir}: /debug/* refuses {first}"
+        );
+        println!(
+            "{dir}: kube-proxy explain asks {} ({})",
+            server.addrs.join(", "),
+            server.source
+        );
+    }
 }

@@ -6,11 +6,14 @@
 //! (`kube::core::Request`, `ListParams`, `WatchParams`), the event type and the backoff. The loop
 //! follows kube's `watcher` step by step: paged list (`Init`, `InitApply`…, `InitDone`), then a watch
 //! from the list's resourceVersion with bookmarks, a re-watch from the last resourceVersion when a
-//! stream ends or goes idle, a relist after 410 Gone. Each request asks for the configured media
-//! types ([`MediaTypes`]); each response is decoded by the encoding it announces, so a server that
-//! does not offer protobuf is read in JSON.
+//! stream ends, fails or goes idle (also after a frame that cannot be decoded, as client-go's
+//! reflector), a relist after 410 Gone (a consistent one, as client-go's). Each request asks for the
+//! configured media types ([`MediaTypes`]); each response is decoded by the encoding it announces, so
+//! a server that does not offer protobuf is read in JSON.
 
 pub mod frames;
+pub mod list_json;
+pub mod list_proto;
 pub mod media;
 pub mod request;
 
@@ -25,6 +28,7 @@ use kube::runtime::watcher::{Config, Event, ListSemantic};
 use request::{Events, WatchItem};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -60,7 +64,8 @@ pub enum Error {
     /// A watch could not be started.
     #[error("watch failed to start: {0}")]
     WatchStart(#[source] RequestError),
-    /// A watch stream failed (a frame could not be read, the connection broke).
+    /// A watch stream failed (a frame could not be read or was too long, the connection broke): the
+    /// next watch starts from the last resourceVersion applied.
     #[error("watch stream failed: {0}")]
     Watch(#[source] RequestError),
     /// The API server sent an ERROR event (410 Gone: a relist follows).
@@ -96,6 +101,9 @@ struct Loop {
     api: ApiClient,
     config: Config,
     kind: &'static str,
+    /// The next list must be consistent (`resourceVersion` unset): set by a 410 Gone, as client-go's
+    /// reflector relists from etcd when its version is no longer available; cleared by a complete list.
+    consistent: AtomicBool,
 }
 
 /// Lists and watches `K` with the selectors, page size, timeout and bookmarks of `config` (only
@@ -108,6 +116,7 @@ pub fn list_watch<K: Watched>(
         api,
         config,
         kind: kind_name::<K>(),
+        consistent: AtomicBool::new(false),
     });
     futures::stream::unfold(State::Empty, move |state| {
         let ctx = ctx.clone();
@@ -135,10 +144,17 @@ fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
 type Step<K> = (Option<Result<Event<Decoded<K>>, Error>>, State<K>);
 
 impl Loop {
+    /// The first page asks for `resourceVersion=0` under `ListSemantic::Any` (served whole from the
+    /// API server's watch cache, as client-go's first list), the others for the most recent state; a
+    /// page after the first carries only its continue token (the API server refuses both).
     fn list_params(&self, continue_token: Option<String>) -> ListParams {
-        let (resource_version, version_match) = match self.config.list_semantic {
-            ListSemantic::Any => (Some("0".to_string()), Some(VersionMatch::NotOlderThan)),
-            ListSemantic::MostRecent => (None, None),
+        let cached = self.config.list_semantic == ListSemantic::Any
+            && continue_token.is_none()
+            && !self.consistent.load(Ordering::Relaxed);
+        let (resource_version, version_match) = if cached {
+            (Some("0".to_string()), Some(VersionMatch::NotOlderThan))
+        } else {
+            (None, None)
         };
         ListParams {
             label_selector: self.config.label_selector.clone(),
@@ -186,7 +202,10 @@ impl Loop {
                     return (Some(Ok(Event::InitApply(next))), state);
                 }
                 match (continue_token, version) {
-                    (None, Some(version)) => (Some(Ok(Event::InitDone)), State::Listed { version }),
+                    (None, Some(version)) => {
+                        self.consistent.store(false, Ordering::Relaxed);
+                        (Some(Ok(Event::InitDone)), State::Listed { version })
+                    }
                     (token, _) => self.list_page(token).await,
                 }
             }
@@ -224,10 +243,13 @@ impl Loop {
                 (None, State::Watching { version, events })
             }
             // The version is gone: only a relist can go on.
-            Err(RequestError::Api(s)) if s.code == 410 => (
-                Some(Err(Error::WatchStart(RequestError::Api(s)))),
-                State::Empty,
-            ),
+            Err(RequestError::Api(s)) if s.code == 410 => {
+                self.consistent.store(true, Ordering::Relaxed);
+                (
+                    Some(Err(Error::WatchStart(RequestError::Api(s)))),
+                    State::Empty,
+                )
+            }
             Err(e) => (Some(Err(Error::WatchStart(e))), State::Listed { version }),
         }
     }
@@ -253,13 +275,17 @@ impl Loop {
             Some(Ok(WatchItem::Bookmark(_))) => (None, watching(version)),
             Some(Ok(WatchItem::Error(s))) => {
                 let next = if s.code == 410 {
+                    self.consistent.store(true, Ordering::Relaxed);
                     State::Empty
                 } else {
                     watching(version)
                 };
                 (Some(Err(Error::WatchError(s))), next)
             }
-            Some(Err(e)) => (Some(Err(Error::Watch(e))), watching(version)),
+            // As client-go's reflector: a frame that cannot be read (or a broken stream) ends the
+            // watch, and the next one starts from the last resourceVersion applied, so the change
+            // in that frame comes again (or a 410 makes it a relist).
+            Some(Err(e)) => (Some(Err(Error::Watch(e))), State::Listed { version }),
             None => (None, State::Listed { version }),
         }
     }

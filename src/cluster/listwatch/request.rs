@@ -2,7 +2,10 @@
 //! `Accept` header), the response's status, and its body decoded by the encoding it announces.
 
 use super::frames::{Framer, Framing};
+use super::list_json::JsonList;
+use super::list_proto::ProtoList;
 use super::media::{Encoding, MediaTypes};
+use crate::cluster::body_limit::{MAX_ERROR_BODY_BYTES, ReadIncrementally};
 use crate::cluster::decode::{Decoded, Lenient};
 use crate::cluster::proto::{Protobuf, envelope};
 use futures::stream::BoxStream;
@@ -115,8 +118,22 @@ async fn send(
     if code.is_success() {
         return Ok((encoding, res.into_body()));
     }
-    let body = res.into_body().collect().await?.to_bytes();
+    let body = read_at_most(res.into_body(), MAX_ERROR_BODY_BYTES).await?;
     Err(RequestError::Api(status_of(code.as_u16(), encoding, &body)))
+}
+
+/// The first `max` bytes of `body` (the rest is not read).
+async fn read_at_most(mut body: Body, max: usize) -> Result<Vec<u8>, RequestError> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        if let Ok(data) = frame?.into_data() {
+            out.extend_from_slice(&data[..data.len().min(max - out.len())]);
+        }
+    }
+    Ok(out)
 }
 
 /// The `Status` of an error body, or the body's text when it is none.
@@ -152,12 +169,87 @@ pub async fn list<K: Watched>(
     let req = kube::core::Request::new(K::url_path(&(), None))
         .list(params)
         .map_err(kube::Error::BuildRequest)?;
-    let (encoding, body) = send(client, with_accept(req, media)?).await?;
-    let body = body.collect().await?.to_bytes();
-    decode_page(encoding, &body).map_err(|message| RequestError::Decode { encoding, message })
+    let mut req = with_accept(with_cached_version(req, params)?, media)?;
+    req.extensions_mut().insert(ReadIncrementally);
+    let (encoding, mut body) = send(client, req).await?;
+    let decode = |message| RequestError::Decode { encoding, message };
+    let mut reader = ListReader::<K>::new(encoding);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            reader.push(&data).map_err(decode)?;
+        }
+    }
+    reader.finish().map_err(decode)
 }
 
-/// Decodes a list body; each item is decoded on its own, so only a malformed list fails.
+/// Adds `resourceVersion=0` to a first page that asks for it with a `limit`, which kube's request builder
+/// leaves out: client-go's reflector sends both (`limit=500&resourceVersion=0`, no
+/// `resourceVersionMatch`), and the API server answers such a list from its watch cache, whole, the
+/// limit ignored.
+fn with_cached_version(
+    mut req: http::Request<Vec<u8>>,
+    params: &ListParams,
+) -> Result<http::Request<Vec<u8>>, RequestError> {
+    let first_cached_page = params.resource_version.as_deref() == Some("0")
+        && params.limit.is_some()
+        && params.continue_token.is_none();
+    if !first_cached_page
+        || req
+            .uri()
+            .query()
+            .is_some_and(|q| q.contains("resourceVersion="))
+    {
+        return Ok(req);
+    }
+    let mut uri = req.uri().to_string();
+    uri.push_str(if uri.contains('?') { "&" } else { "?" });
+    uri.push_str("resourceVersion=0");
+    *req.uri_mut() = uri.parse().map_err(|e: http::uri::InvalidUri| {
+        RequestError::Client(kube::Error::BuildRequest(
+            kube::core::request::Error::Validation(e.to_string()),
+        ))
+    })?;
+    Ok(req)
+}
+
+/// A list body decoded as it arrives, item by item, in the encoding its response announced
+/// (the bounds are in [`crate::cluster::body_limit`]).
+#[derive(Debug)]
+pub enum ListReader<K> {
+    /// `application/json`.
+    Json(JsonList<K>),
+    /// `application/vnd.kubernetes.protobuf`.
+    Protobuf(ProtoList<K>),
+}
+
+impl<K: Watched> ListReader<K> {
+    /// An empty reader for a body in `encoding`.
+    pub fn new(encoding: Encoding) -> Self {
+        match encoding {
+            Encoding::Json => ListReader::Json(JsonList::new()),
+            Encoding::Protobuf => ListReader::Protobuf(ProtoList::new()),
+        }
+    }
+
+    /// Reads the next chunk of the body.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
+        match self {
+            ListReader::Json(r) => r.push(chunk),
+            ListReader::Protobuf(r) => r.push(chunk),
+        }
+    }
+
+    /// The page, once the whole body has been pushed.
+    pub fn finish(self) -> Result<Page<K>, String> {
+        match self {
+            ListReader::Json(r) => r.finish(),
+            ListReader::Protobuf(r) => r.finish(),
+        }
+    }
+}
+
+/// Decodes a whole list body at once (benches and the fuzz targets compare the incremental
+/// [`ListReader`] with it); each item is decoded on its own, so only a malformed list fails.
 pub fn decode_page<K: Watched>(encoding: Encoding, body: &[u8]) -> Result<Page<K>, String> {
     match encoding {
         Encoding::Json => {
@@ -206,11 +298,7 @@ fn events<K: Watched>(
     encoding: Encoding,
     body: Body,
 ) -> impl Stream<Item = Result<WatchItem<K>, RequestError>> + Send {
-    let framing = match encoding {
-        Encoding::Json => Framing::Lines,
-        Encoding::Protobuf => Framing::LengthPrefixed,
-    };
-    Framer::new(framing)
+    Framer::new(Framing::of(encoding))
         .frames(body.into_data_stream())
         .map(move |frame| match frame {
             Ok(frame) => decode_event(encoding, &frame)

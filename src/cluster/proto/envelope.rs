@@ -4,7 +4,7 @@
 //! come from the `k8s-pb` messages; item and object bodies are borrowed, never copied.
 
 use super::prune::{Rule, tag_of};
-use super::wire::{Fields, Value, WireError};
+use super::wire::{Field, Fields, Value, WireError};
 use crate::pb_field;
 use k8s_pb::api::core::v1 as pb;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pbmeta;
@@ -97,50 +97,70 @@ fn string(what: &'static str, b: &[u8]) -> Result<String, EnvelopeError> {
 /// Opens an enveloped encoding: checks the magic and reads the `runtime.Unknown` around the object.
 pub fn open(body: &[u8]) -> Result<Unknown<'_>, EnvelopeError> {
     let rest = body.strip_prefix(&MAGIC).ok_or(EnvelopeError::Magic)?;
-    let t = &*TAGS;
     let mut out = Unknown {
         api_version: String::new(),
         kind: String::new(),
         raw: &[],
     };
     for field in Fields::new(rest) {
-        let field = field.map_err(wire("runtime.Unknown"))?;
-        let Value::Bytes(b) = field.value else {
-            continue;
-        };
-        if field.tag == t.type_meta {
-            let tm = pbrt::TypeMeta::decode(b)
-                .map_err(|e| EnvelopeError::Decode("runtime.Unknown.typeMeta", e.to_string()))?;
-            out.api_version = tm.api_version.unwrap_or_default();
-            out.kind = tm.kind.unwrap_or_default();
-        } else if field.tag == t.raw {
-            out.raw = b;
-        } else if (field.tag == t.content_encoding || field.tag == t.content_type)
-            && !b.is_empty()
-            && b != MEDIA_TYPE.as_bytes()
-        {
-            return Err(EnvelopeError::Encoding(string("contentType", b)?));
-        }
+        unknown_field(field.map_err(wire("runtime.Unknown"))?, &mut out)?;
     }
     Ok(out)
 }
 
+/// Whether `tag` is `runtime.Unknown.raw` (the object's own encoding).
+pub fn is_raw(tag: u32) -> bool {
+    tag == TAGS.raw
+}
+
+/// Reads one field of a `runtime.Unknown` into `out` (the last `raw` wins, as in a message decode).
+pub fn unknown_field<'a>(field: Field<'a>, out: &mut Unknown<'a>) -> Result<(), EnvelopeError> {
+    let t = &*TAGS;
+    let Value::Bytes(b) = field.value else {
+        return Ok(());
+    };
+    if field.tag == t.type_meta {
+        let tm = pbrt::TypeMeta::decode(b)
+            .map_err(|e| EnvelopeError::Decode("runtime.Unknown.typeMeta", e.to_string()))?;
+        out.api_version = tm.api_version.unwrap_or_default();
+        out.kind = tm.kind.unwrap_or_default();
+    } else if field.tag == t.raw {
+        out.raw = b;
+    } else if (field.tag == t.content_encoding || field.tag == t.content_type)
+        && !b.is_empty()
+        && b != MEDIA_TYPE.as_bytes()
+    {
+        return Err(EnvelopeError::Encoding(string("contentType", b)?));
+    }
+    Ok(())
+}
+
+/// One field of a list: an item's encoding, or the list's metadata (`meta`, the last one wins).
+pub fn list_field<'a>(
+    field: Field<'a>,
+    meta: &mut Option<pbmeta::ListMeta>,
+) -> Result<Option<&'a [u8]>, EnvelopeError> {
+    let t = &*TAGS;
+    match field.value {
+        Value::Bytes(b) if field.tag == t.items => Ok(Some(b)),
+        Value::Bytes(b) if field.tag == t.list_meta => {
+            *meta = Some(
+                pbmeta::ListMeta::decode(b)
+                    .map_err(|e| EnvelopeError::Decode("list metadata", e.to_string()))?,
+            );
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
 /// A list's metadata and its items' encodings (each item is decoded on its own).
 pub fn list_items(list: &[u8]) -> Result<(pbmeta::ListMeta, Vec<&[u8]>), EnvelopeError> {
-    let t = &*TAGS;
     let mut meta = None;
     let mut items = Vec::new();
     for field in Fields::new(list) {
-        let field = field.map_err(wire("list"))?;
-        match field.value {
-            Value::Bytes(b) if field.tag == t.items => items.push(b),
-            Value::Bytes(b) if field.tag == t.list_meta => {
-                meta = Some(
-                    pbmeta::ListMeta::decode(b)
-                        .map_err(|e| EnvelopeError::Decode("list metadata", e.to_string()))?,
-                );
-            }
-            _ => {}
+        if let Some(item) = list_field(field.map_err(wire("list"))?, &mut meta)? {
+            items.push(item);
         }
     }
     Ok((meta.unwrap_or_default(), items))

@@ -260,3 +260,57 @@ fn annotation_problems_are_reported_from_the_record() {
         problems[1]
     );
 }
+
+/// `AllowServiceExternalIPs` off: a Service is planned as if it had no external IPs, as upstream does:
+/// no virtual server, set entry or kube-ipvs0 address for them, and its endpoints picked as for a
+/// Service without external access (internalTrafficPolicy Local alone decides).
+#[test]
+fn external_ips_are_ignored_when_the_gate_is_off() {
+    let svc = ServicePort {
+        external_ips: vec![ip("192.0.2.7")],
+        internal_policy_local: true,
+        ..ServicePort::new(name("ext"), vec![ip("10.96.0.30")], 80)
+    };
+    let n = svc.name.clone();
+    let services: ServiceMap = [(n.clone(), Arc::new(svc))].into();
+    let endpoints: EndpointsMap = [(
+        n.clone(),
+        Arc::new(vec![ep("10.244.2.5", "n2", true, true, false)]),
+    )]
+    .into();
+    let node = NodeFacts::new("n1", vec![ip("192.168.0.10")]);
+    let key = |addr: &str| crate::kernel::ipvs::IpvsServiceKey {
+        addr: ip(addr),
+        port: 80,
+        protocol: Protocol::Tcp,
+    };
+    let on = plan(&services, &endpoints, &node, &v4());
+    let off_cfg = PlanConfig {
+        external_ips: false,
+        ..v4()
+    };
+    let off = plan(&services, &endpoints, &node, &off_cfg);
+    let ext_set = |d: &DesiredState| d.ipsets["KUBE-EXTERNAL-IP"].entries.len();
+
+    assert!(on.virtual_servers.contains_key(&key("192.0.2.7")));
+    assert!(on.bound_addresses.contains(&ip("192.0.2.7")));
+    assert_eq!(ext_set(&on), 1);
+    // Externally reachable: the endpoint on another node serves the external IP.
+    assert_eq!(on.virtual_servers[&key("192.0.2.7")].destinations.len(), 1);
+
+    assert!(!off.virtual_servers.contains_key(&key("192.0.2.7")));
+    assert!(!off.bound_addresses.contains(&ip("192.0.2.7")));
+    assert_eq!(ext_set(&off), 0);
+    assert!(off.virtual_servers.contains_key(&key("10.96.0.30")));
+    // Not externally reachable: internalTrafficPolicy Local leaves the other node's endpoint out.
+    assert!(
+        off.virtual_servers[&key("10.96.0.30")]
+            .destinations
+            .is_empty()
+    );
+    let p = &off.decisions[&n.service()].ports[0];
+    assert!(p.port.external_ips.is_empty());
+    assert_eq!(verdicts(p), [("10.244.2.5".into(), "Unused")]);
+    let (_, v) = p.endpoints().next().unwrap();
+    assert_eq!(v.local, Pick::OtherNode);
+}

@@ -70,12 +70,15 @@ pub struct PlanConfig {
     /// are bound with scope host (`DesiredState::arp_quiet`), so that the node answers no ARP request
     /// for them; external IPs keep scope global.
     pub arp_per_address: bool,
+    /// Whether Services' `spec.externalIPs` are programmed (the `AllowServiceExternalIPs` feature gate).
+    /// Off, a Service is planned as if it had none, as upstream does.
+    pub external_ips: bool,
 }
 
 impl PlanConfig {
     /// The configuration for `family` with kube-proxy's defaults: the `rr` scheduler, masquerade bit 14, no
-    /// masqueradeAll, no local detector, no excluded ranges, `--random-fully` (iptables >= 1.6.2) and every
-    /// scheduler available. Set the rest with struct update syntax (`PlanConfig { masquerade_all: true, ..PlanConfig::new(…) }`).
+    /// masqueradeAll, no local detector, no excluded ranges, `--random-fully` (iptables >= 1.6.2), every
+    /// scheduler available and external IPs programmed. Set the rest with struct update syntax (`PlanConfig { masquerade_all: true, ..PlanConfig::new(…) }`).
     pub fn new(family: IpFamily) -> Self {
         PlanConfig {
             family,
@@ -88,6 +91,7 @@ impl PlanConfig {
             unavailable_schedulers: BTreeMap::new(),
             lb_source_ranges_for_node: false,
             arp_per_address: false,
+            external_ips: true,
         }
     }
 }
@@ -168,6 +172,8 @@ struct Context {
     local_addrs: HashSet<IpAddr>,
     /// [`PlanConfig::lb_source_ranges_for_node`].
     lb_source_ranges_for_node: bool,
+    /// [`PlanConfig::external_ips`].
+    external_ips: bool,
 }
 
 /// What some service ports add to the plan. The full plan accumulates every service port into one;
@@ -238,6 +244,7 @@ impl Context {
             node_port_ips,
             local_addrs: node.local_addresses.iter().copied().collect(),
             lb_source_ranges_for_node: cfg.lb_source_ranges_for_node,
+            external_ips: cfg.external_ips,
         }
     }
 
@@ -251,6 +258,17 @@ impl Context {
     ) {
         let Some(cluster_ip) = svc.cluster_ip(self.family) else {
             return;
+        };
+        let without_external_ips;
+        let svc = if self.external_ips || svc.external_ips.is_empty() {
+            svc
+        } else {
+            // AllowServiceExternalIPs off: as if the Service had none (its endpoint selection included).
+            without_external_ips = Arc::new(ServicePort {
+                external_ips: Vec::new(),
+                ..ServicePort::clone(svc)
+            });
+            &without_external_ips
         };
         let eps = endpoints.map_or(&[][..], |e| e.as_slice());
         let health_check = self.health_endpoints(acc, svc, eps);

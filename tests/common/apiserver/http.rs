@@ -67,6 +67,8 @@ pub struct Shared {
     /// Whether lists, watches and gets are offered in protobuf (the real API server offers it for
     /// every built-in kind).
     pub protobuf: AtomicBool,
+    /// Lists at resourceVersion 0 ignore `limit` (served whole, as from kube-apiserver's watch cache).
+    pub watch_cache_lists: bool,
 }
 
 /// Locks a mutex, ignoring poisoning (a panicking test thread must not wedge the server).
@@ -475,10 +477,14 @@ fn list(
             return status_response(410, "Expired", &msg);
         }
     };
+    // kube-apiserver serves `resourceVersion=0` from its watch cache, whole, whatever the limit.
+    let from_cache = shared.watch_cache_lists
+        && after.is_none()
+        && q.get("resourceVersion").map(String::as_str) == Some("0");
     let limit = q
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
+        .filter(|l| *l > 0 && !from_cache);
     let start = match &after {
         Some(a) => Bound::Excluded(a.clone()),
         None => Bound::Unbounded,

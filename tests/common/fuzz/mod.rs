@@ -9,11 +9,17 @@
 //!
 //! Case `i` of a run is generated from `(seed, target, i)` alone, so a failure is replayed from the three
 //! numbers printed with it ([`replay`]). A case that panics is a failure; a case still running after
-//! [`CASE_BOUND`] is reported as a hang by a watchdog thread.
+//! [`CASE_BOUND`] is reported as a hang by a watchdog thread; a case whose thread allocates more at once
+//! than its target's [`Memory`] bound for the input's length fails (when the binary installs the counting
+//! allocator of `alloc.rs`, as the test and the bench do). Targets with a deterministic work measure
+//! (the watch framer's examined bytes) check it too, as the time bound that does not depend on the host.
 
 #![allow(dead_code)]
 
+pub mod alloc;
+mod api_targets;
 mod corpus;
+mod explain_targets;
 mod mutate;
 mod targets;
 
@@ -44,6 +50,8 @@ pub struct Report {
     pub seconds: f64,
     /// The slowest case and its duration.
     pub slowest: (u64, Duration),
+    /// The case that allocated the most at once, and how much (0 without the counting allocator).
+    pub largest: (u64, usize),
 }
 
 impl Report {
@@ -55,6 +63,17 @@ impl Report {
             self.cases,
             self.failures.len(),
             self.seconds
+        )
+    }
+
+    /// The slowest and the largest case.
+    pub fn extremes(&self) -> String {
+        format!(
+            "slowest case {} {:?}, largest case {} {} KiB",
+            self.slowest.0,
+            self.slowest.1,
+            self.largest.0,
+            self.largest.1 / 1024
         )
     }
 }
@@ -134,8 +153,10 @@ pub fn run_target_for(
     let done = Arc::new(AtomicBool::new(false));
     watchdog(t.name, seed, current.clone(), done.clone());
     let start = Instant::now();
+    let counting = alloc::installed();
     let mut failures = Vec::new();
     let mut slowest = (0, Duration::ZERO);
+    let mut largest = (0, 0);
     let mut ran = 0;
     for case in 0..cases {
         if case % 1024 == 0 && budget.is_some_and(|b| start.elapsed() > b) {
@@ -144,11 +165,24 @@ pub fn run_target_for(
         ran = case + 1;
         current.store(case, Ordering::Relaxed);
         let input = input_of(t, corpus, seed, case);
+        let base = alloc::current();
+        alloc::reset_peak();
         let t0 = Instant::now();
-        let r = run_case(t, &input);
+        let mut r = run_case(t, &input);
         let took = t0.elapsed();
+        let used = alloc::peak_since_reset(base);
         if took > slowest.1 {
             slowest = (case, took);
+        }
+        if used > largest.1 {
+            largest = (case, used);
+        }
+        let bound = t.memory.bound(input.len());
+        if r.is_ok() && counting && used > bound {
+            r = Err(format!(
+                "took {used} bytes of memory at once for {} input bytes (bound {bound})",
+                input.len()
+            ));
         }
         if let Err(e) = r {
             failures.push((case, format!("{e}; input {}", escape(&input))));
@@ -161,6 +195,7 @@ pub fn run_target_for(
         failures,
         seconds: start.elapsed().as_secs_f64(),
         slowest,
+        largest,
     }
 }
 

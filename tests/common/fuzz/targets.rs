@@ -4,7 +4,9 @@
 //! it), and so does an error whose text is empty (errors must name what was wrong) or a broken round
 //! trip where the parser promises one.
 
+use super::api_targets;
 use super::corpus::Corpus;
+use super::explain_targets;
 use super::mutate::{mutate_bytes, mutate_json, mutate_protobuf, mutate_text, random_bytes};
 use clap::CommandFactory;
 use fastrand::Rng;
@@ -39,7 +41,29 @@ pub struct Target {
     pub generate: fn(&mut Rng, &Corpus) -> Vec<u8>,
     /// Runs the parser on it; `Err` names a broken property (panics are caught by the caller).
     pub check: fn(&[u8]) -> Result<(), String>,
+    /// The most one case may allocate at once.
+    pub memory: Memory,
 }
+
+/// A memory bound: `fixed` bytes plus `per_byte` per input byte.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    pub fixed: usize,
+    pub per_byte: usize,
+}
+
+impl Memory {
+    /// The bound for an input of `len` bytes.
+    pub fn bound(self, len: usize) -> usize {
+        self.fixed.saturating_add(self.per_byte.saturating_mul(len))
+    }
+}
+
+/// The bound of the older targets: catches a blow-up, not a constant factor.
+const LOOSE: Memory = Memory {
+    fixed: 64 << 20,
+    per_byte: 1024,
+};
 
 /// All targets, in the order the bench prints them.
 pub const TARGETS: &[Target] = &[
@@ -47,65 +71,113 @@ pub const TARGETS: &[Target] = &[
         name: "ipvs_genl",
         generate: gen_ipvs,
         check: check_ipvs,
+        memory: LOOSE,
     },
     Target {
         name: "rtnetlink",
         generate: gen_rtnl,
         check: check_rtnl,
+        memory: LOOSE,
     },
     Target {
         name: "conntrack",
         generate: gen_conntrack,
         check: check_conntrack,
+        memory: LOOSE,
     },
     Target {
         name: "iptables_save",
         generate: gen_iptables,
         check: check_iptables,
+        memory: LOOSE,
     },
     Target {
         name: "ipset_save",
         generate: gen_ipset,
         check: check_ipset,
+        memory: LOOSE,
     },
     Target {
         name: "config_file",
         generate: gen_config,
         check: check_config,
+        memory: LOOSE,
     },
     Target {
         name: "config_flags",
         generate: gen_flags,
         check: check_flags,
+        memory: LOOSE,
     },
     Target {
         name: "service_convert",
         generate: gen_service,
         check: check_service,
+        memory: LOOSE,
     },
     Target {
         name: "endpointslice_convert",
         generate: gen_slice,
         check: check_slice,
+        memory: LOOSE,
     },
     Target {
         name: "service_protobuf",
         generate: gen_pb_service,
         check: check_pb_service,
+        memory: LOOSE,
     },
     Target {
         name: "endpointslice_protobuf",
         generate: gen_pb_slice,
         check: check_pb_slice,
+        memory: LOOSE,
     },
     Target {
         name: "watch_protobuf",
         generate: gen_pb_stream,
         check: check_pb_stream,
+        memory: LOOSE,
+    },
+    Target {
+        name: "watch_json",
+        generate: api_targets::gen_watch_json,
+        check: api_targets::check_watch_json,
+        memory: api_targets::WATCH_MEMORY,
+    },
+    Target {
+        name: "list_json",
+        generate: api_targets::gen_list_json,
+        check: api_targets::check_list_json,
+        memory: api_targets::LIST_MEMORY,
+    },
+    Target {
+        name: "list_protobuf",
+        generate: api_targets::gen_list_protobuf,
+        check: api_targets::check_list_protobuf,
+        memory: api_targets::LIST_MEMORY,
+    },
+    Target {
+        name: "gzip_body",
+        generate: api_targets::gen_gzip,
+        check: api_targets::check_gzip,
+        memory: api_targets::GZIP_MEMORY,
+    },
+    Target {
+        name: "explain_request",
+        generate: explain_targets::gen_request,
+        check: explain_targets::check_request,
+        memory: explain_targets::REQUEST_MEMORY,
+    },
+    Target {
+        name: "explain_cli_answer",
+        generate: explain_targets::gen_answer,
+        check: explain_targets::check_answer,
+        memory: explain_targets::ANSWER_MEMORY,
     },
 ];
 
-fn named<E: Display>(what: &str, e: E) -> Result<(), String> {
+pub(super) fn named<E: Display>(what: &str, e: E) -> Result<(), String> {
     let text = e.to_string();
     if text.trim().is_empty() {
         Err(format!("{what}: error without a message"))
@@ -114,7 +186,7 @@ fn named<E: Display>(what: &str, e: E) -> Result<(), String> {
     }
 }
 
-fn choose<'a, T>(rng: &mut Rng, v: &'a [T]) -> &'a T {
+pub(super) fn choose<'a, T>(rng: &mut Rng, v: &'a [T]) -> &'a T {
     &v[rng.usize(..v.len())]
 }
 
