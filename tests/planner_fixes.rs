@@ -88,3 +88,46 @@ fn arp_per_address_quiets_cluster_and_lb_ips_not_external_ips() {
         ips(&["10.96.0.10", "10.96.0.11", "192.168.99.20"])
     );
 }
+
+/// ns1/svc1: LoadBalancer 1.2.3.4:80/TCP with external IP 5.6.7.8, externalTrafficPolicy Local.
+fn etp_local_nat(etp_local_node_masquerade: bool) -> (Vec<String>, Vec<String>) {
+    let mut s = svc("ns1", "svc1", "p80", Protocol::Tcp, "10.20.30.41", 80);
+    s.load_balancer_ingress = lb(&["1.2.3.4"]);
+    s.external_ips = vec!["5.6.7.8".parse().unwrap()];
+    s.external_policy_local = true;
+    s.node_port = Some(30080);
+    let (services, endpoints) = maps(vec![s], vec![]);
+    let config = PlanConfig {
+        etp_local_node_masquerade,
+        ..cfg(IpFamily::V4)
+    };
+    let d = plan(&services, &endpoints, &node(&["100.101.102.103"]), &config);
+    (
+        chain(&d, "nat", "KUBE-LOAD-BALANCER"),
+        chain(&d, "nat", "KUBE-SERVICES"),
+    )
+}
+
+#[test]
+fn etp_local_node_masquerade_marks_local_sources_first() {
+    let masq = "-A KUBE-LOAD-BALANCER -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ";
+    let (lb_off, svc_off) = etp_local_nat(false);
+    let (lb_on, svc_on) = etp_local_nat(true);
+    assert!(!lb_off.iter().any(|r| r == masq), "{lb_off:?}");
+    assert_eq!(lb_on.first().map(String::as_str), Some(masq), "{lb_on:?}");
+    assert_eq!(&lb_on[1..], &lb_off[..]);
+    let ext = |rules: &[String]| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| r.contains("KUBE-EXTERNAL-IP-LOCAL"))
+            .cloned()
+            .collect()
+    };
+    let (off, on) = (ext(&svc_off), ext(&svc_on));
+    assert_eq!(on.len(), off.len() + 1, "{on:?}");
+    assert!(
+        on[0].ends_with("dst,dst -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"),
+        "{on:?}"
+    );
+    assert_eq!(&on[1..], &off[..]);
+}

@@ -15,4 +15,9 @@ pub struct IpvsFixes {
     /// still answers for external IPs and its own addresses on any interface (kubernetes#59976).
     /// Upstream answers for all of them unless `strictARP` stops every answer on another interface.
     pub arp_per_address: bool,
+    /// `--ipvs-etp-local-node-masquerade`: the node's own connections (host-network pods included) to
+    /// the LoadBalancer and external IPs of `externalTrafficPolicy: Local` Services are masqueraded, as
+    /// iptables mode does (kubernetes#71596, #93456). Upstream leaves them with the Service address as
+    /// source, which every node holds, so that an endpoint on another node answers its own node.
+    pub etp_local_node_masquerade: bool,
 }

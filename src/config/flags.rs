@@ -173,6 +173,11 @@ pub struct Flags {
     /// --config; cannot be combined with strictARP.
     #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ipvs_arp_per_address: Option<bool>,
+    /// Not in upstream (kube-proxy-rs only): masquerade the node's own connections (host-network pods too)
+    /// to the LoadBalancer and external IPs of externalTrafficPolicy: Local Services, as iptables mode does,
+    /// so that endpoints on other nodes can answer them. Also applies with --config.
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ipvs_etp_local_node_masquerade: Option<bool>,
     /// Not in upstream (kube-proxy-rs only): answer /debug/* on the metrics server (the explanation of every
     /// Service: endpoints, pod IPs, nodes, zones) to other hosts too; by default only this node is answered.
     /// Also applies with --config; the file has no such field.

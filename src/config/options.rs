@@ -424,6 +424,7 @@ fn fixes(flags: &Flags, config: &ProxyConfig) -> Result<super::fixes::IpvsFixes,
     let f = super::fixes::IpvsFixes {
         lb_source_ranges_for_node: flags.ipvs_lb_source_ranges_for_node.unwrap_or(false),
         arp_per_address: flags.ipvs_arp_per_address.unwrap_or(false),
+        etp_local_node_masquerade: flags.ipvs_etp_local_node_masquerade.unwrap_or(false),
     };
     if f.arp_per_address && config.ipvs.strict_arp {
         return Err(ConfigError::Flags(

@@ -241,6 +241,9 @@ pub struct RulesInput<'a> {
     pub random_fully: bool,
     /// The node's own access to LB addresses with source ranges: OUT-FILTER rules.
     pub lb_node_access: &'a [LbNodeAccess],
+    /// `--ipvs-etp-local-node-masquerade`: masquerade the node's own connections to the LB and external
+    /// IPs of `externalTrafficPolicy: Local` Services.
+    pub etp_local_node_masquerade: bool,
 }
 
 impl RulesInput<'_> {
@@ -289,6 +292,13 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
         IpFamily::V6 => "::1/128",
     };
     let _ = writeln!(nat, "-A {KUBE_SERVICES} -s {lo} -j RETURN");
+    if inp.etp_local_node_masquerade && inp.has(SetKind::LoadBalancerLocal) {
+        // Ahead of the chain's RETURN for the LB-local set (written by set_rules).
+        let _ = writeln!(
+            nat,
+            "-A {KUBE_LOAD_BALANCER} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}"
+        );
+    }
     set_rules(inp, &mut nat, &mut filter);
     cluster_ip_masquerade(inp, &mut nat);
     external_ip_rules(inp, &mut nat);
@@ -406,6 +416,11 @@ fn external_ip_rules(inp: &RulesInput<'_>, nat: &mut String) {
         );
         if masq {
             let _ = writeln!(nat, "{prefix} -j {KUBE_MARK_MASQ}");
+        } else if inp.etp_local_node_masquerade {
+            let _ = writeln!(
+                nat,
+                "{prefix} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}"
+            );
         }
         let _ = writeln!(
             nat,
@@ -540,6 +555,7 @@ mod tests {
             mark: 1 << 14,
             random_fully: false,
             lb_node_access: &[],
+            etp_local_node_masquerade: false,
         }
     }
 

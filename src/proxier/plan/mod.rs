@@ -70,6 +70,10 @@ pub struct PlanConfig {
     /// are bound with scope host (`DesiredState::arp_quiet`), so that the node answers no ARP request
     /// for them; external IPs keep scope global.
     pub arp_per_address: bool,
+    /// `--ipvs-etp-local-node-masquerade` (not upstream): the node's own connections to the LoadBalancer
+    /// and external IPs of `externalTrafficPolicy: Local` Services are masqueraded, so that an endpoint on
+    /// another node answers the node, not the Service address that node also holds.
+    pub etp_local_node_masquerade: bool,
     /// Whether Services' `spec.externalIPs` are programmed (the `AllowServiceExternalIPs` feature gate).
     /// Off, a Service is planned as if it had none, as upstream does.
     pub external_ips: bool,
@@ -91,6 +95,7 @@ impl PlanConfig {
             unavailable_schedulers: BTreeMap::new(),
             lb_source_ranges_for_node: false,
             arp_per_address: false,
+            etp_local_node_masquerade: false,
             external_ips: true,
         }
     }
@@ -603,6 +608,7 @@ fn rules_payload(
         mark: 1u32.checked_shl(cfg.masquerade_bit).unwrap_or(1 << 14),
         random_fully: cfg.random_fully,
         lb_node_access,
+        etp_local_node_masquerade: cfg.etp_local_node_masquerade,
     })
 }
 
