@@ -6,9 +6,12 @@
 //! backends — and prints, per step, the bytes that stay allocated and the peak while the step ran. The
 //! in-memory backends' own share (their copy of the "kernel") is printed separately and is not part of
 //! the daemon's footprint.
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 #[path = "../tests/common/scale.rs"]
 mod scale;
 
+use counting_alloc::{CHUNKS, LIVE, PEAK};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
@@ -22,66 +25,9 @@ use kube_proxy_rs::kernel::link::fake::FakeLinks;
 use kube_proxy_rs::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
 use kube_proxy_rs::proxier::reconcile::Backends;
 use kube_proxy_rs::proxier::{FamilySnapshot, Proxier, SyncInput};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// Counts live bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-/// What the live blocks cost in glibc malloc (see [`chunk`]): the figure the daemon's heap gauge reads.
-static CHUNKS: AtomicUsize = AtomicUsize::new(0);
-
-/// Bytes glibc malloc (64-bit) spends on a block of `size` bytes: the size plus an 8-byte header,
-/// rounded up to 16, at least 32; from the daemon's fixed 128 KiB mmap threshold on, its own pages.
-fn chunk(size: usize) -> usize {
-    if size >= 128 * 1024 {
-        return (size + 16).div_ceil(4096) * 4096;
-    }
-    ((size + 8 + 15) & !15).max(32)
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-            CHUNKS.fetch_add(chunk(layout.size()), Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        CHUNKS.fetch_sub(chunk(layout.size()), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            CHUNKS.fetch_sub(chunk(layout.size()), Ordering::Relaxed);
-            CHUNKS.fetch_add(chunk(new_size), Ordering::Relaxed);
-            if new_size >= layout.size() {
-                let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed)
-                    + (new_size - layout.size());
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        p
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+use std::sync::atomic::Ordering;
 
 const M: usize = 10;
 

@@ -29,10 +29,14 @@
 mod churn;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "scale/costs.rs"]
+mod costs;
 #[path = "scale/iptcost.rs"]
 mod iptcost;
 #[path = "scale/pair.rs"]
 mod pair;
+#[path = "scale/reads.rs"]
+mod reads;
 
 use anyhow::{Context, Result, bail};
 use common::apiserver::{Kind, Options as ApiOptions, TestApiServer};
@@ -483,6 +487,12 @@ struct Row {
     floor_skipped: bool,
     noop: Option<Noop>,
     churn: Vec<churn::ChurnResult>,
+    /// The cold start's first sync's counts (`costs.rs`).
+    cold_counts: costs::Counts,
+    /// Event-driven syncs: changes at once, syncs, counts.
+    event_counts: costs::EventCounts,
+    /// The kernel-read floor table (`reads.rs`).
+    reads: String,
 }
 
 /// No-op periodic full syncs after a warm restart.
@@ -494,6 +504,10 @@ struct Noop {
     cpu_ms: f64,
     window: f64,
     steps: String,
+    /// Median counts of the window's full syncs.
+    counts: costs::Counts,
+    /// Module requests the kernel made per no-op full sync (counting wrapper, after the window).
+    module_requests: Option<f64>,
 }
 
 impl Row {
@@ -610,6 +624,8 @@ fn guest(name: &str) -> Result<()> {
             load(&mut run, n)?;
             let exp = Expected::compute(n, M, 0);
             println!("{}", pair::compare(&mut run, n, &exp, &opts)?);
+            // The kernel holds the last daemon's state: the reads every full sync makes, alone.
+            println!("{}", reads::floor(&mut run, n)?);
         }
         return Ok(());
     }
@@ -733,6 +749,8 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
         // Warm restart with a short syncPeriod: no-op periodic full syncs.
         noop_syncs(run, n, &exp, &mut row)?;
     }
+    row.event_counts = costs::event_driven(run, n, &EVENT_SIZES)?;
+    row.reads = reads::floor(run, n)?;
     if change_here && run.churn_secs > 0 {
         for min_sync in ["0s", "1s"] {
             let c = churn_run(run, n, &exp, min_sync)?;
@@ -750,6 +768,9 @@ fn one_size(run: &mut Run, n: usize, change_here: bool) -> Result<(Row, Option<C
     run.log(&summary_line(&row));
     Ok((row, change))
 }
+
+/// Changes applied at once in the event-driven phase (`costs.rs`).
+const EVENT_SIZES: [usize; 3] = [1, 10, 100];
 
 /// How often [`Daemon::wait_synced_after`] scrapes the daemon's /metrics.
 const POLL: Duration = Duration::from_millis(250);
@@ -796,6 +817,15 @@ fn cold_start(run: &mut Run, row: &mut Row, exp: &Expected) -> Result<Option<Dae
     ));
     let steps = sync_steps(&d.log, SyncPick::FirstFull);
     run.log(&format!("N={n}: cold-start sync steps: {steps}"));
+    row.cold_counts = costs::reports(&d.log)
+        .into_iter()
+        .find(|r| r.full)
+        .map(|r| r.counts)
+        .unwrap_or_default();
+    run.log(&format!(
+        "N={n}: cold-start sync counts: {}",
+        costs::line(&row.cold_counts)
+    ));
     row.steps = steps;
     row.cold_breakdown = cold_breakdown(&d.log, d.started, ts);
     run.log(&format!(
@@ -995,9 +1025,38 @@ fn noop_syncs(run: &mut Run, n: usize, exp: &Expected, row: &mut Row) -> Result<
     row.peak_rss_end = row.peak_rss_end.max(st.peak_rss);
     ch.steps = sync_steps(&d.log, SyncPick::LastFull);
     run.log(&format!("N={n}: last no-op sync: {}", ch.steps));
+    let window: Vec<costs::Report> = costs::reports(&d.log)
+        .into_iter()
+        // Each report is logged right after its sync's timestamp: the window's are after `first`'s.
+        .filter(|r| r.full && r.ts > first + 0.5 && r.ts <= last + 0.5)
+        .collect();
+    ch.counts = costs::median(&window.iter().collect::<Vec<_>>());
+    run.log(&format!(
+        "N={n}: no-op full sync counts (median of {}): {}",
+        window.len(),
+        costs::line(&ch.counts)
+    ));
+    ch.module_requests = Some(module_requests(&mut d, last)?);
     d.stop()?;
     row.noop = Some(ch);
     Ok(())
+}
+
+/// Module requests the kernel makes per sync: the counting wrapper installed as the kernel's modprobe
+/// (it logs, then runs the real one) over two more syncs after `after`. Outside the timed window: the
+/// wrapper's own process start would inflate it.
+fn module_requests(d: &mut Daemon, after: f64) -> Result<f64> {
+    let req = iptcost::Requests::install()?;
+    let mut last = d
+        .wait_synced_after(after, Duration::from_secs(300))?
+        .context("no periodic sync within 300 s")?;
+    let before = req.count();
+    for _ in 0..2 {
+        last = d
+            .wait_synced_after(last, Duration::from_secs(300))?
+            .context("no periodic sync within 300 s")?;
+    }
+    Ok((req.count() - before) as f64 / 2.0)
 }
 
 /// One churn run: a warm restart with `min_sync`, changes at the configured rate over random services,
@@ -1240,7 +1299,27 @@ fn write_row_extras(t: &mut String, r: &Row) -> Result<()> {
             c.metric_ms, c.syncs, c.cpu_ms, c.window
         )?;
         writeln!(t, "  last no-op sync (daemon's report): {}", c.steps)?;
+        writeln!(
+            t,
+            "  counts per no-op full sync: {}; module requests {}",
+            costs::line(&c.counts),
+            c.module_requests
+                .map_or("NA".to_string(), |m| format!("{m:.1}"))
+        )?;
     }
+    writeln!(
+        t,
+        "  cold-start sync counts: {}",
+        costs::line(&r.cold_counts)
+    )?;
+    for (k, syncs, c) in &r.event_counts {
+        writeln!(
+            t,
+            "  event-driven, {k} change(s) at once ({syncs} sync(s)): {}",
+            costs::line(c)
+        )?;
+    }
+    t.push_str(&r.reads);
     for c in &r.churn {
         writeln!(
             t,

@@ -219,6 +219,79 @@ impl Collector for HeapCollector {
     }
 }
 
+const KERNEL_CALLS: Desc = Desc {
+    name: "kernel_calls_total",
+    help: "System calls to the kernel's interfaces since start, by backend and call (send, recv: netlink datagrams; read: /proc/net/ip_vs; getsockopt: x_tables reads)",
+};
+
+const KERNEL_BYTES: Desc = Desc {
+    name: "kernel_bytes_total",
+    help: "Bytes moved through those calls since start, by backend and direction (out: to the kernel, in: from it)",
+};
+
+const NETLINK_MESSAGES: Desc = Desc {
+    name: "netlink_messages_total",
+    help: "Netlink messages since start, by backend and direction (out: requests, in: answers, acknowledgements and notifications)",
+};
+
+const PROCESSES_STARTED: Desc = Desc {
+    name: "processes_started_total",
+    help: "Processes the daemon started since start, by program (iptables-restore, ipset, modprobe, ...)",
+};
+
+/// `kubeproxy_rs_kernel_calls_total`, `_kernel_bytes_total`, `_netlink_messages_total` and
+/// `_processes_started_total`: the [`io_counts`](crate::kernel::io_counts) atomics, read when scraped.
+#[derive(Clone)]
+struct KernelIoCollector {
+    templates: [IntCounterVec; 4],
+}
+
+impl KernelIoCollector {
+    fn vecs() -> Result<[IntCounterVec; 4], prometheus::Error> {
+        let vec = |d: Desc, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(d.name, d.help).namespace(EXTRA_NAMESPACE), labels)
+        };
+        Ok([
+            vec(KERNEL_CALLS, &["backend", "call"])?,
+            vec(KERNEL_BYTES, &["backend", "direction"])?,
+            vec(NETLINK_MESSAGES, &["backend", "direction"])?,
+            vec(PROCESSES_STARTED, &["program"])?,
+        ])
+    }
+}
+
+impl Collector for KernelIoCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.templates.iter().flat_map(|t| t.desc()).collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        use crate::kernel::io_counts::{Backend, Call, Direction, IoCounts, PROGRAMS};
+        let Ok([calls, bytes, messages, processes]) = Self::vecs() else {
+            return Vec::new();
+        };
+        let now = IoCounts::now();
+        for b in Backend::ALL {
+            for c in Call::ALL {
+                let n = now.calls(b, c);
+                calls.with_label_values(&[b.label(), c.label()]).inc_by(n);
+            }
+            for d in Direction::ALL {
+                let l = [b.label(), d.label()];
+                bytes.with_label_values(&l).inc_by(now.bytes(b, d));
+                messages.with_label_values(&l).inc_by(now.messages(b, d));
+            }
+        }
+        for p in PROGRAMS {
+            processes.with_label_values(&[p]).inc_by(now.processes(p));
+        }
+        [calls, bytes, messages, processes]
+            .iter()
+            .flat_map(|v| v.collect())
+            .collect()
+    }
+}
+
 const INVALID_OBJECTS: Desc = Desc {
     name: "invalid_objects_total",
     help: "Malformed API objects skipped since start, by kind",
@@ -352,6 +425,9 @@ impl Metrics {
         if crate::malloc::stats().is_some() {
             m.registry.register(Box::new(HeapCollector::new()?))?;
         }
+        m.registry.register(Box::new(KernelIoCollector {
+            templates: KernelIoCollector::vecs()?,
+        }))?;
         Ok(m)
     }
 

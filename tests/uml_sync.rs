@@ -230,6 +230,7 @@ fn scenario_input(full: bool) -> SyncInput {
         full,
         conntrack: ConntrackHints::default(),
         changed: None,
+        dummy_addresses: None,
     }
 }
 
@@ -1074,3 +1075,112 @@ uml_test!(no_op_full_syncs_make_one_module_request_per_ipv4_table, {
     let (r, asked) = full(&mut p);
     assert_eq!((r.writes(), asked.len()), (0, 2), "{r:#?}");
 });
+
+/// A full sync of an IPv4 plan (no NodePort IPs); asserts it had no failure.
+fn full_v4(p: &mut Applier, d: &DesiredState) -> SyncReport {
+    let c4 = config(IpFamily::V4);
+    let input = FamilyInput {
+        desired: d,
+        delta: None,
+        config: &c4,
+        node_port_ips: &[],
+    };
+    let r = p.apply(&[input], true, &ConntrackHints::default());
+    assert_eq!(r.failure_count(), 0, "{r:#?}");
+    r
+}
+
+/// `ipvsadm` address of a virtual server key.
+fn vs_arg(k: &IpvsServiceKey) -> String {
+    format!("-t {}:{}", k.addr, k.port)
+}
+
+uml_test!(
+    full_syncs_verify_real_servers_one_slice_of_the_view_at_a_time,
+    {
+        use kube_proxy_rs::proxier::reconcile::drift::DriftKind;
+        // 300 virtual servers of two real servers each: /proc/net/ip_vs takes many reads (one page of whole
+        // virtual servers each), so with a slice of one virtual server each full sync reads one of them.
+        let log = Arc::new(Mutex::new(Log::default()));
+        let mut p = direct_proxier(&log);
+        let mut d = desired(IpFamily::V4);
+        let eps = [("10.244.1.1", 8080), ("10.244.1.2", 8080)];
+        let extra: Vec<IpvsServiceKey> = (0..300)
+            .map(|i| {
+                let (k, v) = vs(&format!("10.97.{}.{}", i / 200, 1 + i % 200), 80, &eps);
+                d.virtual_servers.insert(k, v);
+                k
+            })
+            .collect();
+        apply(&mut p, &d);
+        assert_eq!(
+            full_v4(&mut p, &d).writes(),
+            0,
+            "the first full sync reads the whole view"
+        );
+        p.reconciler.set_view_slice(1);
+        // Virtual servers themselves are read whole by every full sync (one getsockopt for IPv4): one
+        // deleted and one with another scheduler come back in the next full sync.
+        sh(&format!("ipvsadm -D {}", vs_arg(&extra[7])));
+        sh(&format!("ipvsadm -E {} -s wlc", vs_arg(&extra[8])));
+        let r = full_v4(&mut p, &d);
+        assert_eq!(
+            r.drift.counts.get(&DriftKind::VirtualServer),
+            Some(&1),
+            "{r:#?}"
+        );
+        assert_eq!(
+            r.drift.counts.get(&DriftKind::Scheduler),
+            Some(&1),
+            "{r:#?}"
+        );
+        // Real servers behind our back: every 10th virtual server loses one, gains a stranger or has
+        // one reweighted. Each is repaired by the full sync whose slice shows it, all within one pass.
+        let mut tampered =
+            BTreeMap::from([(DriftKind::RealServer, 0u64), (DriftKind::Weight, 0u64)]);
+        for (n, k) in extra.iter().step_by(10).enumerate() {
+            let (cmd, kind) = match n % 3 {
+                0 => ("-d {vs} -r 10.244.1.1:8080", DriftKind::RealServer),
+                1 => ("-a {vs} -r 10.244.9.9:8080 -m -w 1", DriftKind::RealServer),
+                _ => ("-e {vs} -r 10.244.1.2:8080 -m -w 5", DriftKind::Weight),
+            };
+            sh(&format!("ipvsadm {}", cmd.replace("{vs}", &vs_arg(k))));
+            *tampered.get_mut(&kind).unwrap() += 1;
+        }
+        let mut found = BTreeMap::new();
+        let mut per_sync = Vec::new();
+        while found != tampered {
+            assert!(
+                per_sync.len() < 60,
+                "not repaired within 60 full syncs: {found:?} of {tampered:?}"
+            );
+            let r = full_v4(&mut p, &d);
+            let n: u64 = tampered
+                .keys()
+                .map(|k| r.drift.counts.get(k).copied().unwrap_or(0))
+                .sum();
+            for k in tampered.keys() {
+                *found.entry(*k).or_insert(0) += r.drift.counts.get(k).copied().unwrap_or(0);
+            }
+            per_sync.push(n);
+        }
+        assert!(
+            per_sync.iter().filter(|n| **n > 0).count() > 1,
+            "every repair came in one full sync: not sliced ({per_sync:?})"
+        );
+        let want: BTreeSet<String> = extra
+            .iter()
+            .flat_map(|k| eps.map(|(a, port)| format!("-a {} -r {a}:{port} -m -w 1", vs_arg(k))))
+            .collect();
+        let have: BTreeSet<String> = sh("ipvsadm -Sn")
+            .lines()
+            .filter(|l| l.starts_with("-a -t 10.97."))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(have, want);
+        // Nothing differs any more: a whole pass of full syncs writes nothing.
+        for _ in 0..per_sync.len() {
+            assert_eq!(full_v4(&mut p, &d).writes(), 0);
+        }
+    }
+);

@@ -73,7 +73,7 @@ const WRAPPER_DIR: &str = "/run/kprs-kmod";
 const MODPROBE_SYSCTL: &str = "/proc/sys/kernel/modprobe";
 
 /// The kernel's module requests, as the counting wrapper logged them.
-struct Requests {
+pub(super) struct Requests {
     log: PathBuf,
     /// Wall clock minus uptime (the wrapper logs uptime; the daemon logs wall-clock time).
     offset: f64,
@@ -81,7 +81,7 @@ struct Requests {
 
 impl Requests {
     /// Installs the wrapper as the kernel's modprobe (it runs the real `/sbin/modprobe` after logging).
-    fn install() -> Result<Requests> {
+    pub(super) fn install() -> Result<Requests> {
         std::fs::create_dir_all(WRAPPER_DIR)?;
         let wrapper = Path::new(WRAPPER_DIR).join("modprobe");
         let log = Path::new(WRAPPER_DIR).join("log");
@@ -111,7 +111,7 @@ impl Requests {
             .collect()
     }
 
-    fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.all().len()
     }
 

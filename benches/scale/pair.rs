@@ -14,7 +14,9 @@
 //! took ~165 s instead of ~30 s (R9 in docs/performance.md).
 
 use super::churn::ChurnResult;
-use super::{Expected, Row, Run, churn_run, cold_start, flush_kernel, mib, noop_syncs};
+use super::{
+    EVENT_SIZES, Expected, Row, Run, churn_run, cold_start, costs, flush_kernel, mib, noop_syncs,
+};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -71,7 +73,82 @@ const FIGURES: &[Figure] = &[
         name: "churn p99, minSyncPeriod 1s (ms)",
         read: |r| churn(r, "1s").map(|c| c.p(99.0)),
     },
+    Figure {
+        name: "cold: sync thread CPU (s)",
+        read: |r| costs::total(&r.cold_counts, "cpu_us").map(|v| v / 1e6),
+    },
+    Figure {
+        name: "cold: kernel calls",
+        read: |r| costs::calls(&r.cold_counts),
+    },
+    Figure {
+        name: "cold: minor faults (sync thread)",
+        read: |r| costs::total(&r.cold_counts, "minflt"),
+    },
+    Figure {
+        name: "no-op full: sync thread CPU (ms)",
+        read: |r| {
+            noop_counts(r)
+                .and_then(|c| costs::total(c, "cpu_us"))
+                .map(|v| v / 1e3)
+        },
+    },
+    Figure {
+        name: "no-op full: minor faults (sync thread)",
+        read: |r| noop_counts(r).and_then(|c| costs::total(c, "minflt")),
+    },
+    Figure {
+        name: "no-op full: kernel calls",
+        read: |r| noop_counts(r).and_then(costs::calls),
+    },
+    Figure {
+        name: "no-op full: MB from the kernel",
+        read: |r| {
+            noop_counts(r)
+                .and_then(|c| costs::total(c, "bytes_in"))
+                .map(|v| v / 1e6)
+        },
+    },
+    Figure {
+        name: "no-op full: processes started",
+        read: |r| {
+            noop_counts(r).map(|c| {
+                let procs = c.iter().filter(|(k, _)| k.starts_with("proc."));
+                procs.map(|(_, v)| v).sum()
+            })
+        },
+    },
+    Figure {
+        name: "no-op full: module requests",
+        read: |r| r.noop.as_ref().and_then(|n| n.module_requests),
+    },
+    Figure {
+        name: "1 change: sync thread CPU (ms)",
+        read: |r| event_total(r, 1, "cpu_us").map(|v| v / 1e3),
+    },
+    Figure {
+        name: "10 changes: sync thread CPU (ms)",
+        read: |r| event_total(r, 10, "cpu_us").map(|v| v / 1e3),
+    },
+    Figure {
+        name: "100 changes: sync thread CPU (ms)",
+        read: |r| event_total(r, 100, "cpu_us").map(|v| v / 1e3),
+    },
+    Figure {
+        name: "100 changes: kernel calls",
+        read: |r| costs::event(&r.event_counts, 100).and_then(costs::calls),
+    },
 ];
+
+/// The median counts of a row's no-op full syncs.
+fn noop_counts(r: &Row) -> Option<&costs::Counts> {
+    r.noop.as_ref().map(|n| &n.counts).filter(|c| !c.is_empty())
+}
+
+/// One count of the event-driven sync with `k` changes.
+fn event_total(r: &Row, k: usize, key: &str) -> Option<f64> {
+    costs::event(&r.event_counts, k).and_then(|c| costs::total(c, key))
+}
 
 /// The paired mode's settings (from `KPRS_BENCH_BASELINE`, `KPRS_BENCH_PAIR_*`).
 pub struct Options {
@@ -150,6 +227,7 @@ fn measure(run: &mut Run, n: usize, exp: &Expected, o: &Options) -> Result<Row> 
         row.peak_rss_end = st.peak_rss;
         d.stop()?;
         noop_syncs(run, n, exp, &mut row)?;
+        row.event_counts = costs::event_driven(run, n, &EVENT_SIZES)?;
         run.loaded_kernel = n;
     }
     if run.churn_secs > 0 {

@@ -1,6 +1,7 @@
 //! Narrow backends to the kernel: each a trait with a real implementation and an in-memory fake.
 
 pub mod conntrack;
+pub mod io_counts;
 pub mod ipset;
 pub mod iptables;
 pub mod ipvs;

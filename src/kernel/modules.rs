@@ -69,6 +69,7 @@ impl Modules for Modprobe {
                  give the kube-proxy container the capability: deploy/components/scheduler-modules)"
             )));
         }
+        super::io_counts::process("modprobe");
         let out = Command::new("modprobe").arg(name).output()?;
         if !out.status.success() {
             return Err(KernelError::Command {

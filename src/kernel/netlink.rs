@@ -4,6 +4,7 @@
 //! handling, extended-ACK messages, and batches (several requests in one `send`, then their ACKs).
 //! Messages of any family are handled through netlink-packet-core's (de)serialization traits.
 
+use crate::kernel::io_counts::{self, Backend, Call, Direction};
 use netlink_packet_core::{
     NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer, NetlinkDeserializable,
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NlasIterator,
@@ -101,6 +102,10 @@ pub struct NlSocket {
     tx: Vec<u8>,
     /// How many ACKs fit in the kernel receive buffer at once.
     ack_capacity: usize,
+    /// Messages in `tx`.
+    tx_messages: usize,
+    /// Where this socket's calls are counted.
+    backend: Backend,
 }
 
 impl std::fmt::Debug for NlSocket {
@@ -110,8 +115,9 @@ impl std::fmt::Debug for NlSocket {
 }
 
 impl NlSocket {
-    /// Opens a socket of `protocol` (e.g. `NETLINK_GENERIC`) connected to the kernel.
-    pub fn new(protocol: isize) -> Result<Self, NlError> {
+    /// Opens a socket of `protocol` (e.g. `NETLINK_GENERIC`) connected to the kernel; its calls are
+    /// counted under `backend` ([`io_counts`]).
+    pub fn new(protocol: isize, backend: Backend) -> Result<Self, NlError> {
         let mut sock = Socket::new(protocol)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
@@ -127,6 +133,8 @@ impl NlSocket {
             seq: std::process::id().wrapping_mul(7919),
             rx: Vec::with_capacity(RECV_BUF),
             tx: Vec::with_capacity(4096),
+            tx_messages: 0,
+            backend,
         })
     }
 
@@ -164,13 +172,17 @@ impl NlSocket {
         let start = self.tx.len();
         self.tx.resize(start + msg.buffer_len(), 0);
         msg.serialize(&mut self.tx[start..]);
+        self.tx_messages += 1;
         seq
     }
 
     fn flush_tx(&mut self) -> Result<(), NlError> {
         let sent = self.sock.send(&self.tx, 0);
         let len = self.tx.len();
+        io_counts::call(self.backend, Call::Send, len, 0);
+        io_counts::messages(self.backend, Direction::Out, self.tx_messages);
         self.tx.clear();
+        self.tx_messages = 0;
         let sent = sent?;
         if sent != len {
             return Err(NlError::Io(format!("short send: {sent} of {len} bytes")));
@@ -196,6 +208,48 @@ impl NlSocket {
         self.exchange(payload, NLM_F_REQUEST | NLM_F_DUMP)
     }
 
+    /// Sends one dump request and hands each message of the answer to `each` as it arrives: its header
+    /// and its payload (the bytes after the 16-byte header), undecoded and not kept, so a dump of any
+    /// size costs one receive buffer. An error from `each` stops the dump (the rest of the answer is
+    /// read and dropped, so the socket stays usable).
+    pub fn dump_each<T>(
+        &mut self,
+        payload: T,
+        mut each: impl FnMut(&NlHeader, &[u8]) -> Result<(), NlError>,
+    ) -> Result<(), NlError>
+    where
+        T: NetlinkSerializable + Debug,
+    {
+        self.clear_tx();
+        let seq = self.push(payload, NLM_F_REQUEST | NLM_F_DUMP);
+        self.flush_tx()?;
+        let mut result: Option<Result<(), NlError>> = None;
+        let mut failed: Option<NlError> = None;
+        while result.is_none() {
+            self.recv()?;
+            let rx = std::mem::take(&mut self.rx);
+            let walked = walk_frames(&rx, |h, body| {
+                if h.seq != seq || result.is_some() {
+                    return Ok(());
+                }
+                match h.kind {
+                    NLMSG_DONE | NLMSG_ERROR => result = Some(end_of_answer(h, body)),
+                    // Other control messages (NOOP, OVERRUN) carry nothing for the caller.
+                    kind if kind < NLMSG_MIN_TYPE => {}
+                    _ if failed.is_none() => failed = each(h, body).err(),
+                    _ => {}
+                }
+                Ok(())
+            });
+            self.rx = rx;
+            walked?;
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => result.unwrap_or(Ok(())),
+        }
+    }
+
     /// Sends one request with extra header flags (e.g. `NLM_F_CREATE | NLM_F_EXCL`) and waits for its ACK.
     pub fn request_flags<T, R>(&mut self, payload: T, extra: u16) -> Result<Vec<R>, NlError>
     where
@@ -210,7 +264,7 @@ impl NlSocket {
         T: NetlinkSerializable + Debug,
         R: NetlinkDeserializable + Debug,
     {
-        self.tx.clear();
+        self.clear_tx();
         let seq = self.push(payload, flags);
         self.flush_tx()?;
         let mut out = Vec::new();
@@ -249,7 +303,7 @@ impl NlSocket {
         let mut iter = payloads.into_iter().peekable();
         let mut results: Vec<Result<(), NlError>> = Vec::with_capacity(iter.size_hint().0);
         while iter.peek().is_some() {
-            self.tx.clear();
+            self.clear_tx();
             let mut seqs = Vec::with_capacity(chunk);
             for p in iter.by_ref().take(chunk) {
                 seqs.push(self.push(p, NLM_F_REQUEST | NLM_F_ACK));
@@ -294,7 +348,7 @@ impl NlSocket {
     where
         T: NetlinkSerializable + Debug,
     {
-        self.tx.clear();
+        self.clear_tx();
         // The markers carry no ACK flag (kernels before 6.10 never acknowledge them); the kernel still
         // answers the begin marker when it refuses the whole batch.
         let begin_seq = self.push(begin, NLM_F_REQUEST);
@@ -332,16 +386,102 @@ impl NlSocket {
         }
     }
 
+    fn clear_tx(&mut self) {
+        self.tx.clear();
+        self.tx_messages = 0;
+    }
+
     fn recv(&mut self) -> Result<(), NlError> {
         self.rx.clear();
         loop {
             match self.sock.recv(&mut self.rx, 0) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    io_counts::call(self.backend, Call::Recv, 0, self.rx.len());
+                    io_counts::messages(self.backend, Direction::In, message_count(&self.rx));
+                    return Ok(());
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
             }
         }
     }
+}
+
+/// `NLMSG_ERROR`: an acknowledgement or an error.
+const NLMSG_ERROR: u16 = 2;
+/// `NLMSG_DONE`: the end of a dump.
+const NLMSG_DONE: u16 = 3;
+/// The first message type that is not a netlink control message.
+const NLMSG_MIN_TYPE: u16 = 0x10;
+
+/// The fields of a netlink message header that callers of [`NlSocket::dump_each`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NlHeader {
+    /// The message type (the family's command space, or `NLMSG_*`).
+    pub kind: u16,
+    pub flags: u16,
+    pub seq: u32,
+}
+
+/// Splits one datagram into messages (header, payload) without decoding them; a length that does not
+/// fit is an error.
+fn walk_frames(
+    buf: &[u8],
+    mut f: impl FnMut(&NlHeader, &[u8]) -> Result<(), NlError>,
+) -> Result<(), NlError> {
+    let mut off = 0usize;
+    while let Some(h) = buf.get(off..off + 16) {
+        let word = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let len = word(0) as usize;
+        let Some(body) = buf
+            .get(off + 16..off.saturating_add(len))
+            .filter(|_| len >= 16)
+        else {
+            return Err(NlError::Decode(format!("bad message length {len}")));
+        };
+        let header = NlHeader {
+            kind: u16::from_ne_bytes([h[4], h[5]]),
+            flags: u16::from_ne_bytes([h[6], h[7]]),
+            seq: word(8),
+        };
+        f(&header, body)?;
+        off += (len + 3) & !3;
+    }
+    Ok(())
+}
+
+/// The outcome carried by the `NLMSG_DONE` or `NLMSG_ERROR` that ends an answer.
+fn end_of_answer(h: &NlHeader, body: &[u8]) -> Result<(), NlError> {
+    let code = body
+        .get(..4)
+        .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    if code >= 0 {
+        return Ok(());
+    }
+    let message = match h.kind {
+        NLMSG_ERROR => body
+            .get(4..)
+            .and_then(|rest| ext_ack_message(rest, h.flags)),
+        _ => None,
+    };
+    Err(NlError::Errno {
+        errno: code.saturating_abs(),
+        message,
+    })
+}
+
+/// The netlink messages in one datagram (by their headers' lengths).
+fn message_count(buf: &[u8]) -> usize {
+    let (mut off, mut n) = (0usize, 0usize);
+    while let Some(h) = buf.get(off..off + 4) {
+        let len = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        if len < 16 {
+            break;
+        }
+        n += 1;
+        off += (len + 3) & !3;
+    }
+    n
 }
 
 /// Raises the kernel receive buffer: SO_RCVBUFFORCE (root) beyond rmem_max, else SO_RCVBUF up to it.

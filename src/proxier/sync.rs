@@ -33,6 +33,9 @@ pub struct SyncInput {
     /// Services whose Service or EndpointSlices changed since the previous sync (the trackers'
     /// `updated_services`); `None` when unknown: everything is replanned.
     pub changed: Option<BTreeSet<ServiceName>>,
+    /// kube-ipvs0's addresses as this full sync read them for the node's facts, right before planning:
+    /// the reconciler then compares with them instead of reading them again (None: it reads them).
+    pub dummy_addresses: Option<Vec<std::net::IpAddr>>,
 }
 
 /// Owns the kernel backends, the per-family incremental planners and the reconciler of one kube-proxy
@@ -90,6 +93,10 @@ impl Proxier {
             plan_times.push((f.config.family, family_start.elapsed()));
         }
         crate::malloc::mark("plan");
+        if input.full {
+            let read = input.dummy_addresses.map(|a| a.into_iter().collect());
+            self.reconciler.preset_addresses(read);
+        }
         let inputs: Vec<FamilyInput<'_>> = input
             .families
             .iter()

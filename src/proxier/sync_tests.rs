@@ -14,6 +14,7 @@ use crate::proxier::desired::{
     DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule, TrafficPolicy,
 };
 use crate::proxier::plan::{NodeFacts, PlanConfig};
+use crate::proxier::reconcile::drift::DriftKind;
 use crate::proxier::reconcile::{ConntrackHints, FamilyInput};
 use crate::proxier::report::{FailureKind, SyncReport};
 use crate::proxier::sync::{FamilySnapshot, Proxier, SyncInput};
@@ -826,6 +827,100 @@ fn full_sync_sees_real_server_drift_in_the_quick_view() {
     assert_eq!(k.dests(&tcp).unwrap()[&(ip(a), port)].weight, 1);
 }
 
+/// Changes a real server of `vs` behind the reconciler's back, in one of three ways by `i`: `first`
+/// deleted, a stranger added, `first` reweighted. Returns the kind of drift that is.
+fn tamper_real_server(
+    k: &Kit,
+    vs: &IpvsServiceKey,
+    first: &IpvsDestination,
+    i: usize,
+) -> DriftKind {
+    let mut ipvs = k.ipvs.clone();
+    match i % 3 {
+        0 => {
+            ipvs.delete_destination(vs, first.addr, first.port).unwrap();
+            DriftKind::RealServer
+        }
+        1 => {
+            let stranger = IpvsDestination::masq(ip("10.244.9.9"), 8080, 1);
+            ipvs.add_destination(vs, &stranger).unwrap();
+            DriftKind::RealServer
+        }
+        _ => {
+            let mut heavier = first.clone();
+            heavier.weight = 9;
+            ipvs.update_destination(vs, &heavier).unwrap();
+            DriftKind::Weight
+        }
+    }
+}
+
+#[test]
+fn real_servers_are_verified_one_slice_per_full_sync_within_one_pass() {
+    // With a view slice of 2 virtual servers, the 4 of `small()` are read over 2 full syncs (one pass):
+    // a real server of any of them deleted, added or reweighted behind our back is repaired, and counted
+    // as drift, within one pass; each full sync reads only its slice.
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    p.reconciler.set_view_slice(2);
+    let d = small();
+    apply(&mut p, &d, true);
+    let keys: Vec<IpvsServiceKey> = d.virtual_servers.keys().copied().collect();
+    assert_eq!(keys.len(), 4);
+    let mut in_a_later_slice = 0;
+    for (i, vs) in keys.iter().enumerate() {
+        let first = d.virtual_servers[vs].destinations.values().next().unwrap();
+        let kind = tamper_real_server(&k, vs, &first, i);
+        let before = k.dests(vs).unwrap();
+        let mut repaired = None;
+        for sync in 1..=2 {
+            k.clear_logs();
+            let r = apply(&mut p, &d, true);
+            assert_eq!(r.failure_count(), 0, "{r:?}");
+            let slices = k
+                .reads()
+                .iter()
+                .filter(|l| l.starts_with("ipvs.destination_view"))
+                .count();
+            assert_eq!(slices, 1, "one slice per full sync");
+            if r.drift.counts.get(&kind) == Some(&1) {
+                repaired = Some(sync);
+                break;
+            }
+            assert_eq!(
+                k.dests(vs).unwrap(),
+                before,
+                "{vs} not in this sync's slice: left alone"
+            );
+        }
+        assert!(
+            repaired.is_some(),
+            "{vs}: {kind:?} not repaired within one pass"
+        );
+        in_a_later_slice += usize::from(repaired == Some(2));
+        let want: BTreeSet<(IpAddr, u16, u32)> = d.virtual_servers[vs]
+            .destinations
+            .values()
+            .map(|x| (x.addr, x.port, x.weight))
+            .collect();
+        let have: BTreeSet<(IpAddr, u16, u32)> = k
+            .dests(vs)
+            .unwrap()
+            .values()
+            .map(|x| (x.addr, x.port, x.weight))
+            .collect();
+        assert_eq!(have, want, "{vs}");
+    }
+    assert!(
+        in_a_later_slice > 0,
+        "every repair came in the first full sync: no slices"
+    );
+    // No real server differs: a full sync dumps none of them.
+    k.clear_logs();
+    assert_eq!(apply(&mut p, &d, true).writes(), 0);
+    assert!(!k.reads().iter().any(|l| l.starts_with("ipvs.destinations")));
+}
+
 #[test]
 fn full_sync_repairs_drift() {
     let k = Kit::new();
@@ -1072,6 +1167,7 @@ fn sync_proxy_rules_plans_each_family() {
         full: false,
         conntrack: ConntrackHints::default(),
         changed: None,
+        dummy_addresses: None,
     };
     let r = p.sync_proxy_rules(input.clone());
     let planned = p.desired(IpFamily::V4).expect("the family was planned");

@@ -81,6 +81,11 @@ impl<T: Ipvs> Ipvs for Rec<T> {
         self.r("ipvs.service", key.to_string())?;
         self.inner.service(key)
     }
+    /// Recorded as a services read too (`ipvs.services`): one per full sync.
+    fn ipv4_services(&mut self) -> KernelResult<Option<Vec<IpvsService>>> {
+        self.r("ipvs.services", String::new())?;
+        self.inner.ipv4_services()
+    }
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()> {
         self.w("ipvs.add_service", svc.key.to_string())?;
         self.inner.add_service(svc)
@@ -181,6 +186,14 @@ impl<T: Ipvs> Ipvs for Rec<T> {
     ) -> KernelResult<Option<crate::kernel::ipvs::procfs::DestinationView>> {
         self.r("ipvs.destination_view", String::new())?;
         self.inner.destination_view()
+    }
+    /// Recorded as a view read too (`ipvs.destination_view`): one per full sync.
+    fn destination_slice(
+        &mut self,
+        max_services: usize,
+    ) -> KernelResult<Option<crate::kernel::ipvs::procfs::ViewSlice>> {
+        self.r("ipvs.destination_view", String::new())?;
+        self.inner.destination_slice(max_services)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::settings::SyncSettings;
 use super::snapshot::{Maps, local_addresses, snapshots};
+use super::usage::{CostMeter, SyncCost};
 use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
 use crate::cluster::watch::NodeInfo;
 use crate::daemon::scheduler_modules::SchedulerModules;
@@ -31,6 +32,8 @@ pub struct Outcome {
     pub decisions: Vec<(IpFamily, DecisionChanges)>,
     /// Time spent reading the node's addresses before planning.
     pub local_read: Duration,
+    /// What the sync cost its thread, and its kernel I/O.
+    pub cost: SyncCost,
 }
 
 /// One sync's input, moved to a blocking thread.
@@ -53,6 +56,7 @@ pub struct SyncJob {
 impl SyncJob {
     /// Runs the sync; an error when the node's addresses cannot be read (nothing was planned).
     pub fn run(self) -> Result<Outcome, String> {
+        let meter = CostMeter::start();
         let unavailable = {
             let mut m = lock(&self.schedulers);
             m.load(&self.wanted, self.full);
@@ -71,11 +75,14 @@ impl SyncJob {
         for f in &mut families {
             f.config.unavailable_schedulers.clone_from(&unavailable);
         }
+        // A full sync read every address, kube-ipvs0's included: the reconciler compares with those.
+        let dummy_addresses = self.full.then_some(local.1);
         let report = p.sync_proxy_rules(SyncInput {
             families,
             full: self.full,
             conntrack: self.hints,
             changed: self.changed,
+            dummy_addresses,
         });
         let (health_checks, no_local) = health_and_no_local(&p, &self.settings.families);
         self.published.set_drains(p.reconciler().graceful().queue());
@@ -85,6 +92,7 @@ impl SyncJob {
             no_local,
             decisions: p.take_decision_changes(),
             local_read,
+            cost: meter.stop(),
         })
     }
 }

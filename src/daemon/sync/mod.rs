@@ -14,7 +14,7 @@ pub use job::Outcome;
 pub use publish::failure_backend;
 pub use settings::SyncSettings;
 pub use snapshot::{LocalAddresses, Maps, selectable, snapshots, split_dummy};
-pub use usage::ProcessUsage;
+pub use usage::{CostMeter, ProcessUsage, SyncCost};
 
 use super::annotations;
 use super::events::Events;

@@ -119,7 +119,7 @@ impl SyncLoop {
             );
         }
         // The whole report at V(4): upstream prints one line per sync at V(2), the one above.
-        tracing::trace!(report = ?r, "sync report");
+        tracing::trace!(report = ?r, cost = %o.cost, "sync report");
         self.publish_health_checks(&o).await;
     }
 
@@ -211,6 +211,7 @@ mod tests {
             )]),
             decisions: Vec::new(),
             local_read: Duration::ZERO,
+            cost: Default::default(),
         };
         let metrics = Metrics::new().unwrap();
         for f in [IpFamily::V4, IpFamily::V6] {

@@ -2,6 +2,7 @@
 //! blocking socket. Dumps one family's table and keeps UDP flows; deletes a flow by its original tuple.
 
 use super::{Conntrack, ConntrackFlow};
+use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use crate::net::IpFamily;
@@ -133,8 +134,8 @@ fn orig_tuple(flow: &ConntrackFlow) -> ConntrackAttribute {
 impl NetlinkConntrack {
     /// Opens the netfilter netlink socket.
     pub fn new() -> KernelResult<Self> {
-        let sock =
-            NlSocket::new(NETLINK_NETFILTER).map_err(|e| kernel_error("open ctnetlink", e))?;
+        let sock = NlSocket::new(NETLINK_NETFILTER, Backend::Conntrack)
+            .map_err(|e| kernel_error("open ctnetlink", e))?;
         Ok(NetlinkConntrack { sock })
     }
 }

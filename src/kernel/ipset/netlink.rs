@@ -16,6 +16,7 @@ use super::save::{SavedSets, SetHeader, parse_type};
 use super::text::{elem_of, render};
 use super::types::{SetTypes, op_set};
 use super::{ApplyReport, IpSetOp, IpSetSpec, IpSetType, IpSets};
+use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use crate::net::IpFamily;
@@ -136,7 +137,7 @@ impl NetlinkIpSets {
     /// Opens a netfilter netlink socket and checks that the kernel speaks ipset protocol 6 or 7 (every
     /// kernel since 2.6.39 with `CONFIG_IP_SET`); Unsupported otherwise.
     pub fn new() -> KernelResult<Self> {
-        let mut sock = NlSocket::new(NETLINK_NETFILTER)
+        let mut sock = NlSocket::new(NETLINK_NETFILTER, Backend::Ipset)
             .map_err(|e| to_kernel("open netfilter netlink", e, None))?;
         let answers: Vec<Reply> = sock
             .request(Request::new(cmd::PROTOCOL, None))
@@ -205,23 +206,34 @@ impl NetlinkIpSets {
         Ok(req)
     }
 
-    /// Every set's header and (unless `headers_only`) entries, in the kernel's order.
-    fn list(&mut self, headers_only: bool) -> KernelResult<Vec<ListPart>> {
+    /// Every set's header and (unless `headers_only`) entries, in the kernel's order, each part handed
+    /// to `each` as it is decoded (the dump is never held whole).
+    fn list_each(
+        &mut self,
+        headers_only: bool,
+        mut each: impl FnMut(ListPart),
+    ) -> KernelResult<()> {
         let mut req = Request::new(cmd::LIST, None);
         if headers_only {
             req.attrs.be32(attr::FLAGS, FLAG_LIST_HEADER);
         }
-        let answers: Vec<Reply> = self
-            .sock
-            .dump(req)
-            .map_err(|e| to_kernel("ipset list", e, None))?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|a| match a {
-                Reply::List(p) if !p.set.is_empty() => Some(p),
-                _ => None,
+        self.sock
+            .dump_each(req, |h, payload| {
+                if let Reply::List(p) = super::codec::decode_reply(h.kind, payload)
+                    && !p.set.is_empty()
+                {
+                    each(p);
+                }
+                Ok(())
             })
-            .collect())
+            .map_err(|e| to_kernel("ipset list", e, None))
+    }
+
+    /// Every set's header and (unless `headers_only`) entries, in the kernel's order.
+    fn list(&mut self, headers_only: bool) -> KernelResult<Vec<ListPart>> {
+        let mut out = Vec::new();
+        self.list_each(headers_only, |p| out.push(p))?;
+        Ok(out)
     }
 
     /// Learns the types of every existing set (headers only).
@@ -305,24 +317,21 @@ fn request(types: &SetTypes, op: &IpSetOp) -> Result<Request, String> {
 /// Groups list parts into set → rendered entries, with each set's type name and family.
 type Listing = BTreeMap<String, (String, Option<IpFamily>, BTreeSet<String>)>;
 
-fn assemble(parts: Vec<ListPart>) -> Listing {
-    let mut out: Listing = BTreeMap::new();
-    for part in parts {
-        let slot = out.entry(part.set.clone()).or_default();
-        if let Some(t) = part.type_name {
-            slot.0 = t;
-            slot.1 = family_of(part.family);
-        }
-        for e in &part.elems {
-            match render(&slot.0, e) {
-                Some(text) => {
-                    slot.2.insert(text);
-                }
-                None => tracing::debug!(set = %part.set, elem = ?e, "Ipset entry not rendered"),
+/// Adds one list part to `out`: its set's type and family, and its entries rendered.
+fn add_part(out: &mut Listing, part: ListPart) {
+    let slot = out.entry(part.set.clone()).or_default();
+    if let Some(t) = part.type_name {
+        slot.0 = t;
+        slot.1 = family_of(part.family);
+    }
+    for e in &part.elems {
+        match render(&slot.0, e) {
+            Some(text) => {
+                slot.2.insert(text);
             }
+            None => tracing::debug!(set = %part.set, elem = ?e, "Ipset entry not rendered"),
         }
     }
-    out
 }
 
 impl IpSets for NetlinkIpSets {
@@ -357,7 +366,8 @@ impl IpSets for NetlinkIpSets {
     }
 
     fn dump(&mut self) -> KernelResult<SavedSets> {
-        let listing = assemble(self.list(false)?);
+        let mut listing = Listing::new();
+        self.list_each(false, |part| add_part(&mut listing, part))?;
         let mut out = SavedSets::default();
         for (name, (type_name, family, members)) in listing {
             self.types.learn(&name, &type_name, family);
@@ -452,7 +462,7 @@ mod tests {
     }
 
     #[test]
-    fn assemble_renders_parts_of_one_set_across_messages() {
+    fn list_parts_of_one_set_across_messages_are_rendered_together() {
         use super::super::codec::Elem;
         let head = ListPart {
             set: "S".into(),
@@ -474,7 +484,10 @@ mod tests {
             type_name: Some("bitmap:port".into()),
             ..ListPart::default()
         };
-        let l = assemble(vec![head, more, empty]);
+        let mut l = Listing::new();
+        for part in [head, more, empty] {
+            add_part(&mut l, part);
+        }
         assert_eq!(l["S"].0, "hash:ip,port");
         assert_eq!(l["S"].1, Some(IpFamily::V4));
         assert_eq!(

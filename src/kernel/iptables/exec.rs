@@ -55,6 +55,7 @@ pub fn run(program: &str, args: &[&str], stdin: Option<&str>) -> KernelResult<Ou
         .chain(args.iter().copied())
         .collect::<Vec<_>>()
         .join(" ");
+    crate::kernel::io_counts::process(program);
     let mut child = Command::new(program)
         .args(args)
         .env("LC_ALL", "C")

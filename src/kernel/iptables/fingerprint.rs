@@ -10,6 +10,7 @@
 use super::TablesView;
 use super::xt_decode;
 use super::xt_matches::SetNames;
+use crate::kernel::io_counts::{Backend, Call};
 use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -309,6 +310,7 @@ fn set_name(fd: &OwnedFd, index: u16) -> Option<String> {
 
 fn getsockopt(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, buf: &mut [u8]) -> Option<()> {
     let mut len = libc::socklen_t::try_from(buf.len()).ok()?;
+    crate::kernel::io_counts::call(Backend::Iptables, Call::Getsockopt, 0, buf.len());
     // SAFETY: buf is valid for len bytes; the kernel writes at most len bytes and updates len.
     let rc = unsafe {
         libc::getsockopt(

@@ -567,42 +567,104 @@ pub fn svc_attrs(svc: &IpvsService) -> Vec<SvcAttr> {
 /// The virtual server described by dump attributes; `Ok(None)` for fwmark or non-TCP/UDP/SCTP services
 /// (which we never create and skip).
 pub fn svc_from_attrs(attrs: &[SvcAttr]) -> Result<Option<IpvsService>, DecodeError> {
-    let (mut af, mut proto, mut addr, mut port) = (None, None, None, None);
-    let (mut sched, mut flags, mut timeout, mut netmask, mut fwmark) = (None, 0, 0, 0, 0);
+    let mut f = SvcFields::default();
     for a in attrs {
         match a {
-            SvcAttr::Af(v) => af = Some(*v),
-            SvcAttr::Protocol(v) => proto = Some(*v),
-            SvcAttr::Addr(v) => addr = Some(*v),
-            SvcAttr::Port(v) => port = Some(*v),
-            SvcAttr::Fwmark(v) => fwmark = *v,
-            SvcAttr::SchedName(v) => sched = Some(v.clone()),
-            SvcAttr::Flags { flags: f, .. } => flags = *f,
-            SvcAttr::Timeout(v) => timeout = *v,
-            SvcAttr::Netmask(v) => netmask = *v,
+            SvcAttr::Af(v) => f.af = Some(*v),
+            SvcAttr::Protocol(v) => f.proto = Some(*v),
+            SvcAttr::Addr(v) => f.addr = Some(*v),
+            SvcAttr::Port(v) => f.port = Some(*v),
+            SvcAttr::Fwmark(v) => f.fwmark = *v,
+            SvcAttr::SchedName(v) => f.sched = Some(v.clone()),
+            SvcAttr::Flags { flags, .. } => f.flags = *flags,
+            SvcAttr::Timeout(v) => f.timeout = *v,
+            SvcAttr::Netmask(v) => f.netmask = *v,
             _ => {}
         }
     }
-    if fwmark != 0 {
-        return Ok(None);
-    }
-    let af = af.ok_or_else(|| DecodeError::from("service without address family"))?;
-    let Some(protocol) = proto.and_then(proto_of) else {
-        return Ok(None);
-    };
-    let addr = addr.ok_or_else(|| DecodeError::from("service without address"))?;
-    Ok(Some(IpvsService {
-        key: IpvsServiceKey {
-            addr: ip_of(af, &addr)?,
-            port: port.unwrap_or(0),
-            protocol,
-        },
-        scheduler: sched.unwrap_or_default(),
-        flags,
-        timeout,
-        netmask,
-    }))
+    f.finish()
 }
+
+/// The fields of a service a dump answer carries, gathered attribute by attribute.
+#[derive(Default)]
+struct SvcFields {
+    af: Option<u16>,
+    proto: Option<u16>,
+    addr: Option<[u8; 16]>,
+    port: Option<u16>,
+    fwmark: u32,
+    sched: Option<String>,
+    flags: u32,
+    timeout: u32,
+    netmask: u32,
+}
+
+impl SvcFields {
+    /// The service (None: a fwmark service or an unknown protocol, which have no address key).
+    fn finish(self) -> Result<Option<IpvsService>, DecodeError> {
+        if self.fwmark != 0 {
+            return Ok(None);
+        }
+        let af = self
+            .af
+            .ok_or_else(|| DecodeError::from("service without address family"))?;
+        let Some(protocol) = self.proto.and_then(proto_of) else {
+            return Ok(None);
+        };
+        let addr = self
+            .addr
+            .ok_or_else(|| DecodeError::from("service without address"))?;
+        Ok(Some(IpvsService {
+            key: IpvsServiceKey {
+                addr: ip_of(af, &addr)?,
+                port: self.port.unwrap_or(0),
+                protocol,
+            },
+            scheduler: self.sched.unwrap_or_default(),
+            flags: self.flags,
+            timeout: self.timeout,
+            netmask: self.netmask,
+        }))
+    }
+}
+
+/// The service of one GET_SERVICE dump answer (the generic netlink payload: its 4-byte header, then
+/// the attributes), read straight from the bytes: nothing but the scheduler's name is allocated, and the
+/// traffic counters are skipped. None for an answer without a service, a fwmark service or an unknown
+/// protocol.
+pub fn service_of_answer(payload: &[u8]) -> Result<Option<IpvsService>, DecodeError> {
+    let attrs = payload
+        .get(GENL_HEADER_LEN..)
+        .ok_or_else(|| DecodeError::from("generic netlink answer without its header"))?;
+    for nla in NlasIterator::new(attrs) {
+        let nla = nla?;
+        if nla.kind() & NLA_TYPE_MASK != cmd_attr::SERVICE {
+            continue;
+        }
+        let mut f = SvcFields::default();
+        for inner in NlasIterator::new(nla.value()) {
+            let inner = inner?;
+            let v = inner.value();
+            match inner.kind() & NLA_TYPE_MASK {
+                svc_attr::AF => f.af = Some(u16_of(v)?),
+                svc_attr::PROTOCOL => f.proto = Some(u16_of(v)?),
+                svc_attr::ADDR => f.addr = Some(addr_of(v)?),
+                svc_attr::PORT => f.port = Some(be16_of(v)?),
+                svc_attr::FWMARK => f.fwmark = u32_of(v)?,
+                svc_attr::SCHED_NAME => f.sched = Some(string_of(v)),
+                svc_attr::FLAGS => f.flags = u32_of(v)?,
+                svc_attr::TIMEOUT => f.timeout = u32_of(v)?,
+                svc_attr::NETMASK => f.netmask = u32_of(v)?,
+                _ => {}
+            }
+        }
+        return f.finish();
+    }
+    Ok(None)
+}
+
+/// Bytes of the generic netlink header (command, version, reserved) before the attributes.
+const GENL_HEADER_LEN: usize = 4;
 
 /// The traffic counters of dump attributes: the 64-bit nest when present, else the 32-bit one, else
 /// `None` (a kernel that sends neither).

@@ -21,6 +21,8 @@ struct Table {
     stats: BTreeMap<IpvsServiceKey, IpvsStats>,
     /// Reads performed so far, by operation.
     reads: BTreeMap<&'static str, u64>,
+    /// Where the next view slice starts: after this key (None: at the top).
+    slice_after: Option<IpvsServiceKey>,
 }
 
 /// Fake IPVS table. `Clone` shares the same table.
@@ -118,11 +120,12 @@ impl Table {
             let (_, err) = self.failures.remove(i);
             return Err(err);
         }
-        const READS: [&str; 5] = [
+        const READS: [&str; 6] = [
             "services",
             "service",
             "destinations",
             "destination_view",
+            "destination_slice",
             "version",
         ];
         match READS.iter().find(|r| **r == op) {
@@ -131,6 +134,21 @@ impl Table {
         }
         Ok(())
     }
+}
+
+/// One virtual server as the quick view shows it: its real servers without thresholds.
+fn shown(
+    (k, (_, dests)): (&IpvsServiceKey, &(IpvsService, Vec<IpvsDestination>)),
+) -> (IpvsServiceKey, Vec<IpvsDestination>) {
+    let dests = dests
+        .iter()
+        .map(|d| IpvsDestination {
+            upper_threshold: 0,
+            lower_threshold: 0,
+            ..d.clone()
+        })
+        .collect();
+    (*k, dests)
 }
 
 fn check_scheduler(name: &str) -> KernelResult<()> {
@@ -173,6 +191,14 @@ impl Ipvs for FakeIpvs {
         let mut t = self.lock();
         t.begin("service", key.to_string())?;
         Ok(t.services.get(key).map(|(s, _)| s.clone()))
+    }
+
+    /// Like the kernel's socket options: the IPv4 virtual servers only.
+    fn ipv4_services(&mut self) -> KernelResult<Option<Vec<IpvsService>>> {
+        let all = self.services()?;
+        Ok(Some(
+            all.into_iter().filter(|s| s.key.addr.is_ipv4()).collect(),
+        ))
     }
 
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()> {
@@ -225,22 +251,37 @@ impl Ipvs for FakeIpvs {
     fn destination_view(&mut self) -> KernelResult<Option<super::procfs::DestinationView>> {
         let mut t = self.lock();
         t.begin("destination_view", String::new())?;
-        Ok(Some(
-            t.services
-                .iter()
-                .map(|(k, (_, dests))| {
-                    let shown = dests
-                        .iter()
-                        .map(|d| IpvsDestination {
-                            upper_threshold: 0,
-                            lower_threshold: 0,
-                            ..d.clone()
-                        })
-                        .collect();
-                    (*k, shown)
-                })
-                .collect(),
-        ))
+        t.slice_after = None;
+        Ok(Some(t.services.iter().map(shown).collect()))
+    }
+
+    /// Like [`super::procfs::ProcView::read_slice`], in key order: `max_services` virtual servers after
+    /// where the last slice stopped (a key, so later changes shift nothing), from the top after one
+    /// that reached the end.
+    fn destination_slice(
+        &mut self,
+        max_services: usize,
+    ) -> KernelResult<Option<super::procfs::ViewSlice>> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let mut t = self.lock();
+        t.begin("destination_slice", max_services.to_string())?;
+        let start = t.slice_after;
+        let from = start.map_or(Unbounded, Excluded);
+        let shown: super::procfs::DestinationView = t
+            .services
+            .range((from, Unbounded))
+            .take(max_services.max(1))
+            .map(shown)
+            .collect();
+        let last = shown.keys().next_back().copied();
+        let at_end =
+            last.is_none_or(|l| t.services.range((Excluded(l), Unbounded)).next().is_none());
+        t.slice_after = if at_end { None } else { last };
+        Ok(Some(super::procfs::ViewSlice {
+            shown,
+            from_start: start.is_none(),
+            at_end,
+        }))
     }
 
     fn add_destination(&mut self, key: &IpvsServiceKey, dst: &IpvsDestination) -> KernelResult<()> {

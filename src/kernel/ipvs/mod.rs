@@ -8,6 +8,7 @@ pub mod codec;
 pub mod fake;
 pub mod netlink;
 pub mod procfs;
+pub mod sockopt;
 
 use crate::kernel::KernelResult;
 use crate::net::Protocol;
@@ -133,6 +134,11 @@ pub trait Ipvs: Send {
     /// One virtual server, looked up by its key (one GET, not a dump); `Ok(None)` when the kernel has
     /// none at `key`.
     fn service(&mut self, key: &IpvsServiceKey) -> KernelResult<Option<IpvsService>>;
+    /// The IPv4 virtual servers, where the backend has a cheaper read of them than [`Ipvs::services`]
+    /// (the real one: one `getsockopt` for the whole table). `Ok(None)`: no such read (the default).
+    fn ipv4_services(&mut self) -> KernelResult<Option<Vec<IpvsService>>> {
+        Ok(None)
+    }
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()>;
     fn update_service(&mut self, svc: &IpvsService) -> KernelResult<()>;
     fn delete_service(&mut self, key: &IpvsServiceKey) -> KernelResult<()>;
@@ -159,6 +165,17 @@ pub trait Ipvs: Send {
     /// `Ok(None)`: this backend has no such view (the default).
     fn destination_view(&mut self) -> KernelResult<Option<procfs::DestinationView>> {
         Ok(None)
+    }
+
+    /// The next part of the quick view ([`procfs::ProcView::read_slice`]): at least `max_services`
+    /// virtual servers, continuing where the last slice stopped, from the top after one that reached
+    /// the end. By default the whole view as one slice. `Ok(None)`: this backend has no view.
+    fn destination_slice(
+        &mut self,
+        max_services: usize,
+    ) -> KernelResult<Option<procfs::ViewSlice>> {
+        let _ = max_services;
+        Ok(self.destination_view()?.map(procfs::ViewSlice::whole))
     }
 
     /// Every virtual server with its traffic counters (one dump). Backends without counters answer

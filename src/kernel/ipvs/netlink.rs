@@ -4,8 +4,10 @@
 //! same socket. [`NetlinkIpvs::apply`] sends many changes per datagram and reads their ACKs afterwards.
 
 use super::codec::{self, IpvsAttr, IpvsMessage, cmd};
-use super::procfs::{DestinationView, ProcView};
+use super::procfs::{DestinationView, ProcView, ViewSlice};
+use super::sockopt::SockoptServices;
 use super::{Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey, IpvsStats, IpvsTimeouts};
+use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_generic::GenlMessage;
@@ -25,6 +27,8 @@ pub struct NetlinkIpvs {
     batch: usize,
     /// `/proc/net/ip_vs` of the socket's namespace (None when it cannot be opened).
     proc_view: Option<ProcView>,
+    /// IPVS's socket options: the IPv4 virtual servers in one call (None: the socket did not open).
+    sockopt: Option<SockoptServices>,
 }
 
 /// What a request does, for errno → [`KernelError`] mapping.
@@ -53,7 +57,7 @@ fn kernel_error(kind: Kind, what: &str, sched: Option<&str>, e: NlError) -> Kern
 impl NetlinkIpvs {
     /// Opens the socket and resolves the IPVS family; Unsupported when the ip_vs module is not loaded.
     pub fn new() -> KernelResult<Self> {
-        let mut sock = NlSocket::new(NETLINK_GENERIC)
+        let mut sock = NlSocket::new(NETLINK_GENERIC, Backend::Ipvs)
             .map_err(|e| kernel_error(Kind::Other, "open generic netlink socket", None, e))?;
         let family = resolve_family(&mut sock, codec::FAMILY_NAME)?;
         Ok(NetlinkIpvs {
@@ -62,6 +66,7 @@ impl NetlinkIpvs {
             batch: DEFAULT_BATCH,
             // Opened now, on the thread that opened the socket: the same network namespace.
             proc_view: ProcView::open(),
+            sockopt: SockoptServices::open(),
         })
     }
 
@@ -230,21 +235,19 @@ impl Ipvs for NetlinkIpvs {
     }
 
     fn services(&mut self) -> KernelResult<Vec<IpvsService>> {
-        let answers = self.dump(|| "IPVS list services".into(), cmd::GET_SERVICE, vec![])?;
-        let mut out = Vec::with_capacity(answers.len());
-        for m in &answers {
-            for a in &m.attrs {
-                if let IpvsAttr::Service(attrs) = a {
-                    match codec::svc_from_attrs(attrs) {
-                        Ok(Some(s)) => out.push(s),
-                        Ok(None) => {}
-                        Err(e) => {
-                            return Err(KernelError::Invalid(format!("IPVS service answer: {e}")));
-                        }
-                    }
+        // Each answer is read straight from the receive buffer: no message or attribute list is kept.
+        let mut out = Vec::new();
+        let m = self.msg(cmd::GET_SERVICE, vec![]);
+        self.sock
+            .dump_each(m, |_, payload| {
+                match codec::service_of_answer(payload) {
+                    Ok(Some(s)) => out.push(s),
+                    Ok(None) => {}
+                    Err(e) => return Err(NlError::Decode(format!("IPVS service answer: {e}"))),
                 }
-            }
-        }
+                Ok(())
+            })
+            .map_err(|e| kernel_error(Kind::Other, "IPVS list services", None, e))?;
         Ok(out)
     }
 
@@ -413,6 +416,23 @@ impl Ipvs for NetlinkIpvs {
     fn destination_view(&mut self) -> KernelResult<Option<DestinationView>> {
         match self.proc_view.as_mut() {
             Some(v) => v.read().map(Some).map_err(KernelError::Invalid),
+            None => Ok(None),
+        }
+    }
+
+    fn ipv4_services(&mut self) -> KernelResult<Option<Vec<IpvsService>>> {
+        match self.sockopt.as_mut() {
+            Some(s) => s.read().map(Some).map_err(KernelError::Io),
+            None => Ok(None),
+        }
+    }
+
+    fn destination_slice(&mut self, max_services: usize) -> KernelResult<Option<ViewSlice>> {
+        match self.proc_view.as_mut() {
+            Some(v) => v
+                .read_slice(max_services)
+                .map(Some)
+                .map_err(KernelError::Invalid),
             None => Ok(None),
         }
     }

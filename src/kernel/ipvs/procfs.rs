@@ -9,19 +9,56 @@
 //! connections).
 
 use super::{ForwardMethod, IpvsDestination, IpvsServiceKey};
+use crate::kernel::io_counts::{Backend, Call};
 use crate::net::Protocol;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Real servers per virtual server, as the text view shows them (thresholds read as 0: not shown).
 pub type DestinationView = BTreeMap<IpvsServiceKey, Vec<IpvsDestination>>;
 
+/// Part of the text view: the virtual servers one [`ProcView::read_slice`] showed, in the kernel's
+/// order, continuing where the previous slice stopped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ViewSlice {
+    /// The real servers of every virtual server this slice showed.
+    pub shown: DestinationView,
+    /// The slice started at the top of the table.
+    pub from_start: bool,
+    /// The slice reached the end of the table: the next one starts at the top.
+    pub at_end: bool,
+}
+
+impl ViewSlice {
+    /// The whole table as one slice.
+    pub fn whole(shown: DestinationView) -> ViewSlice {
+        ViewSlice {
+            shown,
+            from_start: true,
+            at_end: true,
+        }
+    }
+
+    /// Whether this slice is the whole table (every virtual server it lacks is absent from the kernel).
+    pub fn is_whole(&self) -> bool {
+        self.from_start && self.at_end
+    }
+
+    /// Whether the slice tells about `key`: it showed it, or it is the whole table.
+    pub fn covers(&self, key: &IpvsServiceKey) -> bool {
+        self.is_whole() || self.shown.contains_key(key)
+    }
+}
+
 /// The text view of one network namespace: the file is opened once (in the namespace of the thread that
-/// opens it, like the netlink socket next to it) and read again from the start each time.
+/// opens it, like the netlink socket next to it). [`ProcView::read`] reads it whole from the start;
+/// [`ProcView::read_slice`] reads the next part, continuing where the last one stopped.
 #[derive(Debug)]
 pub struct ProcView {
     file: std::fs::File,
+    /// The next slice starts at the top (the last read reached the end, or nothing was read yet).
+    rewind: bool,
 }
 
 /// Bytes of the file read at a time: at 10k virtual servers × 10 real servers the text is ~7 MB, which is
@@ -34,14 +71,14 @@ impl ProcView {
         let file = std::fs::File::open("/proc/thread-self/net/ip_vs")
             .or_else(|_| std::fs::File::open("/proc/net/ip_vs"))
             .ok()?;
-        Some(ProcView { file })
+        Some(ProcView { file, rewind: true })
     }
 
     /// Reads and parses the whole table, line by line as it is read.
     pub fn read(&mut self) -> Result<DestinationView, String> {
         let io = |e: std::io::Error| format!("read /proc/net/ip_vs: {e}");
         self.file.seek(SeekFrom::Start(0)).map_err(io)?;
-        let mut reader = BufReader::with_capacity(READ_CHUNK, &mut self.file);
+        let mut reader = BufReader::with_capacity(READ_CHUNK, Counted(&mut self.file));
         let mut parser = Parser::default();
         let mut line = Vec::new();
         loop {
@@ -52,7 +89,65 @@ impl ProcView {
             let text = std::str::from_utf8(&line).map_err(|e| format!("/proc/net/ip_vs: {e}"))?;
             parser.line(text.trim_end_matches(['\n', '\r']))?;
         }
+        self.rewind = true;
         Ok(parser.finish())
+    }
+
+    /// Reads the next part of the table: at least `max_services` virtual servers (all of them in small
+    /// tables), continuing where the previous slice stopped, or from the top after one that reached the
+    /// end. The kernel hands the file out one buffer of whole virtual servers (with their real servers)
+    /// per `read`, starting each `read` at the position the last one left, so a slice that stops at
+    /// the end of a `read` leaves nothing half read: the next slice reads the kernel's state of then. The
+    /// table may change between slices (positions shift when virtual servers come or go): a virtual
+    /// server can be shown twice or not at all in one pass over the table, which callers that need
+    /// every one of them seen make up for.
+    pub fn read_slice(&mut self, max_services: usize) -> Result<ViewSlice, String> {
+        let io = |e: std::io::Error| format!("read /proc/net/ip_vs: {e}");
+        let from_start = std::mem::take(&mut self.rewind);
+        if from_start {
+            self.file.seek(SeekFrom::Start(0)).map_err(io)?;
+        }
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut carry: Vec<u8> = Vec::new();
+        let mut parser = Parser::default();
+        let at_end = loop {
+            let n = Counted(&mut self.file).read(&mut buf).map_err(io)?;
+            if n == 0 {
+                break true;
+            }
+            carry.extend_from_slice(&buf[..n]);
+            let whole_lines = carry.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            for line in carry[..whole_lines].split(|b| *b == b'\n') {
+                let text =
+                    std::str::from_utf8(line).map_err(|e| format!("/proc/net/ip_vs: {e}"))?;
+                if !text.is_empty() {
+                    parser.line(text.trim_end_matches('\r'))?;
+                }
+            }
+            carry.drain(..whole_lines);
+            // A `read` that did not fill the buffer and ended a line ended a kernel buffer of whole
+            // virtual servers: a slice may stop there.
+            if n < buf.len() && carry.is_empty() && parser.out.len() >= max_services {
+                break false;
+            }
+        };
+        self.rewind = at_end;
+        Ok(ViewSlice {
+            shown: parser.finish(),
+            from_start,
+            at_end,
+        })
+    }
+}
+
+/// The file, with each `read` counted ([`io_counts`](crate::kernel::io_counts)).
+struct Counted<'a>(&'a mut std::fs::File);
+
+impl std::io::Read for Counted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        crate::kernel::io_counts::call(Backend::Ipvs, Call::Read, 0, n);
+        Ok(n)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Notices that the node's links or addresses changed (rtnetlink multicast), so the local addresses read
 //! by every event-driven sync can come from a cache that is refreshed only when something changed.
 
+use crate::kernel::io_counts::{self, Backend, Call};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
 const RTNLGRP_LINK: u32 = 1;
@@ -47,9 +48,11 @@ impl ChangeWatch {
         let mut relevant = false;
         for _ in 0..MAX_DRAIN {
             let mut chunk = &mut self.buf[..];
-            match self.sock.recv(&mut chunk, 0) {
-                Ok(n) => {
-                    let n = n.min(self.buf.len());
+            let got = self.sock.recv(&mut chunk, 0);
+            let n = got.as_ref().map_or(0, |n| (*n).min(self.buf.len()));
+            io_counts::call(Backend::Link, Call::Recv, 0, n);
+            match got {
+                Ok(_) => {
                     relevant |= concerns_other_links(&self.buf[..n], ignore);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return relevant,

@@ -7,6 +7,7 @@
 
 use super::Links;
 use super::changes::{ChangeWatch, RTM_NEWADDR, RTM_NEWLINK};
+use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
 use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_core::{
@@ -178,8 +179,8 @@ fn address_message(index: u32, ip: IpAddr, host: bool) -> AddressMessage {
 impl RtnetlinkLinks {
     /// Opens the rtnetlink socket.
     pub fn new() -> KernelResult<Self> {
-        let mut sock =
-            NlSocket::new(NETLINK_ROUTE).map_err(|e| kernel_error("open rtnetlink", e))?;
+        let mut sock = NlSocket::new(NETLINK_ROUTE, Backend::Link)
+            .map_err(|e| kernel_error("open rtnetlink", e))?;
         let strict = sock.enable_strict_dumps();
         // Subscribed before anything is read, so no change can slip between a read and the subscription.
         let changes = ChangeWatch::new()

@@ -4,6 +4,7 @@
 
 use super::codec::{Reply, Request, nfproto};
 use super::{NfTables, NftTable};
+use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket};
 use crate::kernel::{KernelError, KernelResult};
 use crate::net::IpFamily;
@@ -39,7 +40,7 @@ impl NetlinkNfTables {
     fn sock(&mut self) -> KernelResult<&mut NlSocket> {
         if self.sock.is_none() {
             // Only a kernel without nfnetlink refuses this socket (EPROTONOSUPPORT).
-            let sock = NlSocket::new(NETLINK_NETFILTER)
+            let sock = NlSocket::new(NETLINK_NETFILTER, Backend::Nftables)
                 .map_err(|e| KernelError::Unsupported(format!("open netfilter netlink: {e}")))?;
             self.sock = Some(sock);
         }

@@ -61,7 +61,7 @@ impl Reconciler {
                 observed: &applied.addresses,
                 scope: &scope,
             }
-            .diff(|_, _| true);
+            .changes(|_, _| true);
             let (to_add, to_del) = (diff.add, diff.delete);
             let (quiet, plain): (Vec<IpAddr>, Vec<IpAddr>) = to_add
                 .into_iter()

@@ -158,10 +158,24 @@ where
     /// Compares desired with observed over the scope; `same` says whether an observed item already
     /// matches the desired one.
     pub fn diff(&self, same: impl Fn(&D::Item, &O::Item) -> bool) -> Diff<K> {
+        self.compare(same, true)
+    }
+
+    /// Like [`StepInput::diff`] without the keys already alike (`keep` stays empty): for steps that
+    /// only write, so that comparing a large set copies none of its unchanged keys.
+    pub fn changes(&self, same: impl Fn(&D::Item, &O::Item) -> bool) -> Diff<K> {
+        self.compare(same, false)
+    }
+
+    fn compare(&self, same: impl Fn(&D::Item, &O::Item) -> bool, keep: bool) -> Diff<K> {
         let mut d = Diff::default();
         let mut one = |key: &K| match (self.desired.get(key), self.observed.get(key)) {
             (Some(_), None) => d.add.push(key.clone()),
-            (Some(want), Some(have)) if same(want, have) => d.keep.push(key.clone()),
+            (Some(want), Some(have)) if same(want, have) => {
+                if keep {
+                    d.keep.push(key.clone());
+                }
+            }
             (Some(_), Some(_)) => d.update.push(key.clone()),
             (None, Some(_)) => d.delete.push(key.clone()),
             (None, None) => {}
@@ -203,6 +217,17 @@ mod tests {
         assert_eq!(d.update, vec![3]);
         assert_eq!(d.delete, vec![4]);
         assert!(!d.is_empty());
+        let c = StepInput {
+            desired: &desired,
+            observed: &observed,
+            scope: &Scope::All,
+        }
+        .changes(|a, b| a == b);
+        assert_eq!(
+            (c.add, c.update, c.delete),
+            (d.add.clone(), d.update.clone(), d.delete.clone())
+        );
+        assert!(c.keep.is_empty());
         assert_eq!(
             d.desired_in_order(),
             vec![(&1, Change::Add), (&2, Change::Keep), (&3, Change::Update)]

@@ -4,7 +4,7 @@
 //! before; what differs is what the sync repairs. Objects that are not ours are counted apart, as the
 //! foreign objects left alone.
 
-use super::ownership::{Ownership, SET_BASES, set_name};
+use super::ownership::{LazyOwnership, SET_BASES, set_name};
 use super::{Applied, Snapshot};
 use crate::cluster::model::IpFamily;
 use crate::kernel::ipvs::{IpvsDestination, IpvsServiceKey};
@@ -119,7 +119,8 @@ pub(super) struct Measure<'a> {
     pub applied: &'a Applied,
     pub snap: &'a Snapshot,
     pub graceful: &'a GracefulTermination,
-    pub own: &'a Ownership,
+    /// Gathered only when a virtual server we did not apply is in the kernel.
+    pub own: &'a LazyOwnership<'a>,
     pub exclude: &'a [IpNet],
 }
 
@@ -133,14 +134,9 @@ impl Measure<'_> {
 
     /// Virtual servers missing or added, attributes changed, real servers missing, added or reweighted.
     fn virtual_servers(&self, out: &mut DriftReport) {
-        let Some(all) = &self.snap.services else {
+        let Some(kernel) = super::ipvs::kernel_services(self.snap, self.family) else {
             return;
         };
-        let kernel: BTreeMap<IpvsServiceKey, _> = all
-            .iter()
-            .filter(|s| IpFamily::of(&s.key.addr) == self.family)
-            .map(|s| (s.key, s))
-            .collect();
         for (key, dvs) in &self.applied.virtual_servers {
             match kernel.get(key) {
                 None => out.vs(*key, DriftKind::VirtualServer),
@@ -152,12 +148,23 @@ impl Measure<'_> {
                 }
             }
         }
-        for key in kernel.keys() {
-            let ours = self.own.owns(key, self.exclude);
-            if ours && !self.applied.virtual_servers.contains_key(key) {
+        for key in self.strangers(kernel) {
+            if self.own.get().owns(key, self.exclude) {
                 out.vs(*key, DriftKind::VirtualServer);
             }
         }
+    }
+
+    /// Virtual servers in the kernel that we did not apply (or applied in an excluded range): only
+    /// these need the evidence of ownership, which is then gathered.
+    fn strangers<'k>(
+        &self,
+        kernel: &'k BTreeMap<IpvsServiceKey, crate::kernel::ipvs::IpvsService>,
+    ) -> impl Iterator<Item = &'k IpvsServiceKey> {
+        let applied = &self.applied.virtual_servers;
+        kernel.keys().filter(move |key| {
+            !applied.contains_key(key) || super::ownership::excluded(&key.addr, self.exclude)
+        })
     }
 
     /// One virtual server's real servers in the quick view against the applied ones (draining ones
@@ -168,10 +175,12 @@ impl Measure<'_> {
         applied: impl Iterator<Item = IpvsDestination>,
         out: &mut DriftReport,
     ) {
-        let Some(view) = self.snap.dest_view.as_ref() else {
+        // Verified in the slice of a later full sync.
+        let Some(view) = self.snap.dest_view.as_ref().filter(|v| v.covers(key)) else {
             return;
         };
         let shown: BTreeMap<(IpAddr, u16), &IpvsDestination> = view
+            .shown
             .get(key)
             .map(|v| v.iter().map(|d| ((d.addr, d.port), d)).collect())
             .unwrap_or_default();
@@ -228,12 +237,12 @@ impl Measure<'_> {
 
     /// Foreign objects of this family: virtual servers that are not ours.
     pub fn foreign_virtual_servers(&self) -> u64 {
-        let Some(all) = &self.snap.services else {
+        let Some(kernel) = super::ipvs::kernel_services(self.snap, self.family) else {
             return 0;
         };
-        let foreign = all.iter().filter(|s| {
-            IpFamily::of(&s.key.addr) == self.family && !self.own.owns(&s.key, self.exclude)
-        });
+        let foreign = self
+            .strangers(kernel)
+            .filter(|key| !self.own.get().owns(key, self.exclude));
         foreign.count() as u64
     }
 }

@@ -244,7 +244,7 @@ fn member_ops(
         observed: members,
         scope,
     }
-    .diff(|_, _| true);
+    .changes(|_, _| true);
     let op = |add: bool, entry: String| match add {
         true => IpSetOp::Add {
             set: name.to_string(),

@@ -6,7 +6,6 @@ use super::diff::{Change, Diff, Scope, StepInput};
 use super::ownership::{Ownership, excluded};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
 use crate::cluster::model::{IpFamily, Protocol};
-use crate::kernel::ipvs::procfs::DestinationView;
 use crate::kernel::ipvs::{
     FLAG_HASHED, Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey,
 };
@@ -137,7 +136,7 @@ impl Reconciler {
                 .chain(d.vs_removed.iter())
         });
         let desired = &f.desired.virtual_servers;
-        let diff = match &kernel {
+        let diff = match kernel {
             Some(kmap) => StepInput {
                 desired,
                 observed: kmap,
@@ -153,11 +152,11 @@ impl Reconciler {
         };
         let ready = write_services(k.ipvs.as_mut(), desired, &diff, kernel.is_some(), report);
         crate::malloc::mark("ipvs: services written");
-        let view = snap.dest_view.as_ref();
-        self.sync_destinations(k, ready, view, &mut applied, report, udp);
+        self.sync_destinations(k, ready, snap, &mut applied, report, udp);
         // Virtual servers that left the plan: only ours, never excluded ones.
         let exclude = &f.config.exclude_cidrs;
-        let deletes: Vec<IpvsServiceKey> = match &kernel {
+        let deletes: Vec<IpvsServiceKey> = match kernel {
+            Some(_) if diff.delete.is_empty() => Vec::new(),
             Some(_) => {
                 let own = self.ownership(f, snap, &applied);
                 diff.delete
@@ -184,21 +183,28 @@ impl Reconciler {
         &mut self,
         k: &mut Backends,
         ready: Vec<Ready<'_>>,
-        view: Option<&DestinationView>,
+        snap: &Snapshot,
         applied: &mut super::Applied,
         report: &mut SyncReport,
         udp: &mut UdpChanges,
     ) {
+        let view = snap.dest_view.as_ref();
         let mut planned: Vec<PlannedDest> = Vec::new();
-        for r in ready {
+        for mut r in ready {
             let prev = applied.virtual_servers.get(&r.key);
+            // A full sync verifies the real servers of the virtual servers its slice of the view shows,
+            // those the last pass missed, and those we never applied; it trusts what it applied for
+            // the others (their slice comes in a later full sync).
+            r.dump &= view.is_none_or(|v| v.covers(&r.key))
+                || snap.unverified.contains(&r.key)
+                || prev.is_none();
             // Same value as applied: keep sharing the plan's `Arc` (it may be a fresh copy).
             let unchanged = prev.is_some_and(|p| Arc::ptr_eq(p, r.dvs));
             // A queued graceful removal that is desired again must go through the plan (to leave the
             // queue), even when the view shows it as wanted.
             let queued = |(a, p): DestKey| self.graceful.contains(&r.key, a, p);
             let shown = view
-                .and_then(|v| v.get(&r.key))
+                .and_then(|v| v.shown.get(&r.key))
                 .filter(|_| self.graceful.is_empty() || !r.dvs.destinations.keys().any(queued));
             let (current, kernel_order) =
                 match current_destinations(k.ipvs.as_mut(), &r, prev, shown, report) {
@@ -310,16 +316,14 @@ impl Reconciler {
 }
 
 /// The family's virtual servers in the full sync's dump (None: not dumped, or the dump failed).
-fn kernel_services(
+pub(super) fn kernel_services(
     snap: &Snapshot,
     family: IpFamily,
-) -> Option<BTreeMap<IpvsServiceKey, &IpvsService>> {
-    snap.services.as_ref().map(|all| {
-        all.iter()
-            .filter(|s| IpFamily::of(&s.key.addr) == family)
-            .map(|s| (s.key, s))
-            .collect()
-    })
+) -> Option<&BTreeMap<IpvsServiceKey, IpvsService>> {
+    static NONE: BTreeMap<IpvsServiceKey, IpvsService> = BTreeMap::new();
+    snap.services
+        .as_ref()
+        .map(|all| all.get(&family).unwrap_or(&NONE))
 }
 
 /// Adds and updates the diff's virtual servers in batches of [`DEST_BATCH`] (an add the kernel already

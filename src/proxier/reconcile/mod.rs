@@ -29,6 +29,7 @@ use crate::kernel::conntrack::Conntrack;
 use crate::kernel::ipset::IpSets;
 use crate::kernel::ipset::save::SetHeader;
 use crate::kernel::iptables::Iptables;
+use crate::kernel::ipvs::procfs::ViewSlice;
 use crate::kernel::ipvs::{Ipvs, IpvsService, IpvsServiceKey};
 use crate::kernel::link::Links;
 use crate::proxier::desired::{DesiredState, DesiredVirtualServer, JumpRule};
@@ -127,10 +128,44 @@ pub(crate) struct Snapshot {
     pub ipsets: Option<BTreeMap<String, BTreeSet<String>>>,
     /// Type and family of every set, from the same dump as `ipsets`.
     pub ipset_headers: BTreeMap<String, SetHeader>,
-    pub services: Option<Vec<IpvsService>>,
-    /// Every virtual server's real servers from the backend's quick view (None: no view, or it failed).
-    pub dest_view: Option<crate::kernel::ipvs::procfs::DestinationView>,
+    /// Every virtual server by family and key.
+    pub services: Option<BTreeMap<IpFamily, BTreeMap<IpvsServiceKey, IpvsService>>>,
+    /// Real servers from the backend's quick view: the whole table, or this sync's slice of it (None:
+    /// no view, or it failed).
+    pub dest_view: Option<ViewSlice>,
+    /// Virtual servers of ours that the pass over the view that this slice ended never showed (their
+    /// positions shifted as others came and went): their real servers are dumped one by one.
+    pub unverified: BTreeSet<IpvsServiceKey>,
     pub addresses: Option<BTreeSet<IpAddr>>,
+}
+
+/// Every virtual server of the families synced: with IPv4 alone, through the backend's cheaper IPv4
+/// read when it has one (the dump if that read fails), else one dump.
+fn read_services(
+    k: &mut Backends,
+    families: &[FamilyInput<'_>],
+) -> crate::kernel::KernelResult<Vec<IpvsService>> {
+    if families.iter().all(|f| f.desired.family == IpFamily::V4) {
+        match k.ipvs.ipv4_services() {
+            Ok(Some(s)) => return Ok(s),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "IPv4 virtual servers not read in one call; dumping")
+            }
+        }
+    }
+    k.ipvs.services()
+}
+
+/// Virtual servers by family and key.
+fn by_family(all: Vec<IpvsService>) -> BTreeMap<IpFamily, BTreeMap<IpvsServiceKey, IpvsService>> {
+    let mut out: BTreeMap<IpFamily, BTreeMap<IpvsServiceKey, IpvsService>> = BTreeMap::new();
+    for s in all {
+        out.entry(IpFamily::of(&s.key.addr))
+            .or_default()
+            .insert(s.key, s);
+    }
+    out
 }
 
 /// Applies desired states and remembers what it applied.
@@ -143,7 +178,21 @@ pub struct Reconciler {
     needs_full: bool,
     /// Families a full sync has applied before: a later full sync measures their drift.
     baseline: BTreeSet<IpFamily>,
+    /// Virtual servers a full sync reads the real servers of through the quick view, at least ([`VIEW_SLICE`]).
+    view_slice: usize,
+    /// Virtual servers the slices of the current pass over the view showed.
+    view_pass: BTreeSet<IpvsServiceKey>,
+    /// kube-ipvs0's addresses as the caller read them for this full sync ([`Reconciler::preset_addresses`]).
+    preset_addresses: Option<BTreeSet<IpAddr>>,
 }
+
+/// Virtual servers whose real servers one full sync reads, at least: a full sync reads the next slice of
+/// the kernel's quick view (`/proc/net/ip_vs`), so that on a node with more virtual servers than this the
+/// real servers of all of them are verified over `ceil(virtual servers / VIEW_SLICE)` full syncs (the
+/// pass), and no sync pays for the whole table, whose read costs the kernel more than linear time (each
+/// `read` walks the table from its start). Virtual servers themselves (missing, added, scheduler and
+/// flags) are verified by every full sync; the first full sync of a family reads the whole view.
+pub const VIEW_SLICE: usize = 2048;
 
 impl Default for Reconciler {
     fn default() -> Self {
@@ -153,6 +202,9 @@ impl Default for Reconciler {
             dummy_ok: false,
             needs_full: true,
             baseline: BTreeSet::new(),
+            view_slice: VIEW_SLICE,
+            view_pass: BTreeSet::new(),
+            preset_addresses: None,
         }
     }
 }
@@ -179,6 +231,18 @@ impl Reconciler {
         self.needs_full = report.retry_needed;
         report.duration = start.elapsed();
         report
+    }
+
+    /// Sets how many virtual servers' real servers a full sync reads at least ([`VIEW_SLICE`]; tests use
+    /// small slices to cover passes of several syncs).
+    pub fn set_view_slice(&mut self, n: usize) {
+        self.view_slice = n.max(1);
+    }
+
+    /// kube-ipvs0's addresses as the caller read them right before the next (full) sync, which then
+    /// compares with them instead of reading them again; `None` makes it read them.
+    pub fn preset_addresses(&mut self, addresses: Option<BTreeSet<IpAddr>>) {
+        self.preset_addresses = addresses;
     }
 
     /// Last applied state of a family.
@@ -229,7 +293,7 @@ impl Reconciler {
             }
         }
         let mut snap = if full {
-            self.snapshot(k, report)
+            self.snapshot(k, families, report)
         } else {
             Snapshot::default()
         };
@@ -278,7 +342,7 @@ impl Reconciler {
             let Some(applied) = self.applied.get(&family) else {
                 continue;
             };
-            let own = self.ownership(f, snap, applied);
+            let own = ownership::LazyOwnership::new(|| self.ownership(f, snap, applied));
             let m = Measure {
                 family,
                 applied,
@@ -295,7 +359,50 @@ impl Reconciler {
         report.foreign = Some(foreign);
     }
 
-    fn snapshot(&mut self, k: &mut Backends, report: &mut SyncReport) -> Snapshot {
+    /// This full sync's part of the real-server view: the whole table while a family has no baseline (a
+    /// first sync: every virtual server is compared), else the next slice. At the end of a pass, the
+    /// virtual servers we applied that no slice of it showed are `unverified`.
+    fn read_view(&mut self, k: &mut Backends, families: &[FamilyInput<'_>], snap: &mut Snapshot) {
+        let whole = families
+            .iter()
+            .any(|f| !self.baseline.contains(&f.desired.family));
+        let read = match whole {
+            true => k.ipvs.destination_view().map(|v| v.map(ViewSlice::whole)),
+            false => k.ipvs.destination_slice(self.view_slice),
+        };
+        // A failed view only costs speed: every virtual server's real servers are then dumped.
+        snap.dest_view = read.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "IPVS real-server view failed; dumping each virtual server");
+            None
+        });
+        let Some(view) = &snap.dest_view else {
+            return;
+        };
+        if view.from_start {
+            self.view_pass.clear();
+        }
+        self.view_pass.extend(view.shown.keys().copied());
+        if view.at_end && !view.is_whole() {
+            let applied = self.applied.values().flat_map(|a| a.virtual_servers.keys());
+            snap.unverified = applied
+                .filter(|key| !self.view_pass.contains(key))
+                .copied()
+                .collect();
+            if !snap.unverified.is_empty() {
+                tracing::debug!(
+                    count = snap.unverified.len(),
+                    "virtual servers no slice of the view showed: dumping their real servers"
+                );
+            }
+        }
+    }
+
+    fn snapshot(
+        &mut self,
+        k: &mut Backends,
+        families: &[FamilyInput<'_>],
+        report: &mut SyncReport,
+    ) -> Snapshot {
         use crate::proxier::report::FailureKind;
         use crate::proxier::report::SyncStep;
         let mut snap = Snapshot::default();
@@ -312,8 +419,8 @@ impl Reconciler {
         }
         report.add_shared_step(SyncStep::DumpIpsets, t.elapsed());
         let t = std::time::Instant::now();
-        match k.ipvs.services() {
-            Ok(s) => snap.services = Some(s),
+        match read_services(k, families) {
+            Ok(s) => snap.services = Some(by_family(s)),
             Err(e) => {
                 tracing::error!(error = %e, "Failed to get IPVS services");
                 report.fail(FailureKind::KernelDump);
@@ -321,15 +428,14 @@ impl Reconciler {
         }
         report.add_shared_step(SyncStep::DumpIpvs, t.elapsed());
         let t = std::time::Instant::now();
-        // A failed view only costs speed: every virtual server's real servers are then dumped.
-        snap.dest_view = k.ipvs.destination_view().unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "IPVS real-server view failed; dumping each virtual server");
-            None
-        });
+        self.read_view(k, families, &mut snap);
         report.add_shared_step(SyncStep::DumpIpvsView, t.elapsed());
         let t = std::time::Instant::now();
         self.ensure_dummy(k, report);
-        if self.dummy_ok {
+        let preset = self.preset_addresses.take();
+        if self.dummy_ok && preset.is_some() {
+            snap.addresses = preset;
+        } else if self.dummy_ok {
             match k.links.addresses(crate::kernel::link::DUMMY_DEVICE) {
                 Ok(a) => snap.addresses = Some(a.into_iter().collect()),
                 Err(e) => {

@@ -118,6 +118,28 @@ impl Ownership {
     }
 }
 
+/// [`Ownership`] gathered on first use: a full sync that finds only virtual servers it applied itself
+/// never parses the sets and addresses that are the evidence.
+pub struct LazyOwnership<'a> {
+    cell: std::cell::OnceCell<Ownership>,
+    gather: Box<dyn Fn() -> Ownership + 'a>,
+}
+
+impl<'a> LazyOwnership<'a> {
+    /// Evidence `gather` gives when first asked for.
+    pub fn new(gather: impl Fn() -> Ownership + 'a) -> Self {
+        LazyOwnership {
+            cell: std::cell::OnceCell::new(),
+            gather: Box::new(gather),
+        }
+    }
+
+    /// The evidence, gathered now if not yet.
+    pub fn get(&self) -> &Ownership {
+        self.cell.get_or_init(|| (self.gather)())
+    }
+}
+
 /// Parses `ip,proto:port` (hash:ip,port member text).
 fn parse_ip_proto_port(e: &str) -> Option<(IpAddr, u16)> {
     let (ip, rest) = e.split_once(',')?;
