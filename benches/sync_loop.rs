@@ -70,6 +70,13 @@ impl Links for CachedLinks {
         self.others = None;
         self.inner.del_address(name, ip)
     }
+    fn host_scoped(&mut self, name: &str) -> KernelResult<std::collections::BTreeSet<IpAddr>> {
+        self.inner.host_scoped(name)
+    }
+    fn add_host_scoped(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        self.others = None;
+        self.inner.add_host_scoped(name, ips)
+    }
     fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>> {
         self.inner.local_addresses()
     }

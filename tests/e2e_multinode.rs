@@ -319,6 +319,37 @@ fn check_etp_local(c: &mut Cluster) {
     }
 }
 
+/// kubernetes#71596 / #93456 (etp's endpoint c1 on node-c): node-a, without a local endpoint, programs the
+/// LB IP with c1, but its own connection leaves with the LB IP as source, which node-c also holds, so c1's
+/// answer never comes back (upstream's behaviour, the default); a pod on node-a gets through (#97081).
+/// With `--ipvs-etp-local-node-masquerade` node-a's connection is masqueraded and c1 answers node-a's
+/// address, while a1 keeps its own address (only locally sourced traffic is masqueraded).
+fn check_etp_local_from_node(c: &mut Cluster) {
+    let (lb, node_a) = (ip("192.168.99.40"), IpAddr::V4(c.node(0).addrs.ip));
+    let a1 = IpAddr::V4(c.pod("a1").ip);
+    let from_pod = |c: &Cluster| {
+        let seen = tcp_n(c.pod("a1"), lb, 80, 3);
+        assert!(
+            seen.iter().all(|(p, cl)| p == "c1" && *cl == a1),
+            "etp LB IP from a1: {seen:?}"
+        );
+    };
+    from_pod(c);
+    assert_fails(
+        "kubernetes#71596 not reproduced: node-a reached the etp LB IP",
+        cluster::tcp_from_node(c.node(0), lb, 80),
+    );
+    let n = c.node_mut(0);
+    n.args = vec!["--ipvs-etp-local-node-masquerade".to_string()];
+    n.restart();
+    for i in 0..3 {
+        let s = cluster::tcp_from_node(c.node(0), lb, 80)
+            .unwrap_or_else(|e| panic!("node-a -> etp LB IP with the option, request {i}: {e:#}"));
+        assert_eq!((s.pod.as_str(), s.client), ("c1", node_a), "{s:?}");
+    }
+    from_pod(c);
+}
+
 /// `internalTrafficPolicy: Local` (itp: b1 only): a pod on node-b reaches b1; a pod on node-a, whose node
 /// has no endpoint, gets nothing.
 fn check_itp_local(c: &Cluster) {
@@ -472,7 +503,9 @@ fn check_udp_move(c: &mut Cluster) {
 
 // The traffic matrix of issue 28 in one boot: ClusterIP (IPv4, IPv6, SCTP) and hairpin, NodePort on each
 // node, externalTrafficPolicy and internalTrafficPolicy Local, load balancers with source ranges and
-// ipMode, externalIPs through the router, ClientIP affinity across nodes, and a UDP endpoint moving nodes.
+// ipMode, externalIPs through the router, ClientIP affinity across nodes, the node's own connection to an
+// externalTrafficPolicy: Local LB IP (upstream's failure, then --ipvs-etp-local-node-masquerade), and a
+// UDP endpoint moving nodes.
 uml_test!(cluster_traffic_matrix, cluster::boot(3), {
     let mut c = matrix_cluster();
     check_cluster_ip(&c);
@@ -482,6 +515,7 @@ uml_test!(cluster_traffic_matrix, cluster::boot(3), {
     check_external_ip(&c);
     check_affinity(&c);
     check_etp_local(&mut c);
+    check_etp_local_from_node(&mut c);
     check_udp_move(&mut c);
     c.check_alive();
 });

@@ -67,6 +67,7 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
         family: IpFamily::V4,
         decisions: Default::default(),
         bound_addresses: virtual_servers.keys().map(|k| k.addr).collect(),
+        arp_quiet: Default::default(),
         virtual_servers,
         ipsets: [
             set("KUBE-CLUSTER-IP", IpSetType::HashIpPort, cluster),

@@ -191,6 +191,7 @@ fn desired(family: IpFamily) -> DesiredState {
         iptables_payload: payload_from(&save),
         jumps: jumps(),
         bound_addresses: bound,
+        arp_quiet: BTreeSet::new(),
         health_checks: vec![],
         no_local_endpoints: BTreeMap::new(),
     }
@@ -716,6 +717,7 @@ fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredSta
         iptables_payload: "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n".into(),
         jumps: vec![],
         bound_addresses: [ip("10.96.0.20"), ip("10.96.0.53")].into(),
+        arp_quiet: BTreeSet::new(),
         health_checks: vec![],
         no_local_endpoints: BTreeMap::new(),
     }

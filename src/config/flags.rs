@@ -162,6 +162,22 @@ pub struct Flags {
     /// upstream). Also applies with --config; the file has no such field.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub ipvs_max_drain_time: Option<GoDuration>,
+    /// Not in upstream (kube-proxy-rs only): check every connection the node itself makes to a LoadBalancer
+    /// IP against the Service's loadBalancerSourceRanges, whatever its source address (upstream drops only
+    /// those from the LB IP, when no range covers the node IP). Also applies with --config.
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ipvs_lb_source_ranges_for_node: Option<bool>,
+    /// Not in upstream (kube-proxy-rs only): answer no ARP request for the ClusterIPs and LoadBalancer IPs
+    /// bound to kube-ipvs0, and still for external IPs and the node's own addresses on any interface
+    /// (upstream: all of them, or with ipvs.strictARP none on another interface). Also applies with
+    /// --config; cannot be combined with strictARP.
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ipvs_arp_per_address: Option<bool>,
+    /// Not in upstream (kube-proxy-rs only): masquerade the node's own connections (host-network pods too)
+    /// to the LoadBalancer and external IPs of externalTrafficPolicy: Local Services, as iptables mode does,
+    /// so that endpoints on other nodes can answer them. Also applies with --config.
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ipvs_etp_local_node_masquerade: Option<bool>,
     /// Not in upstream (kube-proxy-rs only): answer /debug/* on the metrics server (the explanation of every
     /// Service: endpoints, pod IPs, nodes, zones) to other hosts too; by default only this node is answered.
     /// Also applies with --config; the file has no such field.

@@ -18,6 +18,7 @@
 pub mod defaults;
 pub mod duration;
 pub mod file;
+pub mod fixes;
 pub mod flags;
 pub mod go_yaml;
 pub mod help;
@@ -28,6 +29,7 @@ pub mod validate;
 
 pub use duration::GoDuration;
 pub use file::{Decoded, FileError};
+pub use fixes::IpvsFixes;
 pub use options::{ConfigError, Invocation, LocalMode, NodePortAddresses, Options, parse_args};
 pub use settings::{LocalDetection, ProxySettings};
 pub use types::ProxyConfig;

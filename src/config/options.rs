@@ -398,8 +398,12 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         config.hostname_override.trim().to_lowercase()
     };
 
+    let fixes = fixes(&flags, &config)?;
     Ok(Options {
-        settings: super::settings::ProxySettings::new(&config),
+        settings: super::settings::ProxySettings {
+            fixes,
+            ..super::settings::ProxySettings::new(&config)
+        },
         config,
         config_path: flags.config.clone(),
         cleanup: flags.cleanup.unwrap_or(false),
@@ -412,6 +416,22 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         node_name,
         warnings,
     })
+}
+
+/// The fixes' flags; `--ipvs-arp-per-address` and `ipvs.strictARP` are refused together (strictARP's
+/// `arp_ignore=1` would stop the answers the option keeps).
+fn fixes(flags: &Flags, config: &ProxyConfig) -> Result<super::fixes::IpvsFixes, ConfigError> {
+    let f = super::fixes::IpvsFixes {
+        lb_source_ranges_for_node: flags.ipvs_lb_source_ranges_for_node.unwrap_or(false),
+        arp_per_address: flags.ipvs_arp_per_address.unwrap_or(false),
+        etp_local_node_masquerade: flags.ipvs_etp_local_node_masquerade.unwrap_or(false),
+    };
+    if f.arp_per_address && config.ipvs.strict_arp {
+        return Err(ConfigError::Flags(
+            "--ipvs-arp-per-address cannot be combined with ipvs.strictARP (--ipvs-strict-arp): strictARP stops every answer the option keeps".to_string(),
+        ));
+    }
+    Ok(f)
 }
 
 /// `--ipvs-max-drain-time`: `None` when unset or 0; a negative value is refused.

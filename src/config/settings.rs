@@ -1,6 +1,7 @@
 //! The validated configuration in the types the daemon runs with, built once at start-up: no sync reads
 //! a raw string of the configuration again.
 
+use super::fixes::IpvsFixes;
 use super::options::{LocalMode, NodePortAddresses};
 use super::types::ProxyConfig;
 use crate::cluster::model::IpFamily;
@@ -79,6 +80,8 @@ pub struct ProxySettings {
     pub sync_period: Duration,
     /// `ipvs.minSyncPeriod`.
     pub min_sync_period: Duration,
+    /// kube-proxy-rs's fixes of upstream's IPVS-mode behaviour, each from its own flag (all off: upstream).
+    pub fixes: IpvsFixes,
     /// The `AllowServiceExternalIPs` feature gate: Services' `spec.externalIPs` are programmed.
     pub external_ips: bool,
 }
@@ -96,6 +99,7 @@ impl ProxySettings {
             node_port_addresses: c.node_port_addresses(),
             sync_period: c.sync_period(),
             min_sync_period: c.min_sync_period(),
+            fixes: IpvsFixes::default(),
             external_ips: features::enabled(&c.feature_gates, features::ALLOW_SERVICE_EXTERNAL_IPS),
         }
     }

@@ -96,6 +96,7 @@ pub fn startup_config(options: &Options) -> StartupConfig {
     let ct = &c.conntrack;
     StartupConfig {
         strict_arp: c.ipvs.strict_arp,
+        arp_per_address: options.settings.fixes.arp_per_address,
         ipvs_timeouts: IpvsTimeouts {
             tcp: seconds(c.ipvs.tcp_timeout.to_std()),
             tcp_fin: seconds(c.ipvs.tcp_fin_timeout.to_std()),

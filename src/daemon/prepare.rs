@@ -51,6 +51,9 @@ pub struct ConntrackSettings {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartupConfig {
     pub strict_arp: bool,
+    /// `--ipvs-arp-per-address`: `conf/all/arp_ignore` 3, so that the addresses bound with scope host
+    /// are never answered (the others as before).
+    pub arp_per_address: bool,
     /// IPVS tcp / tcpfin / udp timeouts (0 = unchanged); applied only when any is non-zero.
     pub ipvs_timeouts: IpvsTimeouts,
     pub conntrack: ConntrackSettings,
@@ -155,6 +158,9 @@ pub fn prepare_node(
     if cfg.strict_arp {
         ensure(sysctl, "net/ipv4/conf/all/arp_ignore", 1, &mut r).map_err(err("arp_ignore"))?;
         ensure(sysctl, "net/ipv4/conf/all/arp_announce", 2, &mut r).map_err(err("arp_announce"))?;
+    }
+    if cfg.arp_per_address {
+        ensure(sysctl, "net/ipv4/conf/all/arp_ignore", 3, &mut r).map_err(err("arp_ignore"))?;
     }
     let t = cfg.ipvs_timeouts;
     if t.tcp > 0 || t.tcp_fin > 0 || t.udp > 0 {

@@ -176,6 +176,9 @@ pub struct DesiredState {
     pub jumps: Vec<JumpRule>,
     /// Addresses bound to kube-ipvs0 (/32 or /128).
     pub bound_addresses: BTreeSet<IpAddr>,
+    /// Of those, the ones bound with scope host, for which the node answers no ARP request
+    /// (`--ipvs-arp-per-address`; empty without it).
+    pub arp_quiet: BTreeSet<IpAddr>,
     /// Health-check node port listeners (externalTrafficPolicy=Local services).
     pub health_checks: Vec<HealthCheckService>,
     /// Service ports that fell back to cluster endpoints because they had no local one, by traffic policy,

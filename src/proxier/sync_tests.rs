@@ -120,6 +120,7 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
             },
         ],
         bound_addresses: bound,
+        arp_quiet: BTreeSet::new(),
         health_checks: vec![],
         no_local_endpoints: BTreeMap::new(),
     }
@@ -1325,6 +1326,7 @@ mod startup {
         let mut h = Hash(16384, false);
         let cfg = StartupConfig {
             strict_arp: false,
+            arp_per_address: false,
             ipvs_timeouts: IpvsTimeouts::default(),
             conntrack: defaults(),
             kernel_release: "6.1.0".into(),
@@ -1373,6 +1375,7 @@ mod startup {
         let mut h = Hash(16384, true);
         let cfg = StartupConfig {
             strict_arp: true,
+            arp_per_address: false,
             ipvs_timeouts: IpvsTimeouts {
                 tcp: 900,
                 tcp_fin: 60,

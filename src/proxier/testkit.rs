@@ -314,6 +314,19 @@ impl<T: Links> Links for Rec<T> {
         self.w("link.del_address", format!("{name} {ip}"))?;
         self.inner.del_address(name, ip)
     }
+    fn host_scoped(&mut self, name: &str) -> KernelResult<std::collections::BTreeSet<IpAddr>> {
+        self.r("link.host_scoped", name.into())?;
+        self.inner.host_scoped(name)
+    }
+    fn add_host_scoped(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        ips.iter()
+            .map(|ip| {
+                self.w("link.add_address", format!("{name} {ip} scope host"))?;
+                let mut r = self.inner.add_host_scoped(name, &[*ip]);
+                r.pop().unwrap_or(Ok(false))
+            })
+            .collect()
+    }
     fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>> {
         self.r("link.local_addresses", String::new())?;
         self.inner.local_addresses()

@@ -14,5 +14,7 @@ pub mod planner;
 pub mod podsec;
 pub mod scale;
 pub mod soak;
+pub mod udp_service;
+pub mod udp_stream;
 pub mod uml;
 pub mod wait;

@@ -509,6 +509,16 @@ impl Pod {
 
     /// Serves UDP on `port`: every datagram is answered with the pod name. Returns once the socket is bound.
     pub fn serve_udp(&self, port: u16) -> Result<()> {
+        self.serve_udp_with(port, false)
+    }
+
+    /// Serves UDP on `port`, answering every datagram with `<pod name> <payload>` (so a client can match
+    /// answers to datagrams). Returns once the socket is bound.
+    pub fn serve_udp_echo(&self, port: u16) -> Result<()> {
+        self.serve_udp_with(port, true)
+    }
+
+    fn serve_udp_with(&self, port: u16, echo: bool) -> Result<()> {
         let (name, stop, peers) = (self.name.clone(), self.stop.clone(), self.peers.clone());
         let report = self.report_peer;
         self.spawn_server(move || {
@@ -520,10 +530,15 @@ impl Pod {
             Ok(move || {
                 let mut buf = [0u8; 2048];
                 while !stop.load(Ordering::Relaxed) {
-                    if let Ok((_, peer)) = s.recv_from(&mut buf) {
+                    if let Ok((n, peer)) = s.recv_from(&mut buf) {
                         let seen = unmap(peer);
                         peers.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
-                        let _ = s.send_to(answer_text(&name, report, seen).as_bytes(), peer);
+                        let mut answer = answer_text(&name, report, seen).into_bytes();
+                        if echo {
+                            answer.push(b' ');
+                            answer.extend_from_slice(&buf[..n]);
+                        }
+                        let _ = s.send_to(&answer, peer);
                     }
                 }
             })

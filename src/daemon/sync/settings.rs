@@ -56,6 +56,9 @@ impl SyncSettings {
                         .collect(),
                     random_fully,
                     unavailable_schedulers: BTreeMap::new(),
+                    lb_source_ranges_for_node: settings.fixes.lb_source_ranges_for_node,
+                    arp_per_address: settings.fixes.arp_per_address,
+                    etp_local_node_masquerade: settings.fixes.etp_local_node_masquerade,
                     external_ips: settings.external_ips,
                 };
                 (family, config)

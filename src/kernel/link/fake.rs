@@ -17,6 +17,8 @@ pub struct FakeLink {
     pub up: bool,
     /// Addresses in the order they were added.
     pub addrs: Vec<IpAddr>,
+    /// Those bound with scope host.
+    pub host_scoped: BTreeSet<IpAddr>,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +71,7 @@ impl FakeLinks {
                 kind: kind.to_string(),
                 up,
                 addrs: addrs.to_vec(),
+                host_scoped: BTreeSet::new(),
             },
         );
     }
@@ -92,6 +95,30 @@ impl FakeLinks {
     pub fn clear_ops(&self) {
         self.lock().ops.clear();
     }
+
+    /// Binds `ip` to `name`, with scope host when `host`.
+    fn add_scoped(&self, name: &str, ip: IpAddr, host: bool) -> KernelResult<bool> {
+        let mut s = self.lock();
+        let link = s.links.get_mut(name).ok_or_else(|| no_link(name))?;
+        if link.addrs.contains(&ip) {
+            return Ok(false);
+        }
+        if s.refused.contains(&ip) {
+            return Err(KernelError::Errno {
+                op: format!("add address {ip} on {name}"),
+                errno: libc::EINVAL,
+                message: "Invalid argument".into(),
+            });
+        }
+        let link = s.links.get_mut(name).ok_or_else(|| no_link(name))?;
+        link.addrs.push(ip);
+        if host {
+            link.host_scoped.insert(ip);
+        }
+        let scope = if host { " scope host" } else { "" };
+        s.ops.push(format!("add_address {name} {ip}{scope}"));
+        Ok(true)
+    }
 }
 
 fn no_link(name: &str) -> KernelError {
@@ -111,6 +138,7 @@ impl Links for FakeLinks {
                 kind: "dummy".into(),
                 up: false,
                 addrs: Vec::new(),
+                host_scoped: BTreeSet::new(),
             },
         );
         Ok(true)
@@ -125,22 +153,21 @@ impl Links for FakeLinks {
     }
 
     fn add_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
-        let mut s = self.lock();
-        let link = s.links.get_mut(name).ok_or_else(|| no_link(name))?;
-        if link.addrs.contains(&ip) {
-            return Ok(false);
-        }
-        if s.refused.contains(&ip) {
-            return Err(KernelError::Errno {
-                op: format!("add address {ip} on {name}"),
-                errno: libc::EINVAL,
-                message: "Invalid argument".into(),
-            });
-        }
-        let link = s.links.get_mut(name).ok_or_else(|| no_link(name))?;
-        link.addrs.push(ip);
-        s.ops.push(format!("add_address {name} {ip}"));
-        Ok(true)
+        self.add_scoped(name, ip, false)
+    }
+
+    fn host_scoped(&mut self, name: &str) -> KernelResult<BTreeSet<IpAddr>> {
+        let s = self.lock();
+        s.links
+            .get(name)
+            .map(|l| l.host_scoped.clone())
+            .ok_or_else(|| no_link(name))
+    }
+
+    fn add_host_scoped(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        ips.iter()
+            .map(|ip| self.add_scoped(name, *ip, true))
+            .collect()
     }
 
     fn del_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
@@ -148,6 +175,7 @@ impl Links for FakeLinks {
         let link = s.links.get_mut(name).ok_or_else(|| no_link(name))?;
         let before = link.addrs.len();
         link.addrs.retain(|a| *a != ip);
+        link.host_scoped.remove(&ip);
         if link.addrs.len() == before {
             return Ok(false);
         }

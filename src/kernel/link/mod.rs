@@ -6,6 +6,7 @@ pub mod fake;
 pub mod rtnetlink;
 
 use crate::kernel::KernelResult;
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 /// Name of the dummy device that holds service addresses.
@@ -31,6 +32,12 @@ pub trait Links: Send {
     fn del_addresses(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
         ips.iter().map(|ip| self.del_address(name, *ip)).collect()
     }
+    /// The addresses of link `name` bound with scope host (the others have scope global); NotFound if the
+    /// link does not exist.
+    fn host_scoped(&mut self, name: &str) -> KernelResult<BTreeSet<IpAddr>>;
+    /// Binds many addresses to `name` with scope host, like [`Links::add_addresses`] (Ok(false): already
+    /// bound, whatever its scope). With `arp_ignore` 3 the node answers no ARP request for them.
+    fn add_host_scoped(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>>;
     /// Every address of every link with the link's name, in one dump.
     fn local_addresses(&mut self) -> KernelResult<Vec<(String, IpAddr)>>;
     /// Like [`Links::local_addresses`] without the addresses of link `except`: what an event-driven sync

@@ -13,11 +13,11 @@ use crate::kernel::{KernelError, KernelResult};
 use netlink_packet_core::{
     NLM_F_CREATE, NLM_F_EXCL, NetlinkDeserializable, NetlinkHeader, NlasIterator,
 };
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage, AddressScope};
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const IFLA_IFNAME: u16 = 3;
@@ -25,6 +25,8 @@ const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const IFINFOMSG_LEN: usize = 16;
 const IFADDRMSG_LEN: usize = 8;
+/// `RT_SCOPE_HOST`: an address used only on this host.
+const RT_SCOPE_HOST: u8 = 254;
 
 /// Links and addresses through rtnetlink.
 #[derive(Debug)]
@@ -50,8 +52,16 @@ struct LocalCache {
 /// A decoded rtnetlink answer: only the fields the backend uses (public for the decoder's fuzz tests).
 #[derive(Debug)]
 pub enum Answer {
-    Link { index: u32, name: String },
-    Addr { index: u32, addr: IpAddr },
+    Link {
+        index: u32,
+        name: String,
+    },
+    /// An address; `host`: bound with scope host.
+    Addr {
+        index: u32,
+        addr: IpAddr,
+        host: bool,
+    },
     Other,
 }
 
@@ -85,6 +95,8 @@ fn parse_link(p: &[u8]) -> Option<Answer> {
 
 fn parse_addr(p: &[u8]) -> Option<Answer> {
     let family = *p.first()?;
+    // struct ifaddrmsg: family, prefix length, flags, scope, index.
+    let host = *p.get(3)? == RT_SCOPE_HOST;
     let index = u32::from_ne_bytes(p.get(4..8)?.try_into().ok()?);
     let (mut local, mut address) = (None, None);
     for nla in NlasIterator::new(p.get(IFADDRMSG_LEN..)?) {
@@ -102,7 +114,9 @@ fn parse_addr(p: &[u8]) -> Option<Answer> {
         }
     }
     // IFA_LOCAL is the interface's own address (IFA_ADDRESS is the peer on point-to-point links).
-    local.or(address).map(|addr| Answer::Addr { index, addr })
+    local
+        .or(address)
+        .map(|addr| Answer::Addr { index, addr, host })
 }
 
 fn kernel_error(what: &str, e: NlError) -> KernelError {
@@ -139,9 +153,13 @@ fn link_by_name(name: &str) -> LinkMessage {
     m
 }
 
-fn address_message(index: u32, ip: IpAddr) -> AddressMessage {
+/// `ip` on link `index` as a /32 or /128, with scope host when `host` (else global).
+fn address_message(index: u32, ip: IpAddr, host: bool) -> AddressMessage {
     let mut m = AddressMessage::default();
     m.header.index = index;
+    if host {
+        m.header.scope = AddressScope::Host;
+    }
     match ip {
         IpAddr::V4(_) => {
             m.header.family = AddressFamily::Inet;
@@ -195,9 +213,19 @@ impl RtnetlinkLinks {
         self.dump_addresses_of(0)
     }
 
-    /// Addresses of link `index` (0: every link). With strict dumps the kernel sends only that link's;
-    /// the answers are filtered here as well, for kernels that ignore the filter.
+    /// Addresses of link `index` (0: every link).
     fn dump_addresses_of(&mut self, index: u32) -> KernelResult<Vec<(u32, IpAddr)>> {
+        Ok(self
+            .dump_scoped_of(index)?
+            .into_iter()
+            .map(|(i, a, _)| (i, a))
+            .collect())
+    }
+
+    /// Addresses of link `index` (0: every link) with whether their scope is host. With strict dumps the
+    /// kernel sends only that link's; the answers are filtered here as well, for kernels that ignore the
+    /// filter.
+    fn dump_scoped_of(&mut self, index: u32) -> KernelResult<Vec<(u32, IpAddr, bool)>> {
         let mut request = AddressMessage::default();
         if self.strict {
             request.header.index = index;
@@ -209,15 +237,22 @@ impl RtnetlinkLinks {
         Ok(answers
             .into_iter()
             .filter_map(|a| match a {
-                Answer::Addr { index, addr } => Some((index, addr)),
+                Answer::Addr { index, addr, host } => Some((index, addr, host)),
                 _ => None,
             })
-            .filter(|(i, _)| index == 0 || *i == index)
+            .filter(|(i, _, _)| index == 0 || *i == index)
             .collect())
     }
 
-    /// Adds (`add`) or deletes many addresses of link `name` with pipelined requests.
-    fn address_batch(&mut self, name: &str, ips: &[IpAddr], add: bool) -> Vec<KernelResult<bool>> {
+    /// Adds (`add`, with scope host when `host`) or deletes many addresses of link `name` with pipelined
+    /// requests.
+    fn address_batch(
+        &mut self,
+        name: &str,
+        ips: &[IpAddr],
+        add: bool,
+        host: bool,
+    ) -> Vec<KernelResult<bool>> {
         if ips.is_empty() {
             return Vec::new();
         }
@@ -227,7 +262,7 @@ impl RtnetlinkLinks {
         };
         // Encoded one datagram at a time by `batch`, never all at once.
         let messages = ips.iter().map(|ip| {
-            let m = address_message(index, *ip);
+            let m = address_message(index, *ip, host);
             if add {
                 RouteNetlinkMessage::NewAddress(m)
             } else {
@@ -304,7 +339,7 @@ impl Links for RtnetlinkLinks {
     fn add_address(&mut self, name: &str, ip: IpAddr) -> KernelResult<bool> {
         let index = self.link_index(name)?;
         match self.sock.request_flags::<_, NoPayload>(
-            RouteNetlinkMessage::NewAddress(address_message(index, ip)),
+            RouteNetlinkMessage::NewAddress(address_message(index, ip, false)),
             NLM_F_CREATE | NLM_F_EXCL,
         ) {
             Ok(_) => Ok(true),
@@ -317,8 +352,9 @@ impl Links for RtnetlinkLinks {
         let index = self.link_index(name)?;
         match self
             .sock
-            .request::<_, NoPayload>(RouteNetlinkMessage::DelAddress(address_message(index, ip)))
-        {
+            .request::<_, NoPayload>(RouteNetlinkMessage::DelAddress(address_message(
+                index, ip, false,
+            ))) {
             Ok(_) => Ok(true),
             Err(e) if e.errno() == Some(libc::EADDRNOTAVAIL) => Ok(false),
             Err(e) => Err(kernel_error(&format!("delete address {ip} from {name}"), e)),
@@ -326,11 +362,25 @@ impl Links for RtnetlinkLinks {
     }
 
     fn add_addresses(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
-        self.address_batch(name, ips, true)
+        self.address_batch(name, ips, true, false)
     }
 
     fn del_addresses(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
-        self.address_batch(name, ips, false)
+        self.address_batch(name, ips, false, false)
+    }
+
+    fn host_scoped(&mut self, name: &str) -> KernelResult<BTreeSet<IpAddr>> {
+        let index = self.link_index(name)?;
+        Ok(self
+            .dump_scoped_of(index)?
+            .into_iter()
+            .filter(|(_, _, host)| *host)
+            .map(|(_, a, _)| a)
+            .collect())
+    }
+
+    fn add_host_scoped(&mut self, name: &str, ips: &[IpAddr]) -> Vec<KernelResult<bool>> {
+        self.address_batch(name, ips, true, true)
     }
 
     fn local_addresses_except(&mut self, except: &str) -> KernelResult<Vec<(String, IpAddr)>> {
@@ -409,21 +459,28 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let addr = address_message(7, "10.96.0.1".parse().unwrap());
+        let addr = address_message(7, "10.96.0.1".parse().unwrap(), false);
         let mut buf = vec![0u8; addr.buffer_len()];
         addr.emit(&mut buf);
         match parse_addr(&buf) {
-            Some(Answer::Addr { index, addr }) => {
-                assert_eq!((index, addr), (7, "10.96.0.1".parse().unwrap()))
+            Some(Answer::Addr { index, addr, host }) => {
+                assert_eq!(
+                    (index, addr, host),
+                    (7, "10.96.0.1".parse().unwrap(), false)
+                )
             }
             other => panic!("{other:?}"),
         }
-        let addr6 = address_message(3, "fd00::1".parse().unwrap());
+        let addr6 = address_message(3, "fd00::1".parse().unwrap(), true);
         let mut buf = vec![0u8; addr6.buffer_len()];
         addr6.emit(&mut buf);
         assert!(matches!(
             parse_addr(&buf),
-            Some(Answer::Addr { index: 3, .. })
+            Some(Answer::Addr {
+                index: 3,
+                host: true,
+                ..
+            })
         ));
         // truncated answers decode to nothing instead of panicking
         for cut in 0..buf.len() {

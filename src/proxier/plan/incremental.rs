@@ -7,13 +7,14 @@
 
 use super::decision::ServiceDecision;
 use super::ipsets::{PerSet, SetKind};
+use super::iptables::LbNodeAccess;
 use super::owners::Owners;
 use super::{
-    Context, Contribution, NodeFacts, PlanConfig, health_check, iptables, no_local_counts,
-    rules_payload, set_names,
+    Context, Contribution, NodeFacts, PlanConfig, arp_quiet, health_check, iptables,
+    no_local_counts, rules_payload, set_names,
 };
 use crate::cluster::model::{
-    EndpointsMap, IpFamily, Protocol, ServiceMap, ServiceName, ServicePortName, ports_of,
+    EndpointsMap, IpFamily, ServiceMap, ServiceName, ServicePortName, ports_of,
 };
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::proxier::desired::{
@@ -46,6 +47,8 @@ pub struct DesiredDelta {
     pub addresses_added: BTreeSet<IpAddr>,
     /// Addresses to unbind from kube-ipvs0.
     pub addresses_removed: BTreeSet<IpAddr>,
+    /// The new set of bound addresses with scope host (`--ipvs-arp-per-address`), when it changed.
+    pub arp_quiet: Option<BTreeSet<IpAddr>>,
     /// The new iptables payload, when it changed.
     pub iptables_payload: Option<String>,
     /// The new jump rules, when they changed.
@@ -68,6 +71,7 @@ impl DesiredDelta {
             && self.set_dels.values().all(BTreeSet::is_empty)
             && self.addresses_added.is_empty()
             && self.addresses_removed.is_empty()
+            && self.arp_quiet.is_none()
             && self.iptables_payload.is_none()
             && self.jumps.is_none()
             && self.health_checks.is_none()
@@ -141,6 +145,9 @@ impl DesiredDelta {
             .difference(&new.bound_addresses)
             .copied()
             .collect();
+        if old.arp_quiet != new.arp_quiet {
+            d.arp_quiet = Some(new.arp_quiet.clone());
+        }
         if old.iptables_payload != new.iptables_payload {
             d.iptables_payload = Some(new.iptables_payload.clone());
         }
@@ -185,6 +192,9 @@ impl DesiredDelta {
         state
             .bound_addresses
             .extend(self.addresses_added.iter().copied());
+        if let Some(q) = &self.arp_quiet {
+            state.arp_quiet.clone_from(q);
+        }
         if let Some(p) = &self.iptables_payload {
             state.iptables_payload.clone_from(p);
         }
@@ -241,6 +251,7 @@ pub fn empty_state(family: IpFamily) -> DesiredState {
         iptables_payload: String::new(),
         jumps: Vec::new(),
         bound_addresses: BTreeSet::new(),
+        arp_quiet: BTreeSet::new(),
         health_checks: Vec::new(),
         no_local_endpoints: no_local_counts(0, 0),
     }
@@ -263,7 +274,7 @@ struct Stored {
 struct Fresh {
     stored: Stored,
     virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
-    lb_no_node_access: Vec<(IpAddr, Protocol, u16)>,
+    lb_node_access: Vec<LbNodeAccess>,
     health: Option<HealthCheckService>,
     decision: Option<Arc<ServiceDecision>>,
 }
@@ -296,7 +307,7 @@ impl Fresh {
                 no_local_external: c.no_local.external.contains(name),
             },
             virtual_servers: c.virtual_servers,
-            lb_no_node_access: c.lb_no_node_access,
+            lb_node_access: c.lb_node_access,
             health,
         }
     }
@@ -337,7 +348,7 @@ struct Planned {
     vs_owners: HashMap<IpvsServiceKey, Owners>,
     set_refs: PerSet<HashMap<Entry, u32>>,
     bound_refs: HashMap<IpAddr, u32>,
-    lb_rules: BTreeMap<ServiceName, Vec<(IpAddr, Protocol, u16)>>,
+    lb_rules: BTreeMap<ServiceName, Vec<LbNodeAccess>>,
     no_local_internal: usize,
     no_local_external: usize,
     health: BTreeMap<ServiceName, HealthCheckService>,
@@ -505,7 +516,7 @@ impl Planned {
         if let Some(d) = f.decision.take() {
             records.push((name.clone(), d));
         }
-        self.replace(&name, stored, f.lb_no_node_access, f.health, t);
+        self.replace(&name, stored, f.lb_node_access, f.health, t);
         // Not needed: every winner is placed here.
         t.vs.clear();
         for (k, v) in f.virtual_servers {
@@ -529,7 +540,7 @@ impl Planned {
         let mut t = Touched::default();
         for (name, f) in fresh.iter_mut() {
             let new = std::mem::take(&mut f.stored);
-            let lb = std::mem::take(&mut f.lb_no_node_access);
+            let lb = std::mem::take(&mut f.lb_node_access);
             let health = f.health.take();
             self.replace_decision(name, f.decision.take(), &mut t);
             self.replace(name, new, lb, health, &mut t);
@@ -565,7 +576,7 @@ impl Planned {
         &mut self,
         name: &ServiceName,
         new: Stored,
-        lb: Vec<(IpAddr, Protocol, u16)>,
+        lb: Vec<LbNodeAccess>,
         health: Option<HealthCheckService>,
         t: &mut Touched,
     ) {
@@ -666,7 +677,7 @@ impl Planned {
     fn replace_rules(
         &mut self,
         name: &ServiceName,
-        lb: Vec<(IpAddr, Protocol, u16)>,
+        lb: Vec<LbNodeAccess>,
         health: Option<HealthCheckService>,
         t: &mut Touched,
     ) {
@@ -737,6 +748,27 @@ impl Planned {
 
     /// Adds or deletes each touched set entry and address according to its reference count.
     fn resolve_sets(
+        &mut self,
+        entries: Vec<(SetKind, Entry)>,
+        bound: Vec<IpAddr>,
+        record: bool,
+        d: &mut DesiredDelta,
+    ) {
+        let external = |k: &SetKind| matches!(k, SetKind::ExternalIp | SetKind::ExternalIpLocal);
+        let quiet_touched = !bound.is_empty() || entries.iter().any(|(k, _)| external(k));
+        self.resolve_entries(entries, bound, record, d);
+        if self.cfg.arp_per_address && quiet_touched {
+            let s = &mut self.state;
+            let quiet = arp_quiet(&s.bound_addresses, &s.ipsets, &self.set_names);
+            if record && quiet != s.arp_quiet {
+                d.arp_quiet = Some(quiet.clone());
+            }
+            s.arp_quiet = quiet;
+        }
+    }
+
+    /// Set entries and bound addresses: in bulk for a full replan, else each toggled and recorded.
+    fn resolve_entries(
         &mut self,
         entries: Vec<(SetKind, Entry)>,
         bound: Vec<IpAddr>,
@@ -819,8 +851,7 @@ impl Planned {
         });
         if force_payload || lb_rules || non_empty != self.non_empty {
             self.non_empty = non_empty;
-            let lb: Vec<(IpAddr, Protocol, u16)> =
-                self.lb_rules.values().flatten().copied().collect();
+            let lb: Vec<LbNodeAccess> = self.lb_rules.values().flatten().cloned().collect();
             let payload = rules_payload(cfg, names, non_empty, &lb);
             if payload != state.iptables_payload {
                 d.iptables_payload = Some(payload.clone());

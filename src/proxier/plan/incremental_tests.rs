@@ -1,7 +1,7 @@
 //! Equivalence of the incremental planner with the full plan over pseudo-random change sequences.
 
 use super::*;
-use crate::cluster::model::{Endpoint, LoadBalancerIngress, ServicePort, Topology};
+use crate::cluster::model::{Endpoint, LoadBalancerIngress, Protocol, ServicePort, Topology};
 use crate::cluster::service_options::{SchedulerRequest, ServiceOptions};
 use crate::proxier::plan::{LocalDetector, plan};
 use std::sync::Arc;
@@ -56,6 +56,15 @@ fn config(family: IpFamily) -> PlanConfig {
             "fd10::/64".parse().unwrap(),
         ]),
         ..PlanConfig::new(family)
+    }
+}
+
+/// [`config`] with kube-proxy-rs's planner options on.
+fn config_with_fixes(family: IpFamily) -> PlanConfig {
+    PlanConfig {
+        lb_source_ranges_for_node: true,
+        arp_per_address: true,
+        ..config(family)
     }
 }
 
@@ -209,8 +218,8 @@ fn remove_service(sm: &mut ServiceMap, em: &mut EndpointsMap, name: &ServiceName
     em.retain(|k, _| !same_service(k, name));
 }
 
-/// Runs `steps` random changes, checking after each that both families' incremental states equal the
-/// full plan and that the returned delta is exactly the difference from the previous state.
+/// Runs `steps` random changes, checking after each that both families' incremental states (with and
+/// without kube-proxy-rs's planner options) equal the full plan and that the returned delta is exactly the difference from the previous state.
 fn run(seed: u64, steps: usize) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let names: Vec<ServiceName> = (0..24)
@@ -224,8 +233,10 @@ fn run(seed: u64, steps: usize) {
     let mut planners = [
         (IncrementalPlanner::new(), config(IpFamily::V4)),
         (IncrementalPlanner::new(), config(IpFamily::V6)),
+        (IncrementalPlanner::new(), config_with_fixes(IpFamily::V4)),
+        (IncrementalPlanner::new(), config_with_fixes(IpFamily::V6)),
     ];
-    let mut prev: [Option<DesiredState>; 2] = [None, None];
+    let mut prev: [Option<DesiredState>; 4] = [None, None, None, None];
     let mut node_variant = 0;
     for step in 0..steps {
         let changed = random_changes(&mut rng, &names, &mut sm, &mut em);

@@ -5,6 +5,7 @@ use super::LocalDetector;
 use super::ipsets::{PerSet, SetKind};
 use crate::cluster::model::{IpFamily, Protocol};
 use crate::proxier::desired::JumpRule;
+use ipnet::IpNet;
 use std::fmt::Write;
 use std::net::IpAddr;
 
@@ -238,8 +239,11 @@ pub struct RulesInput<'a> {
     /// Masquerade mark value (1 << bit).
     pub mark: u32,
     pub random_fully: bool,
-    /// LB ip/proto/port reachable from the node only through its source ranges: dropped in OUT-FILTER.
-    pub lb_no_node_access: &'a [(IpAddr, Protocol, u16)],
+    /// The node's own access to LB addresses with source ranges: OUT-FILTER rules.
+    pub lb_node_access: &'a [LbNodeAccess],
+    /// `--ipvs-etp-local-node-masquerade`: masquerade the node's own connections to the LB and external
+    /// IPs of `externalTrafficPolicy: Local` Services.
+    pub etp_local_node_masquerade: bool,
 }
 
 impl RulesInput<'_> {
@@ -288,6 +292,13 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
         IpFamily::V6 => "::1/128",
     };
     let _ = writeln!(nat, "-A {KUBE_SERVICES} -s {lo} -j RETURN");
+    if inp.etp_local_node_masquerade && inp.has(SetKind::LoadBalancerLocal) {
+        // Ahead of the chain's RETURN for the LB-local set (written by set_rules).
+        let _ = writeln!(
+            nat,
+            "-A {KUBE_LOAD_BALANCER} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}"
+        );
+    }
     set_rules(inp, &mut nat, &mut filter);
     cluster_ip_masquerade(inp, &mut nat);
     external_ip_rules(inp, &mut nat);
@@ -298,7 +309,7 @@ pub fn payload(inp: &RulesInput<'_>) -> String {
     );
     let _ = writeln!(nat, "-A {KUBE_LOAD_BALANCER} -j {KUBE_MARK_MASQ}");
     let _ = writeln!(filter, "-A {KUBE_SOURCE_RANGES_FIREWALL} -j DROP");
-    out_filter_drops(inp.lb_no_node_access, &mut filter);
+    out_filter(inp.lb_node_access, &mut filter);
     for kind in [SetKind::ClusterIp, SetKind::LoadBalancer] {
         if inp.has(kind) {
             let _ = writeln!(
@@ -405,6 +416,11 @@ fn external_ip_rules(inp: &RulesInput<'_>, nat: &mut String) {
         );
         if masq {
             let _ = writeln!(nat, "{prefix} -j {KUBE_MARK_MASQ}");
+        } else if inp.etp_local_node_masquerade {
+            let _ = writeln!(
+                nat,
+                "{prefix} -m addrtype --src-type LOCAL -j {KUBE_MARK_MASQ}"
+            );
         }
         let _ = writeln!(
             nat,
@@ -414,18 +430,48 @@ fn external_ip_rules(inp: &RulesInput<'_>, nat: &mut String) {
     }
 }
 
-/// Drops of the node's own traffic to LB addresses whose source ranges exclude it.
+/// The node's own traffic to one LB address and port whose Service has `loadBalancerSourceRanges`
+/// (KUBE-IPVS-OUT-FILTER: locally generated connections, matched after IPVS chose a real server).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbNodeAccess {
+    pub lb: IpAddr,
+    pub proto: Protocol,
+    pub port: u16,
+    /// A range covers the node IP: connections the node makes from the LB address may pass.
+    pub node_allowed: bool,
+    /// With `--ipvs-lb-source-ranges-for-node`: the ranges every other connection of the node is checked
+    /// against. Empty: upstream's rule only, a drop of the LB-sourced ones (when `node_allowed` is false).
+    pub ranges: Box<[IpNet]>,
+}
+
+/// The OUT-FILTER rules of the node's own access to LB addresses.
 ///
-/// Upstream writes `-s <ip> -m ipvs --vaddr <ip> --vproto <name> --vport <port>`; the same rule is
-/// written here the way iptables-save prints it back (host prefix on -s, numeric protocol first).
-fn out_filter_drops(lb_no_node_access: &[(IpAddr, Protocol, u16)], filter: &mut String) {
-    for (ip, proto, port) in lb_no_node_access {
-        let host = if ip.is_ipv4() { 32 } else { 128 };
+/// Upstream writes `-s <ip> -m ipvs --vaddr <ip> --vproto <name> --vport <port> -j DROP` when no range
+/// covers the node; the rules are written here the way iptables-save prints them back (host prefix on
+/// -s, numeric protocol first). With ranges (our option), the LB-sourced connections are decided first
+/// (as upstream decides them), then a connection from any source in a range returns, and the rest drop.
+fn out_filter(access: &[LbNodeAccess], filter: &mut String) {
+    for a in access {
+        let host = if a.lb.is_ipv4() { 32 } else { 128 };
+        let vs = format!(
+            "-m ipvs --vproto {} --vaddr {} --vport {}",
+            proto_number(a.proto),
+            a.lb,
+            a.port
+        );
+        let own = if a.node_allowed { "RETURN" } else { "DROP" };
         let _ = writeln!(
             filter,
-            "-A {KUBE_IPVS_OUT_FILTER} -s {ip}/{host} -m ipvs --vproto {} --vaddr {ip} --vport {port} -j DROP",
-            proto_number(*proto)
+            "-A {KUBE_IPVS_OUT_FILTER} -s {}/{host} {vs} -j {own}",
+            a.lb
         );
+        if a.ranges.is_empty() {
+            continue;
+        }
+        for r in a.ranges.iter() {
+            let _ = writeln!(filter, "-A {KUBE_IPVS_OUT_FILTER} -s {r} {vs} -j RETURN");
+        }
+        let _ = writeln!(filter, "-A {KUBE_IPVS_OUT_FILTER} {vs} -j DROP");
     }
 }
 
@@ -508,7 +554,8 @@ mod tests {
             local_detector: det,
             mark: 1 << 14,
             random_fully: false,
-            lb_no_node_access: &[],
+            lb_node_access: &[],
+            etp_local_node_masquerade: false,
         }
     }
 

@@ -24,6 +24,7 @@ use decision::{
 };
 use ipnet::IpNet;
 use ipsets::{PerSet, SetKind, entry, ip_port, ip_port_ip, ip_port_net};
+use iptables::LbNodeAccess;
 use ipvs::{VsTemplate, destinations};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -60,6 +61,19 @@ pub struct PlanConfig {
     /// Schedulers the kernel cannot use, and why: Services asking for one of these by annotation stay
     /// on `scheduler`.
     pub unavailable_schedulers: BTreeMap<Scheduler, Unavailable>,
+    /// `--ipvs-lb-source-ranges-for-node` (not upstream): every connection the node itself makes to a
+    /// LoadBalancer address with `loadBalancerSourceRanges` is checked against them, whatever its source
+    /// address; off (upstream): only those sourced from the LB address are, and dropped when no range
+    /// covers the node IP.
+    pub lb_source_ranges_for_node: bool,
+    /// `--ipvs-arp-per-address` (not upstream): the ClusterIPs and LoadBalancer IPs bound to kube-ipvs0
+    /// are bound with scope host (`DesiredState::arp_quiet`), so that the node answers no ARP request
+    /// for them; external IPs keep scope global.
+    pub arp_per_address: bool,
+    /// `--ipvs-etp-local-node-masquerade` (not upstream): the node's own connections to the LoadBalancer
+    /// and external IPs of `externalTrafficPolicy: Local` Services are masqueraded, so that an endpoint on
+    /// another node answers the node, not the Service address that node also holds.
+    pub etp_local_node_masquerade: bool,
     /// Whether Services' `spec.externalIPs` are programmed (the `AllowServiceExternalIPs` feature gate).
     /// Off, a Service is planned as if it had none, as upstream does.
     pub external_ips: bool,
@@ -79,6 +93,9 @@ impl PlanConfig {
             exclude_cidrs: Vec::new(),
             random_fully: true,
             unavailable_schedulers: BTreeMap::new(),
+            lb_source_ranges_for_node: false,
+            arp_per_address: false,
+            etp_local_node_masquerade: false,
             external_ips: true,
         }
     }
@@ -158,6 +175,8 @@ struct Context {
     /// NodePort addresses of this family, sorted and deduplicated.
     node_port_ips: Vec<IpAddr>,
     local_addrs: HashSet<IpAddr>,
+    /// [`PlanConfig::lb_source_ranges_for_node`].
+    lb_source_ranges_for_node: bool,
     /// [`PlanConfig::external_ips`].
     external_ips: bool,
 }
@@ -172,8 +191,8 @@ struct Contribution {
     virtual_servers: BTreeMap<crate::kernel::ipvs::IpvsServiceKey, Arc<DesiredVirtualServer>>,
     bound: BTreeSet<IpAddr>,
     no_local: NoLocal,
-    /// LB ip/proto/port whose source ranges exclude the node, in service-port order.
-    lb_no_node_access: Vec<(IpAddr, Protocol, u16)>,
+    /// The node's own access to LB addresses with source ranges (OUT-FILTER rules), in service-port order.
+    lb_node_access: Vec<LbNodeAccess>,
     /// Health-check node port and ready local endpoint IPs per ETP=Local service.
     health: BTreeMap<ServiceName, (u16, BTreeSet<IpAddr>)>,
     /// The decision record of every service port planned, in planning order.
@@ -229,6 +248,7 @@ impl Context {
                 .find(|ip| IpFamily::of(ip) == family),
             node_port_ips,
             local_addrs: node.local_addresses.iter().copied().collect(),
+            lb_source_ranges_for_node: cfg.lb_source_ranges_for_node,
             external_ips: cfg.external_ips,
         }
     }
@@ -428,7 +448,8 @@ impl Context {
     }
 
     /// Source ranges of one LB address: a set entry each, and either the node's own way in
-    /// (`LoadBalancerSourceIp`) when a range covers the node IP, or an OUT-FILTER drop.
+    /// (`LoadBalancerSourceIp`) when a range covers the node IP, or an OUT-FILTER drop; with
+    /// `lb_source_ranges_for_node`, OUT-FILTER rules checking every node-originated connection.
     fn source_ranges(
         &self,
         acc: &mut Contribution,
@@ -452,8 +473,19 @@ impl Context {
                 SetKind::LoadBalancerSourceIp,
                 entry(|s| ip_port_ip(s, lb, proto, port, lb)),
             );
-        } else {
-            acc.lb_no_node_access.push((lb, proto, port));
+        }
+        if !allow_from_node || self.lb_source_ranges_for_node {
+            let ranges = match self.lb_source_ranges_for_node {
+                true => ranges.iter().map(IpNet::trunc).collect(),
+                false => Box::default(),
+            };
+            acc.lb_node_access.push(LbNodeAccess {
+                lb,
+                proto,
+                port,
+                node_allowed: allow_from_node,
+                ranges,
+            });
         }
     }
 
@@ -565,7 +597,7 @@ fn rules_payload(
     cfg: &PlanConfig,
     set_names: &PerSet<String>,
     set_non_empty: PerSet<bool>,
-    lb_no_node_access: &[(IpAddr, Protocol, u16)],
+    lb_node_access: &[LbNodeAccess],
 ) -> String {
     iptables::payload(&iptables::RulesInput {
         family: cfg.family,
@@ -575,7 +607,8 @@ fn rules_payload(
         local_detector: &cfg.local_detector,
         mark: 1u32.checked_shl(cfg.masquerade_bit).unwrap_or(1 << 14),
         random_fully: cfg.random_fully,
-        lb_no_node_access,
+        lb_node_access,
+        etp_local_node_masquerade: cfg.etp_local_node_masquerade,
     })
 }
 
@@ -643,7 +676,7 @@ pub fn plan(
 
     let set_names = set_names(family);
     let set_non_empty = b.sets.map(|s| !s.is_empty());
-    let iptables_payload = rules_payload(cfg, &set_names, set_non_empty, &b.lb_no_node_access);
+    let iptables_payload = rules_payload(cfg, &set_names, set_non_empty, &b.lb_node_access);
 
     let mut ipsets = BTreeMap::new();
     for (kind, entries) in b.sets {
@@ -658,6 +691,10 @@ pub fn plan(
         .map(|(service, hc)| health_check(service.clone(), hc))
         .collect();
 
+    let arp_quiet = match cfg.arp_per_address {
+        true => arp_quiet(&b.bound, &ipsets, &set_names),
+        false => BTreeSet::new(),
+    };
     DesiredState {
         family,
         decisions: service_decisions(std::mem::take(&mut b.decisions)),
@@ -666,9 +703,33 @@ pub fn plan(
         iptables_payload,
         jumps: iptables::jumps(),
         bound_addresses: b.bound,
+        arp_quiet,
         health_checks,
         no_local_endpoints: no_local_counts(b.no_local.internal.len(), b.no_local.external.len()),
     }
+}
+
+/// The bound addresses the node answers no ARP request for (`--ipvs-arp-per-address`): all but the
+/// external IPs (their entries in `KUBE-EXTERNAL-IP` and `KUBE-EXTERNAL-IP-LOCAL` start with the address).
+/// ClusterIPs are never reached by ARP, and a LoadBalancer IP is announced by whatever gave it (the cloud,
+/// MetalLB's speaker, kube-vip), not by every node; external IPs are the cluster administrator's to route,
+/// and some networks reach them through the nodes' answers, as upstream gives them.
+pub(super) fn arp_quiet(
+    bound: &BTreeSet<IpAddr>,
+    ipsets: &BTreeMap<String, DesiredIpSet>,
+    names: &PerSet<String>,
+) -> BTreeSet<IpAddr> {
+    let external: HashSet<IpAddr> = [SetKind::ExternalIp, SetKind::ExternalIpLocal]
+        .into_iter()
+        .filter_map(|k| ipsets.get(&names[k]))
+        .flat_map(|s| s.entries.iter())
+        .filter_map(|e| e.split(',').next()?.parse().ok())
+        .collect();
+    bound
+        .iter()
+        .copied()
+        .filter(|ip| !external.contains(ip))
+        .collect()
 }
 
 #[cfg(test)]

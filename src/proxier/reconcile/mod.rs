@@ -105,6 +105,11 @@ pub struct Applied {
     /// the jumps pile up.
     pub jumps_restored: BTreeSet<JumpRule>,
     pub addresses: BTreeSet<IpAddr>,
+    /// Of `addresses`, those bound with scope host (`--ipvs-arp-per-address`).
+    pub host_scoped: BTreeSet<IpAddr>,
+    /// Whether `host_scoped` was read from the kernel since start (the first full sync reads it, so that
+    /// addresses left with scope host by a run with the option go back to global without it).
+    pub scopes_read: bool,
     pub node_port_ips: BTreeSet<IpAddr>,
     /// The tables as last read and found to hold the payload and every jump, as a backend fingerprint
     /// (None: not verified since, or the backend has no fingerprint).

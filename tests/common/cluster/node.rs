@@ -30,6 +30,8 @@ pub struct Node {
     pub dir: PathBuf,
     /// The `--config` file.
     pub config_path: PathBuf,
+    /// Extra flags of the daemon's next start (after `--config`, `--hostname-override` and `--v`).
+    pub args: Vec<String>,
     kubeconfig: PathBuf,
     bin: PathBuf,
     daemon: Option<Daemon>,
@@ -53,6 +55,7 @@ impl Node {
         let node = Node {
             index,
             config_path: dir.join("config.yaml"),
+            args: Vec::new(),
             kubeconfig,
             addrs,
             zone,
@@ -142,7 +145,8 @@ impl Node {
         let mut cmd = self.command(&self.bin);
         cmd.arg(format!("--config={}", self.config_path.display()))
             .arg(format!("--hostname-override={}", self.name()))
-            .arg("--v=2");
+            .arg("--v=2")
+            .args(&self.args);
         let log = self.dir.join(format!("kube-proxy-{}.log", self.runs));
         self.daemon = Some(Daemon::spawn(cmd, log));
     }
