@@ -7,6 +7,7 @@ pub mod component;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod gotime;
 pub mod kernel;
 pub mod logging;
 pub mod malloc;

@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube_proxy_rs::cluster::model::{IpFamily, ServiceName};
 use kube_proxy_rs::component::zpages::ZPages;
+use kube_proxy_rs::gotime::instant::format_rfc3339_nano;
 use kube_proxy_rs::metrics::{Metrics, TrafficPolicy};
-use kube_proxy_rs::server::clock::format_rfc3339_nano;
 use kube_proxy_rs::server::{
     Clock, FakeClock, MetricsServerState, ProxyHealth, ServeError, ServiceHealthServer,
     start_healthz_server, start_metrics_server,

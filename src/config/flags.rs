@@ -3,8 +3,8 @@
 //! `_` and `-` equivalent in flag names, `-v 4` / `--v=4`. Every flag is optional so that
 //! "was it given?" is known (pflag's `Changed`).
 
-use super::duration::GoDuration;
 use super::types::VModuleItem;
+use crate::gotime::GoDuration;
 use clap::{ArgAction, Parser};
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -6,9 +6,9 @@
 //! aligned three spaces after the longest such column, continuation lines indented to it, and
 //! ` (default X)` (`(default "X")` for strings) unless the default is the type's zero value.
 
-use super::duration::GoDuration;
 use super::flags::{Flags, normalize_args};
 use crate::component::features;
+use crate::gotime::GoDuration;
 use clap::CommandFactory;
 use clap::parser::ValueSource;
 use std::collections::BTreeMap;

@@ -16,7 +16,6 @@
 //!   with a warning; flags ignored because of `--config` are reported in a warning.
 
 pub mod defaults;
-pub mod duration;
 pub mod file;
 pub mod flags;
 pub mod go_yaml;
@@ -26,7 +25,6 @@ pub mod settings;
 pub mod types;
 pub mod validate;
 
-pub use duration::GoDuration;
 pub use file::{Decoded, FileError};
 pub use options::{ConfigError, Invocation, LocalMode, NodePortAddresses, Options, parse_args};
 pub use settings::{LocalDetection, ProxySettings};

@@ -2,12 +2,12 @@
 //! with upstream's precedence, plus typed accessors for the daemon.
 
 use super::defaults::{append_port_if_needed, apply_defaults, keep_active_mode_only};
-use super::duration::GoDuration;
 use super::file::{self, FileError};
 use super::flags::{Flags, normalize_args, split_list};
 use super::types::{ProxyConfig, Quantity};
 use super::validate::{ValidationErrors, parse_cidr, validate};
 use crate::cluster::model::IpFamily;
+use crate::gotime::GoDuration;
 use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use clap::Parser;
@@ -597,7 +597,7 @@ fn apply_logging_flags(f: &Flags, c: &mut ProxyConfig) {
         l.format = v.clone();
     }
     if let Some(v) = f.log_flush_frequency {
-        l.flush_frequency = super::duration::TimeOrDuration(v);
+        l.flush_frequency = crate::gotime::TimeOrDuration(v);
     }
     if let Some(v) = f.v {
         l.verbosity = v;

@@ -15,9 +15,10 @@ use crate::cluster::listwatch::{ApiClient, MediaTypes};
 use crate::cluster::model::IpFamily;
 use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
-use crate::config::{GoDuration, LocalDetection, Options};
+use crate::config::{LocalDetection, Options};
 use crate::explain::metrics::StateMetrics;
 use crate::explain::{Explainer, Published};
+use crate::gotime::GoDuration;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::IptablesCli;
 use crate::malloc::TrimSchedule;
@@ -516,7 +517,7 @@ async fn stop_sync_loop(stop: tokio_watch::Sender<bool>, task: JoinHandle<()>) {
     let _ = stop.send(true);
     if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
         tracing::warn!(
-            grace = %crate::logging::go_duration(STOP_GRACE),
+            grace = %crate::gotime::GoDuration::from_std(STOP_GRACE),
             "A sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
         );
     }
@@ -540,7 +541,7 @@ async fn trim_heap() {
         tracing::debug!(
             inUseMiB = s.in_use >> 20,
             freeMiB = s.free >> 20,
-            elapsed = %crate::logging::go_duration(start.elapsed()),
+            elapsed = %crate::gotime::GoDuration::from_std(start.elapsed()),
             "Returned free heap memory to the kernel"
         );
     }
