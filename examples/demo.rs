@@ -2,9 +2,11 @@
 //!
 //! Boots a User-Mode Linux kernel; inside it starts a small Kubernetes API server loaded with
 //! `config/demo-cluster.yaml` (Node demo-node 10.0.0.10; Services web, web-np, dns-udp; pods
-//! 10.244.0.11-13), creates the three pods as network namespaces that answer with their names over TCP and
-//! UDP, runs `kube-proxy`, prints `ipvsadm -Ln`, then sends requests to the ClusterIPs and the NodePort and
-//! shows which pod answered each one. Ends with PASS or FAIL (exit status 0 or 1).
+//! 10.244.0.11-13, and a fourth web endpoint not ready yet), creates the three pods as network namespaces
+//! that answer with their names over TCP and UDP, runs `kube-proxy`, prints `ipvsadm -Ln`, then sends
+//! requests to the ClusterIPs and the NodePort and shows which pod answered each one, and finally asks
+//! `kube-proxy explain default/web` why the fourth one got nothing. Ends with PASS or FAIL (exit status 0
+//! or 1).
 //!
 //! Run with `scripts/demo.sh` (installs the packages, builds the binary and this example, runs it).
 
@@ -136,6 +138,38 @@ fn stream_guest_output(done: &AtomicBool) {
     }
 }
 
+/// `kube-proxy explain default/web`, as through `kubectl exec`: pod-d (not ready) is left out, and why.
+fn explain(e: &E2e, failures: &mut Vec<String>) {
+    println!(
+        "  web lists a fourth pod, pod-d 10.244.0.14, that is not ready yet: it got none of the requests above."
+    );
+    println!(
+        "  kube-proxy says why (kubectl -n kube-system exec <kube-proxy pod> -- kube-proxy explain default/web):"
+    );
+    println!(
+        "\n$ kube-proxy explain default/web --config {}",
+        e.config_path.display()
+    );
+    let out = std::process::Command::new(&e.bin)
+        .args(["explain", "default/web"])
+        .arg(format!("--config={}", e.config_path.display()))
+        .output();
+    let text = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => format!("ERROR {}", String::from_utf8_lossy(&o.stderr)),
+        Err(err) => format!("ERROR running kube-proxy explain: {err}"),
+    };
+    print!("{text}");
+    let left_out = text
+        .lines()
+        .any(|l| l.contains("10.244.0.14:8080") && l.contains("left out: not ready"));
+    if !left_out {
+        failures.push(
+            "kube-proxy explain default/web does not show pod-d left out as not ready".into(),
+        );
+    }
+}
+
 /// Guest side: the demo itself.
 fn guest() {
     let t0 = Instant::now();
@@ -252,7 +286,10 @@ fn guest() {
             .collect(),
     );
 
-    println!("\n== 5. Shutdown ==");
+    println!("\n== 5. Why does web go where it goes? ==");
+    explain(&e, &mut failures);
+
+    println!("\n== 6. Shutdown ==");
     let status = e.stop_daemon();
     println!(
         "  kube-proxy stopped on SIGTERM: {status} (IPVS rules are left in place, as upstream)"

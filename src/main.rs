@@ -6,13 +6,16 @@ use std::process::ExitCode;
 
 /// `kube-proxy explain [NAMESPACE/NAME]`: the local kube-proxy's explanation, printed.
 fn explain() -> ExitCode {
-    match kube_proxy_rs::explain::cli::run(std::env::args().skip(2)) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+    let args = std::env::args_os()
+        .skip(2)
+        .map(|a| a.to_string_lossy().into_owned());
+    let mut out = std::io::stdout().lock();
+    match kube_proxy_rs::explain::cli::run(args, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("{err}");
+            use std::io::Write as _;
+            let _ = out.flush();
+            eprintln!("kube-proxy explain: {err}");
             ExitCode::FAILURE
         }
     }

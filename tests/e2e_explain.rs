@@ -6,7 +6,8 @@
 //!   reaches the local pod;
 //! - a rejected scheduler annotation (`annotationRejected`, the problem named), a terminating endpoint
 //!   (`TerminatingFallbackOnly`) and endpoints excluded by topology hints (`TopologyHintsOtherZone`);
-//! - `kube-proxy explain` prints the text form through the metrics server;
+//! - `kube-proxy explain` prints the text form through the metrics server; with `--allow-remote-debug`
+//!   a pod gets the explanation from the node's address too;
 //! - `ipvsadm -D` and `ipset del` behind the daemon's back move `kubeproxy_rs_drift_repairs_total` and
 //!   mark the Service; repeated, they raise the `RecurringDrift` Warning Event on the Node;
 //! - a TCP connection held to an endpoint that goes away: the drain gauges count it and its age, the
@@ -28,12 +29,34 @@ const MAX_DRAIN: Duration = Duration::from_secs(25);
 const HOLD_PORT: u16 = 9090;
 const HOLD_VIP: &str = "10.96.0.90";
 
-/// The daemon with a 1 s graceful-termination check and the maximum drain time set.
+/// The daemon with a 1 s graceful-termination check, the maximum drain time set and `/debug/*` open to
+/// other hosts.
 fn launch(e: &E2e, args: &[&str]) -> std::process::Command {
     let mut cmd = direct_launch(e, args);
     cmd.arg(format!("--ipvs-max-drain-time={}s", MAX_DRAIN.as_secs()))
+        .arg("--allow-remote-debug")
         .env("KUBE_PROXY_RS_GRACEFUL_CHECK_INTERVAL", "1s");
     cmd
+}
+
+/// The metrics server on every address (loopback included), as the EKS overlay sets it.
+fn metrics_everywhere(e: &E2e) {
+    let config = std::fs::read_to_string(&e.config_path).unwrap();
+    let config = config.replace(
+        &format!("metricsBindAddress: {METRICS}"),
+        "metricsBindAddress: 0.0.0.0:10249",
+    );
+    std::fs::write(&e.config_path, config).unwrap();
+}
+
+/// With `--allow-remote-debug`, a pod gets the explanation too.
+fn check_remote(c: &Pod) {
+    let addr = format!("{NODE_IP}:10249");
+    let r = c
+        .run_in(|| http_get(addr.parse().unwrap(), "/debug/services/default/hints"))
+        .unwrap()
+        .expect("an answer from the pod");
+    assert_eq!(r.status, 200, "{}", r.body);
 }
 
 /// The JSON explanation of `default/<name>` (panics when the server does not answer 200).
@@ -414,8 +437,10 @@ uml_test!(explanation_drift_and_drain_end_to_end, boot(), {
         "targetPort": HOLD_PORT, "protocol": "TCP"}]}),
     ));
     e.apply(slice("hold", "TCP", HOLD_PORT, ABC));
+    metrics_everywhere(&e);
     e.start_daemon();
     check_reasons(&mut e);
+    check_remote(&c);
     check_traffic();
     check_listing_and_cli(&e);
     check_drift(&mut e);

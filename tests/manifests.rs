@@ -1165,6 +1165,14 @@ fn demo_cluster_state_parses_and_is_consistent() {
         for ep in &slice.endpoints {
             assert_eq!(ep.node_name.as_deref(), Some(node_name.as_str()));
             let cond = ep.conditions.as_ref().unwrap();
+            // web's pod-d is not ready yet: the demo explains why it gets no traffic.
+            if name == "web" && ep.addresses == ["10.244.0.14"] {
+                assert_eq!(
+                    (cond.ready, cond.serving, cond.terminating),
+                    (Some(false), Some(false), Some(false))
+                );
+                continue;
+            }
             assert_eq!(
                 (cond.ready, cond.serving, cond.terminating),
                 (Some(true), Some(true), Some(false))

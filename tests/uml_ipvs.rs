@@ -120,6 +120,24 @@ uml_test!(ipvs_crud_errors_and_ipvsadm_agree, {
     assert_eq!(c.destinations(&tcp4).unwrap().len(), 2);
     assert!(c.destinations(&tcp6).unwrap()[0].addr.is_ipv6());
     assert_eq!(render(&mut c), ipvsadm_lines());
+    // One virtual server by its key (a GET, as the explanation reads a Service): the dump's entry, of
+    // either family and any protocol, ours or foreign; none for an address:port the kernel lacks.
+    for s in &listed {
+        assert_eq!(
+            c.service(&s.key).unwrap().as_ref(),
+            Some(s),
+            "GET {}",
+            s.key
+        );
+    }
+    assert_eq!(
+        c.service(&key("10.96.0.10", 81, Protocol::Tcp)).unwrap(),
+        None
+    );
+    assert_eq!(
+        c.service(&key("fd00:96::10", 53, Protocol::Tcp)).unwrap(),
+        None
+    );
 
     // Updates: scheduler, persistence (flag + timeout), weight.
     let mut s = svc(tcp4, "wrr");
@@ -249,6 +267,7 @@ uml_test!(ipvs_crud_errors_and_ipvsadm_agree, {
     // Deletes: ours go, the foreign one stays; flush removes everything.
     for k in [tcp4, udp4, sctp4, tcp6, udp6, extra] {
         c.delete_service(&k).unwrap();
+        assert_eq!(c.service(&k).unwrap(), None, "GET {k} after its delete");
     }
     let lines = ipvsadm_lines();
     assert_eq!(

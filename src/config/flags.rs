@@ -162,6 +162,11 @@ pub struct Flags {
     /// upstream). Also applies with --config; the file has no such field.
     #[arg(long, value_name = "duration", value_parser = parse_duration)]
     pub ipvs_max_drain_time: Option<GoDuration>,
+    /// Not in upstream (kube-proxy-rs only): answer /debug/* on the metrics server (the explanation of every
+    /// Service: endpoints, pod IPs, nodes, zones) to other hosts too; by default only this node is answered.
+    /// Also applies with --config; the file has no such field.
+    #[arg(long, value_name = "bool", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub allow_remote_debug: Option<bool>,
     /// Print version information and exit (--version=raw prints it bare).
     #[arg(long, value_name = "version", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub version: Option<String>,

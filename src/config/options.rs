@@ -60,6 +60,8 @@ pub struct Options {
     pub init_only: bool,
     /// `--ipvs-traffic-metrics` (not in upstream): per-Service IPVS traffic counters on /metrics.
     pub ipvs_traffic_metrics: bool,
+    /// `--allow-remote-debug` (not in upstream): `/debug/*` answers other hosts too, not only this node.
+    pub allow_remote_debug: bool,
     /// `--ipvs-max-drain-time` (not in upstream): a draining TCP real server is removed after this long,
     /// connections or not; `None` (the default, or 0): never.
     pub ipvs_max_drain_time: Option<std::time::Duration>,
@@ -403,6 +405,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
         cleanup: flags.cleanup.unwrap_or(false),
         init_only: flags.init_only.unwrap_or(false),
         ipvs_traffic_metrics: flags.ipvs_traffic_metrics.unwrap_or(false),
+        allow_remote_debug: flags.allow_remote_debug.unwrap_or(false),
         ipvs_max_drain_time: max_drain_time(&flags)?,
         write_config_to: flags.write_config_to.clone(),
         master: flags.master.clone(),

@@ -16,7 +16,8 @@ use crate::cluster::model::IpFamily;
 use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{LocalDetection, Options};
-use crate::explain::metrics::StateMetrics;
+use crate::explain::http::DebugEndpoints;
+use crate::explain::metrics::{ExplainMetrics, StateMetrics};
 use crate::explain::{Explainer, Published};
 use crate::gotime::GoDuration;
 use crate::kernel::iptables::Iptables;
@@ -269,7 +270,7 @@ async fn stopped(mut rx: tokio_watch::Receiver<bool>) {
 async fn start_servers(
     options: &Options,
     obs: &Observers,
-    explain: Arc<Explainer>,
+    explain: Arc<DebugEndpoints>,
     stop: &tokio_watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<ServerHandle>> {
     let c = &options.config;
@@ -342,8 +343,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let published = Published::default();
     let obs = observers(&options, &published)?;
     let (server_stop_tx, server_stop_rx) = tokio_watch::channel(false);
-    let explainer = explainer(&options, &published);
-    let servers = start_servers(&options, &obs, explainer, &server_stop_rx).await?;
+    let debug = debug_endpoints(&options, &published, &obs)?;
+    let servers = start_servers(&options, &obs, debug, &server_stop_rx).await?;
     let cluster = connect(&options, &obs.rest).await?;
     cluster.events.attach_metrics(obs.metrics.clone());
     let node = prepare(&options, &cluster, &obs, &published)?;
@@ -547,9 +548,13 @@ async fn trim_heap() {
     }
 }
 
-/// The explanation of this node's Services, with an IPVS socket of its own (without one, the kernel's
-/// side is reported missing).
-fn explainer(options: &Options, published: &Published) -> Arc<Explainer> {
+/// The explanation of this node's Services on `/debug/services`, with an IPVS socket and threads of its
+/// own (without the socket, the kernel's side is reported missing).
+fn debug_endpoints(
+    options: &Options,
+    published: &Published,
+    obs: &Observers,
+) -> anyhow::Result<Arc<DebugEndpoints>> {
     let ipvs = match crate::kernel::ipvs::netlink::NetlinkIpvs::new() {
         Ok(i) => Some(Box::new(i) as Box<dyn crate::kernel::ipvs::Ipvs>),
         Err(e) => {
@@ -558,8 +563,17 @@ fn explainer(options: &Options, published: &Published) -> Arc<Explainer> {
         }
     };
     let scheduler = options.settings.scheduler;
-    let e = Explainer::new(published.clone(), &options.node_name, scheduler, ipvs);
-    Arc::new(e)
+    let metrics = obs.explain.clone();
+    let x = Explainer::new(
+        published.clone(),
+        &options.node_name,
+        scheduler,
+        ipvs,
+        metrics.clone(),
+    );
+    let d = DebugEndpoints::new(Arc::new(x), options.allow_remote_debug, metrics)
+        .context("starting the /debug/services threads")?;
+    Ok(Arc::new(d))
 }
 
 /// What reports on the daemon: the metrics registry, the proxy health, the API client's request
@@ -569,6 +583,7 @@ struct Observers {
     health: Arc<ProxyHealth>,
     rest: RestClientMetrics,
     state: Arc<StateMetrics>,
+    explain: ExplainMetrics,
 }
 
 fn proxier_lock(p: &Mutex<Proxier>) -> std::sync::MutexGuard<'_, Proxier> {
@@ -583,6 +598,8 @@ fn observers(options: &Options, published: &Published) -> anyhow::Result<Observe
         .map_err(|e| anyhow!("creating API client metrics: {e}"))?;
     let state = StateMetrics::register(&metrics, published.drains.clone())
         .map_err(|e| anyhow!("creating metrics: {e}"))?;
+    let explain =
+        ExplainMetrics::register(&metrics).map_err(|e| anyhow!("creating metrics: {e}"))?;
     metrics
         .register_component(&options.config.feature_gates)
         .map_err(|e| anyhow!("creating metrics: {e}"))?;
@@ -595,6 +612,7 @@ fn observers(options: &Options, published: &Published) -> anyhow::Result<Observe
         health,
         rest,
         state: Arc::new(state),
+        explain,
     })
 }
 

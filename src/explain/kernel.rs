@@ -1,10 +1,15 @@
 //! The kernel's side of the explanation: the virtual servers IPVS has and their real servers, with the
 //! weights and connection counts it reports. Read on the explainer's own IPVS socket, never the sync
-//! loop's.
+//! loop's: one Service by a GET of each of its virtual servers, the listing from one dump of the whole
+//! table that concurrent requests share and reuse briefly ([`KernelSource`]).
 
+use super::metrics::ExplainMetrics;
+use super::reuse::Reuse;
 use crate::kernel::ipvs::{Ipvs, IpvsDestination, IpvsServiceKey};
 use crate::kernel::{KernelError, KernelResult};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// One virtual server as the kernel has it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -13,19 +18,27 @@ pub struct KernelVs {
     pub real_servers: Vec<IpvsDestination>,
 }
 
-/// The virtual servers asked for that the kernel has (absent: not programmed).
+/// The virtual servers the kernel has (absent: not programmed).
 pub type KernelView = BTreeMap<IpvsServiceKey, KernelVs>;
 
 /// Above this many virtual servers, one read of every real server (the quick view) beats a dump each.
 const PER_KEY_LIMIT: usize = 64;
 
-/// The virtual servers in `keys` as the kernel has them: one dump of the virtual servers, then their
-/// real servers (one dump each, or the quick view for many).
-pub fn read(ipvs: &mut dyn Ipvs, keys: &BTreeSet<IpvsServiceKey>) -> KernelResult<KernelView> {
+/// The real servers of `key`; none when it was deleted since it was listed.
+fn real_servers(ipvs: &mut dyn Ipvs, key: &IpvsServiceKey) -> KernelResult<Vec<IpvsDestination>> {
+    match ipvs.destinations(key) {
+        Ok(d) => Ok(d),
+        Err(KernelError::NotFound(_)) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The whole IPVS table: one dump of the virtual servers, then their real servers (one dump each, or
+/// the quick view for many).
+pub fn read_all(ipvs: &mut dyn Ipvs) -> KernelResult<KernelView> {
     let mut out: KernelView = ipvs
         .services()?
         .into_iter()
-        .filter(|s| keys.contains(&s.key))
         .map(|s| {
             let vs = KernelVs {
                 scheduler: s.scheduler,
@@ -42,13 +55,68 @@ pub fn read(ipvs: &mut dyn Ipvs, keys: &BTreeSet<IpvsServiceKey>) -> KernelResul
     for (key, vs) in out.iter_mut() {
         vs.real_servers = match &view {
             Some(v) => v.get(key).cloned().unwrap_or_default(),
-            None => match ipvs.destinations(key) {
-                Ok(d) => d,
-                // Deleted between the two dumps: shown without real servers.
-                Err(KernelError::NotFound(_)) => Vec::new(),
-                Err(e) => return Err(e),
-            },
+            None => real_servers(ipvs, key)?,
         };
     }
     Ok(out)
+}
+
+/// The virtual servers in `keys` only: a GET of each, then a dump of its real servers.
+pub fn read_keys(ipvs: &mut dyn Ipvs, keys: &BTreeSet<IpvsServiceKey>) -> KernelResult<KernelView> {
+    let mut out = KernelView::new();
+    for key in keys {
+        if let Some(s) = ipvs.service(key)? {
+            let vs = KernelVs {
+                scheduler: s.scheduler,
+                real_servers: real_servers(ipvs, key)?,
+            };
+            out.insert(*key, vs);
+        }
+    }
+    Ok(out)
+}
+
+/// The full table, or why it could not be read.
+type Shared = Result<Arc<KernelView>, String>;
+
+/// The explainer's IPVS socket and the shared full read.
+pub struct KernelSource {
+    /// `None`: IPVS could not be opened; the kernel's side is then missing.
+    ipvs: Option<Mutex<Box<dyn Ipvs>>>,
+    full: Reuse<Shared>,
+    metrics: ExplainMetrics,
+}
+
+impl KernelSource {
+    /// Reads through `ipvs`; a full read is reused for `reuse`.
+    pub fn new(ipvs: Option<Box<dyn Ipvs>>, reuse: Duration, metrics: ExplainMetrics) -> Self {
+        KernelSource {
+            ipvs: ipvs.map(Mutex::new),
+            full: Reuse::new(reuse),
+            metrics,
+        }
+    }
+
+    fn with_ipvs<T>(&self, f: impl FnOnce(&mut dyn Ipvs) -> KernelResult<T>) -> Result<T, String> {
+        let Some(ipvs) = &self.ipvs else {
+            return Err("IPVS could not be opened".into());
+        };
+        let mut ipvs = ipvs.lock().unwrap_or_else(|p| p.into_inner());
+        f(ipvs.as_mut()).map_err(|e| format!("reading IPVS: {e}"))
+    }
+
+    /// The whole table: at most one read at a time, shared by the requests that wait for it and reused
+    /// (errors too) for the reuse period.
+    pub fn full(&self) -> Shared {
+        self.full.get(|| {
+            self.metrics.kernel_reads("dump", 1);
+            self.with_ipvs(read_all).map(Arc::new)
+        })
+    }
+
+    /// The virtual servers in `keys`, read now (one GET each).
+    pub fn keys(&self, keys: &BTreeSet<IpvsServiceKey>) -> Result<KernelView, String> {
+        self.metrics.kernel_reads("get", keys.len() as u64);
+        self.with_ipvs(|ipvs| read_keys(ipvs, keys))
+    }
 }

@@ -154,3 +154,68 @@ impl Collector for DrainCollector {
         out
     }
 }
+
+/// What the explanation endpoints cost: `kubeproxy_rs_explain_requests_total{code}` (every answer to
+/// `/debug/*` by HTTP status, refusals included) and `kubeproxy_rs_explain_kernel_reads_total{kind}`
+/// (`dump`: the whole IPVS table, for the listing; `get`: one virtual server, for one Service).
+#[derive(Clone)]
+pub struct ExplainMetrics {
+    requests: IntCounterVec,
+    kernel_reads: IntCounterVec,
+}
+
+impl ExplainMetrics {
+    /// The metrics, not registered anywhere (tests, or before a registry exists).
+    pub fn unregistered() -> Result<ExplainMetrics, prometheus::Error> {
+        let requests = IntCounterVec::new(
+            opts(
+                "explain_requests_total",
+                "Requests to /debug/* on the metrics server, by HTTP status of the answer",
+            ),
+            &["code"],
+        )?;
+        let kernel_reads = IntCounterVec::new(
+            opts(
+                "explain_kernel_reads_total",
+                "IPVS reads made to explain Services: dump (the whole table) or get (one virtual server)",
+            ),
+            &["kind"],
+        )?;
+        for kind in ["dump", "get"] {
+            kernel_reads.with_label_values(&[kind]);
+        }
+        Ok(ExplainMetrics {
+            requests,
+            kernel_reads,
+        })
+    }
+
+    /// The metrics, registered in `metrics`' registry.
+    pub fn register(metrics: &Metrics) -> Result<ExplainMetrics, MetricsError> {
+        let m = ExplainMetrics::unregistered()?;
+        let r = metrics.registry();
+        r.register(Box::new(m.requests.clone()))?;
+        r.register(Box::new(m.kernel_reads.clone()))?;
+        Ok(m)
+    }
+
+    /// Counts one answer with HTTP status `code`.
+    pub fn answered(&self, code: u16) {
+        self.requests.with_label_values(&[&code.to_string()]).inc();
+    }
+
+    /// Counts `n` kernel reads of `kind` (`dump` or `get`).
+    pub fn kernel_reads(&self, kind: &str, n: u64) {
+        self.kernel_reads.with_label_values(&[kind]).inc_by(n);
+    }
+
+    /// Requests answered with `code` so far.
+    pub fn answers(&self, code: u16) -> u64 {
+        self.requests.with_label_values(&[&code.to_string()]).get()
+    }
+
+    /// Kernel reads of `kind` so far.
+    pub fn reads(&self, kind: &str) -> u64 {
+        self.kernel_reads.with_label_values(&[kind]).get()
+    }
+}

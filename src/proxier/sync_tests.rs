@@ -1755,3 +1755,76 @@ fn break_behind_its_back(k: &Kit) -> String {
 
     member
 }
+
+/// `d` with every virtual server on scheduler `name`.
+fn with_scheduler(mut d: DesiredState, name: &str) -> DesiredState {
+    for vs in d.virtual_servers.values_mut() {
+        Arc::make_mut(vs).service.scheduler = name.into();
+    }
+    d
+}
+
+/// The real servers of `vip:80` as the fake kernel lists them (head first, as IPVS does).
+fn kernel_order(k: &Kit, vip: &str) -> Vec<String> {
+    let mut ipvs = k.ipvs.clone();
+    let dests = ipvs.destinations(&key(vip, 80, Protocol::Tcp)).unwrap();
+    dests.iter().map(|d| d.addr.to_string()).collect()
+}
+
+#[test]
+fn hash_schedulers_get_one_real_server_order_whatever_the_history() {
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    let two: &[(&str, u16)] = &[("10.244.0.10", 8080), ("10.244.0.30", 8080)];
+    let three: &[(&str, u16)] = &[
+        ("10.244.0.10", 8080),
+        ("10.244.0.20", 8080),
+        ("10.244.0.30", 8080),
+    ];
+    let plan = |eps, sched| {
+        with_scheduler(
+            desired(&[("10.96.0.1", 80, Protocol::Tcp, eps)], &[]),
+            sched,
+        )
+    };
+    let canonical = ["10.244.0.30", "10.244.0.20", "10.244.0.10"];
+    // rr: IPVS keeps the history (the later addition at the head), nothing is relinked.
+    apply(&mut p, &plan(two, "rr"), true);
+    let r = apply(&mut p, &plan(three, "rr"), false);
+    assert_eq!(r.ipvs_destinations.added, 1);
+    assert_eq!(
+        kernel_order(&k, "10.96.0.1"),
+        ["10.244.0.20", "10.244.0.30", "10.244.0.10"]
+    );
+    // The same list under mh: the full sync reads the kernel's order and relinks every real server.
+    let r = apply(&mut p, &plan(three, "mh"), true);
+    assert_eq!(r.failure_count(), 0, "{r:?}");
+    assert_eq!(kernel_order(&k, "10.96.0.1"), canonical);
+    assert_eq!(r.ipvs_destinations.updated, 3, "{r:?}");
+    // Then identical syncs write nothing.
+    let before = ipvs_batches(&k).len();
+    apply(&mut p, &plan(three, "mh"), true);
+    apply(&mut p, &plan(three, "mh"), false);
+    assert_eq!(ipvs_batches(&k).len(), before, "{:#?}", ipvs_batches(&k));
+    // An event-driven addition below others: those above it are unlinked first and linked after it.
+    let k2 = Kit::new();
+    let mut p2 = proxier(&k2);
+    apply(&mut p2, &plan(two, "mh"), true);
+    k2.log.lock().unwrap().calls.clear();
+    apply(&mut p2, &plan(three, "mh"), false);
+    assert_eq!(kernel_order(&k2, "10.96.0.1"), canonical);
+    let calls = k2.log.lock().unwrap().calls.clone();
+    let unlink = pos(
+        &calls,
+        "W ipvs.delete_destination 10.96.0.1:80/TCP 10.244.0.30:8080",
+    );
+    let added = pos(
+        &calls,
+        "W ipvs.add_destination 10.96.0.1:80/TCP 10.244.0.20:8080",
+    );
+    let relinked = pos(
+        &calls,
+        "W ipvs.add_destination 10.96.0.1:80/TCP 10.244.0.30:8080",
+    );
+    assert!(unlink < added && added < relinked, "{calls:#?}");
+}

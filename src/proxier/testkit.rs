@@ -77,6 +77,10 @@ impl<T: Ipvs> Ipvs for Rec<T> {
         self.r("ipvs.services", String::new())?;
         self.inner.services()
     }
+    fn service(&mut self, key: &IpvsServiceKey) -> KernelResult<Option<IpvsService>> {
+        self.r("ipvs.service", key.to_string())?;
+        self.inner.service(key)
+    }
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()> {
         self.w("ipvs.add_service", svc.key.to_string())?;
         self.inner.add_service(svc)

@@ -58,8 +58,8 @@ pub struct MetricsServerState {
     pub proxy_mode: String,
     /// Effective configuration shown by `/configz` under [`CONFIGZ_KEY`].
     pub configz: serde_json::Value,
-    /// Answers `/debug/services` (`None`: not served).
-    pub explain: Option<Arc<crate::explain::Explainer>>,
+    /// Answers `/debug/services`, to this node only unless allowed (`None`: not served).
+    pub explain: Option<Arc<crate::explain::http::DebugEndpoints>>,
     /// What `/statusz` and `/flagz` show.
     pub zpages: Arc<ZPages>,
 }
@@ -229,7 +229,7 @@ pub fn metrics_router(state: MetricsServerState) -> Router {
     }
     let router = router.with_state(state);
     match explain {
-        Some(e) => router.merge(crate::explain::http::router(e)),
+        Some(e) => crate::explain::http::serve_on(router, e),
         None => router,
     }
 }

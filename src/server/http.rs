@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
@@ -52,6 +53,36 @@ impl Default for Limits {
             max_headers: 100,
             shutdown_grace: Duration::from_secs(1),
         }
+    }
+}
+
+/// The two ends of the connection a request came on, in every request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The address the client connected to.
+    pub local: SocketAddr,
+}
+
+/// `S`, putting the connection's [`Peer`] into each request.
+#[derive(Clone)]
+struct WithPeer<S> {
+    inner: S,
+    peer: Peer,
+}
+
+impl<S, B> Service<Request<Incoming>> for WithPeer<S>
+where
+    S: Service<Request<Incoming>, Response = Response<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        req.extensions_mut().insert(self.peer);
+        self.inner.call(req)
     }
 }
 
@@ -170,10 +201,12 @@ pub async fn serve<S, B, F>(
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, remote)) => {
+                    let Ok(local) = stream.local_addr() else { continue };
                     let (id, close) = admit(&reg, limits.max_connections);
                     let guard = Registered { reg: reg.clone(), id };
-                    let conn = serve_connection(stream, service.clone(), limits, close, stop_rx.clone());
+                    let service = WithPeer { inner: service.clone(), peer: Peer { remote, local } };
+                    let conn = serve_connection(stream, service, limits, close, stop_rx.clone());
                     tasks.spawn(async move {
                         let _guard = guard;
                         conn.await;

@@ -154,8 +154,14 @@ pub fn sctp_request(addr: IpAddr, port: u16, timeout: Duration) -> Result<String
     )
 }
 
-/// [`tcp_request`] from source address `src` (one of the caller's namespace's addresses).
-pub fn tcp_request_from(src: IpAddr, addr: IpAddr, port: u16, timeout: Duration) -> Result<String> {
+/// [`tcp_request`] from source `src` (one of the caller's namespace's addresses; port 0 for any port, else
+/// that port, reusable at once: a fixed flow, e.g. for a scheduler hashing the source port).
+pub fn tcp_request_from(
+    src: SocketAddr,
+    addr: IpAddr,
+    port: u16,
+    timeout: Duration,
+) -> Result<String> {
     let sa = SocketAddr::new(addr, port);
     exchange(
         connect_stream(libc::IPPROTO_TCP, Some(src), sa, timeout)?,
@@ -164,11 +170,11 @@ pub fn tcp_request_from(src: IpAddr, addr: IpAddr, port: u16, timeout: Duration)
     )
 }
 
-/// A `SOCK_STREAM` socket of `protocol` (TCP or SCTP) bound to `src` (any port) when given, connected to
-/// `sa` within `timeout` (a blocking connect waits at most the send timeout).
+/// A `SOCK_STREAM` socket of `protocol` (TCP or SCTP) bound to `src` when given (`SO_REUSEADDR` for a
+/// fixed port), connected to `sa` within `timeout` (a blocking connect waits at most the send timeout).
 fn connect_stream(
     protocol: libc::c_int,
-    src: Option<IpAddr>,
+    src: Option<SocketAddr>,
     sa: SocketAddr,
     timeout: Duration,
 ) -> Result<TcpStream> {
@@ -179,7 +185,9 @@ fn connect_stream(
     };
     setsockopt(&s, libc::SO_SNDTIMEO, &tv).context("SO_SNDTIMEO")?;
     if let Some(src) = src {
-        let (raw, len) = sockaddr(SocketAddr::new(src, 0));
+        let one: libc::c_int = 1;
+        setsockopt(&s, libc::SO_REUSEADDR, &one).context("SO_REUSEADDR")?;
+        let (raw, len) = sockaddr(src);
         // SAFETY: `raw` is a sockaddr of `len` bytes valid for the call; `s` is an open socket.
         let r = unsafe {
             libc::bind(

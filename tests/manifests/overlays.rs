@@ -580,3 +580,60 @@ fn relative_to(target: &Path, from: &Path) -> String {
         .map(|c| c.as_os_str().to_string_lossy().into_owned());
     ups.chain(downs).collect::<Vec<_>>().join("/")
 }
+
+/// `kubectl exec <pod> -- kube-proxy explain` finds the daemon in every overlay: process 1 of the
+/// kube-proxy container is the daemon, whose `--config` the command reads (with the daemon's defaults);
+/// it connects to loopback (the daemon listens there or on every address), which `/debug/*` answers.
+/// kubeadm's own configuration file (not rendered) is `config/kubeadm-generated.yaml`'s shape.
+#[test]
+fn kube_proxy_explain_reaches_the_daemon_in_every_overlay() {
+    use kube_proxy_rs::explain::cli::{config_of_cmdline, server_of_config_text};
+    use kube_proxy_rs::explain::http::from_this_node;
+    let Some(k) = kubectl("kube-proxy explain in every overlay") else {
+        return;
+    };
+    let mut dirs = vec!["deploy".to_string()];
+    dirs.extend(OVERLAYS.iter().map(|o| format!("deploy/overlays/{o}")));
+    for dir in dirs {
+        let r = Rendered(render(&k, Path::new(&dir)));
+        if r.find("DaemonSet", "kube-proxy").is_none() {
+            continue; // monitoring: no DaemonSet of its own
+        }
+        let pod = pod(&r.daemon_set());
+        let main = container(&pod.containers, "kube-proxy");
+        let argv: Vec<String> = main
+            .command
+            .iter()
+            .flatten()
+            .chain(main.args.iter().flatten())
+            .cloned()
+            .collect();
+        let cmdline = argv.join("\0");
+        let path = config_of_cmdline(cmdline.as_bytes())
+            .unwrap_or_else(|| panic!("{dir}: no --config on process 1's command line {argv:?}"));
+        let (name, key) = configmap_file(&pod, main, &path);
+        let text = match r.config_map(&name) {
+            Some(cm) => cm
+                .data
+                .unwrap_or_default()
+                .remove(&key)
+                .expect("config key"),
+            None => super::read("config/kubeadm-generated.yaml"),
+        };
+        let server = server_of_config_text(&text, &path).unwrap_or_else(|e| panic!("{dir}: {e}"));
+        let first: std::net::SocketAddr = server.addrs[0].parse().unwrap();
+        assert!(
+            first.ip().is_loopback(),
+            "{dir}: kube-proxy explain asks {server:?}"
+        );
+        assert!(
+            from_this_node(first, first),
+            "{dir}: /debug/* refuses {first}"
+        );
+        println!(
+            "{dir}: kube-proxy explain asks {} ({})",
+            server.addrs.join(", "),
+            server.source
+        );
+    }
+}

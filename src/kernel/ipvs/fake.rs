@@ -19,6 +19,8 @@ struct Table {
     failures: Vec<(String, KernelError)>,
     /// Traffic counters set by tests (zero for a service without an entry).
     stats: BTreeMap<IpvsServiceKey, IpvsStats>,
+    /// Reads performed so far, by operation.
+    reads: BTreeMap<&'static str, u64>,
 }
 
 /// Fake IPVS table. `Clone` shares the same table.
@@ -88,6 +90,12 @@ impl FakeIpvs {
         self.lock().ops.clone()
     }
 
+    /// How many reads of operation `op` (`"services"`, `"service"`, `"destinations"`,
+    /// `"destination_view"`, `"version"`) were made so far.
+    pub fn reads(&self, op: &str) -> u64 {
+        self.lock().reads.get(op).copied().unwrap_or(0)
+    }
+
     /// Forgets the recorded operations.
     pub fn clear_ops(&self) {
         self.lock().ops.clear();
@@ -110,11 +118,16 @@ impl Table {
             let (_, err) = self.failures.remove(i);
             return Err(err);
         }
-        if !matches!(
-            op,
-            "services" | "destinations" | "destination_view" | "version"
-        ) {
-            self.ops.push(format!("{op} {what}"));
+        const READS: [&str; 5] = [
+            "services",
+            "service",
+            "destinations",
+            "destination_view",
+            "version",
+        ];
+        match READS.iter().find(|r| **r == op) {
+            Some(r) => *self.reads.entry(r).or_default() += 1,
+            None => self.ops.push(format!("{op} {what}")),
         }
         Ok(())
     }
@@ -154,6 +167,12 @@ impl Ipvs for FakeIpvs {
         let mut t = self.lock();
         t.begin("services", String::new())?;
         Ok(t.services.values().map(|(s, _)| s.clone()).collect())
+    }
+
+    fn service(&mut self, key: &IpvsServiceKey) -> KernelResult<Option<IpvsService>> {
+        let mut t = self.lock();
+        t.begin("service", key.to_string())?;
+        Ok(t.services.get(key).map(|(s, _)| s.clone()))
     }
 
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()> {
@@ -246,7 +265,8 @@ impl Ipvs for FakeIpvs {
         let mut stored = dst.clone();
         stored.active_conns = 0;
         stored.inactive_conns = 0;
-        dests.push(stored);
+        // As the kernel links a new real server: at the head of the list.
+        dests.insert(0, stored);
         Ok(())
     }
 
@@ -378,6 +398,14 @@ mod tests {
         upd.scheduler = "wrr".into();
         f.update_service(&upd).unwrap();
         assert_eq!(f.services().unwrap()[0].scheduler, "wrr");
+        // A GET of one virtual server: the one asked for, or none; a read, not an operation.
+        assert_eq!(
+            f.service(&s.key).unwrap().map(|s| s.scheduler),
+            Some("wrr".into())
+        );
+        assert_eq!(f.service(&svc("10.0.0.9", 80, "rr").key).unwrap(), None);
+        assert_eq!((f.reads("service"), f.reads("services")), (2, 2));
+        assert!(f.ops().iter().all(|o| !o.starts_with("service ")));
         assert!(matches!(
             f.update_service(&svc("10.0.0.9", 80, "rr")),
             Err(KernelError::NotFound(_))

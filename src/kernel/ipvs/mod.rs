@@ -130,6 +130,9 @@ pub trait Ipvs: Send {
     fn version(&mut self) -> KernelResult<String>;
     /// All virtual servers (one dump).
     fn services(&mut self) -> KernelResult<Vec<IpvsService>>;
+    /// One virtual server, looked up by its key (one GET, not a dump); `Ok(None)` when the kernel has
+    /// none at `key`.
+    fn service(&mut self, key: &IpvsServiceKey) -> KernelResult<Option<IpvsService>>;
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()>;
     fn update_service(&mut self, svc: &IpvsService) -> KernelResult<()>;
     fn delete_service(&mut self, key: &IpvsServiceKey) -> KernelResult<()>;

@@ -248,6 +248,30 @@ impl Ipvs for NetlinkIpvs {
         Ok(out)
     }
 
+    fn service(&mut self, key: &IpvsServiceKey) -> KernelResult<Option<IpvsService>> {
+        let answers = self.call(
+            Kind::Other,
+            || format!("get IPVS service {key}"),
+            None,
+            cmd::GET_SERVICE,
+            vec![IpvsAttr::Service(codec::svc_key_attrs(key))],
+        );
+        let answers = match answers {
+            Ok(a) => a,
+            // The kernel answers ESRCH for a virtual server it does not have.
+            Err(KernelError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for attrs in answers.iter().flat_map(|m| &m.attrs) {
+            if let IpvsAttr::Service(attrs) = attrs {
+                return codec::svc_from_attrs(attrs)
+                    .map(|s| s.filter(|s| s.key == *key))
+                    .map_err(|e| KernelError::Invalid(format!("IPVS service answer: {e}")));
+            }
+        }
+        Ok(None)
+    }
+
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()> {
         self.call(
             Kind::ServiceWrite,

@@ -1,6 +1,7 @@
 //! IPVS virtual servers and real servers, written in batches (`Ipvs::apply`: several changes per netlink
 //! datagram): service adds/updates, then every real-server change, then service deletions.
 
+use super::dest_order::{self, DestKey};
 use super::diff::{Change, Diff, Scope, StepInput};
 use super::ownership::{Ownership, excluded};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
@@ -14,7 +15,6 @@ use crate::proxier::desired::{DesiredVirtualServer, Destinations};
 use crate::proxier::graceful::{GracefulTermination, Removal};
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,8 +40,6 @@ fn same_dest(a: &IpvsDestination, b: &IpvsDestination) -> bool {
         && a.upper_threshold == b.upper_threshold
         && a.lower_threshold == b.lower_threshold
 }
-
-type DestKey = (IpAddr, u16);
 
 /// A planned virtual server, shared between the plan and what was applied.
 type SharedVs = Arc<DesiredVirtualServer>;
@@ -77,6 +75,10 @@ enum DestChange {
     Update,
     Drain,
     Delete,
+    /// Deleted to be linked again in its place ([`dest_order`]), within the same batch.
+    Unlink,
+    /// Added again after an [`DestChange::Unlink`].
+    Relink,
 }
 
 /// One planned real-server change of one virtual server.
@@ -198,21 +200,26 @@ impl Reconciler {
             let shown = view
                 .and_then(|v| v.get(&r.key))
                 .filter(|_| self.graceful.is_empty() || !r.dvs.destinations.keys().any(queued));
-            let current = match current_destinations(k.ipvs.as_mut(), &r, prev, shown, report) {
-                Ok(Some(c)) => c,
-                Ok(None) => {
-                    if !unchanged {
-                        applied.virtual_servers.insert(r.key, r.dvs.clone());
+            let (current, kernel_order) =
+                match current_destinations(k.ipvs.as_mut(), &r, prev, shown, report) {
+                    Ok(Some(c)) => c,
+                    Ok(None) => {
+                        if !unchanged {
+                            applied.virtual_servers.insert(r.key, r.dvs.clone());
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                Err(()) => continue,
+                    Err(()) => continue,
+                };
+            let current = Current {
+                dests: &current,
+                kernel_order,
             };
             plan_destinations(
                 &mut self.graceful,
                 &r.key,
                 r.dvs,
-                &current,
+                current,
                 &mut planned,
                 report,
             );
@@ -409,9 +416,12 @@ fn service_write_failed(report: &mut SyncReport, e: KernelError) {
 }
 
 /// Whether the quick view of a virtual server's real servers (`shown`, thresholds not shown) is exactly
-/// the plan: the same real servers with the same weights and forwarding, and the plan sets no threshold.
-fn shows_desired(shown: &[IpvsDestination], want: &Destinations) -> bool {
-    shown.len() == want.len()
+/// the plan: the same real servers with the same weights and forwarding, the plan sets no threshold, and
+/// for a scheduler that follows the list's order, in the canonical order ([`dest_order`]).
+fn shows_desired(shown: &[IpvsDestination], want: &Destinations, scheduler: &str) -> bool {
+    let ordered = || dest_order::is_canonical(shown.iter().map(|d| (d.addr, d.port)));
+    (!dest_order::follows_order(scheduler) || ordered())
+        && shown.len() == want.len()
         && shown.iter().all(|d| {
             want.get(&(d.addr, d.port)).is_some_and(|w| {
                 w.weight == d.weight
@@ -424,19 +434,21 @@ fn shows_desired(shown: &[IpvsDestination], want: &Destinations) -> bool {
 
 /// The real servers a virtual server in place has now: none when new, a kernel read when dumping or
 /// when a TCP virtual server loses real servers (graceful termination needs their connection counts),
-/// else as applied. `Ok(None)`: already as desired (as applied, or as the full sync's quick view `shown`
-/// shows it); `Err`: the read failed (counted).
+/// else as applied; with whether the list is in the kernel's order (read from it). `Ok(None)`: already
+/// as desired (as applied, or as the full sync's quick view `shown` shows it); `Err`: the read failed
+/// (counted).
 fn current_destinations(
     ipvs: &mut dyn Ipvs,
     r: &Ready<'_>,
     prev: Option<&SharedVs>,
     shown: Option<&Vec<IpvsDestination>>,
     report: &mut SyncReport,
-) -> Result<Option<Vec<IpvsDestination>>, ()> {
+) -> Result<Option<(Vec<IpvsDestination>, bool)>, ()> {
     if !r.exists {
-        return Ok(Some(Vec::new()));
+        return Ok(Some((Vec::new(), true)));
     }
-    if r.dump && shown.is_some_and(|s| shows_desired(s, &r.dvs.destinations)) {
+    let scheduler = &r.dvs.service.scheduler;
+    if r.dump && shown.is_some_and(|s| shows_desired(s, &r.dvs.destinations, scheduler)) {
         return Ok(None);
     }
     let prev_dests = prev.map(|p| &p.destinations);
@@ -447,7 +459,7 @@ fn current_destinations(
         && prev_dests.is_none_or(|pd| pd.keys().any(|d| !r.dvs.destinations.contains_key(&d)));
     if r.dump || losing_tcp {
         return match ipvs.destinations(&r.key) {
-            Ok(d) => Ok(Some(d)),
+            Ok(d) => Ok(Some((d, true))),
             Err(e) => {
                 tracing::error!(virtualServer = %r.key, error = %e, "Failed to list IPVS destinations");
                 report.fail(FailureKind::KernelDump);
@@ -455,11 +467,12 @@ fn current_destinations(
             }
         };
     }
-    Ok(Some(
+    Ok(Some((
         prev_dests
             .map(|pd| pd.values().collect())
             .unwrap_or_default(),
-    ))
+        false,
+    )))
 }
 
 /// Virtual-server writes and real-server changes applied per batch (a batch is split into netlink
@@ -486,17 +499,20 @@ fn apply_dest_changes(
                 zero.weight = 0;
                 IpvsOp::UpdateDestination(p.vs, zero)
             }
-            DestChange::Delete => IpvsOp::DeleteDestination(p.vs, p.dest.addr, p.dest.port),
+            DestChange::Delete | DestChange::Unlink => {
+                IpvsOp::DeleteDestination(p.vs, p.dest.addr, p.dest.port)
+            }
+            DestChange::Relink => IpvsOp::AddDestination(p.vs, p.dest.clone()),
         })
         .collect();
     let results = run_batch(ipvs, &ops);
     for (p, res) in planned.iter().zip(results) {
         let dk = (p.dest.addr, p.dest.port);
         let res = match (p.change, res) {
-            (DestChange::Add, Err(KernelError::Exists(_))) => {
+            (DestChange::Add | DestChange::Relink, Err(KernelError::Exists(_))) => {
                 ipvs.update_destination(&p.vs, &p.dest).map(|()| true)
             }
-            (DestChange::Delete, Err(KernelError::NotFound(_))) => Ok(false),
+            (DestChange::Delete | DestChange::Unlink, Err(KernelError::NotFound(_))) => Ok(false),
             (_, r) => r.map(|()| false),
         };
         match res {
@@ -514,6 +530,8 @@ fn apply_dest_changes(
                         report.ipvs_destinations.deleted += 1;
                         graceful.dequeue(&p.vs, dk.0, dk.1);
                     }
+                    DestChange::Unlink => {}
+                    DestChange::Relink => report.ipvs_destinations.updated += 1,
                 }
                 if p.vs.protocol == Protocol::Udp
                     && matches!(p.change, DestChange::Add | DestChange::Delete)
@@ -529,10 +547,10 @@ fn apply_dest_changes(
                 if let Some(vs) = applied.get_mut(&p.vs) {
                     let vs = Arc::make_mut(vs);
                     match p.change {
-                        DestChange::Add | DestChange::Update => {
+                        DestChange::Add | DestChange::Update | DestChange::Relink => {
                             vs.destinations.remove(&dk);
                         }
-                        DestChange::Drain | DestChange::Delete => {
+                        DestChange::Drain | DestChange::Delete | DestChange::Unlink => {
                             vs.destinations.insert(p.dest.clone());
                         }
                     }
@@ -542,18 +560,29 @@ fn apply_dest_changes(
     }
 }
 
+/// A virtual server's real servers now, and whether that list is in the kernel's order.
+#[derive(Clone, Copy)]
+struct Current<'a> {
+    dests: &'a [IpvsDestination],
+    kernel_order: bool,
+}
+
 /// Plans the real-server changes of one virtual server from its current list (the shared diff over
-/// real servers; the ones leaving go through graceful termination).
+/// real servers; the ones leaving go through graceful termination; for a scheduler that follows the
+/// list's order, the relinks that keep it canonical).
 fn plan_destinations(
     graceful: &mut GracefulTermination,
     key: &IpvsServiceKey,
     dvs: &DesiredVirtualServer,
-    current: &[IpvsDestination],
+    current: Current<'_>,
     planned: &mut Vec<PlannedDest>,
     report: &mut SyncReport,
 ) {
-    let cur: BTreeMap<DestKey, &IpvsDestination> =
-        current.iter().map(|d| ((d.addr, d.port), d)).collect();
+    let cur: BTreeMap<DestKey, &IpvsDestination> = current
+        .dests
+        .iter()
+        .map(|d| ((d.addr, d.port), d))
+        .collect();
     let wanted: Vec<IpvsDestination> = dvs.destinations.values().collect();
     let want: BTreeMap<DestKey, &IpvsDestination> =
         wanted.iter().map(|d| ((d.addr, d.port), d)).collect();
@@ -563,6 +592,7 @@ fn plan_destinations(
         scope: &Scope::All,
     }
     .diff(|want, have| same_dest(have, want));
+    let mut writes = Vec::new();
     for (dk, change) in diff.desired_in_order() {
         if graceful.dequeue(key, dk.0, dk.1) {
             report.graceful_restored += 1;
@@ -573,13 +603,17 @@ fn plan_destinations(
             Change::Keep => continue,
         };
         if let Some(want) = dvs.destinations.get(dk) {
-            planned.push(PlannedDest {
+            writes.push(PlannedDest {
                 vs: *key,
                 change,
                 dest: want,
             });
         }
     }
+    if dest_order::follows_order(&dvs.service.scheduler) {
+        relink(key, dvs, current, &diff, &mut writes, planned);
+    }
+    planned.append(&mut writes);
     for dk in &diff.delete {
         let Some(c) = cur.get(dk) else {
             continue;
@@ -602,4 +636,46 @@ fn plan_destinations(
             dest: (*c).clone(),
         });
     }
+}
+
+/// Keeps the real-server list of a scheduler that follows its order canonical ([`dest_order`]): the
+/// real servers that stay and would sit out of place are unlinked (into `planned`, before this virtual
+/// server's writes) and linked again among `writes`, which end in ascending order.
+fn relink(
+    key: &IpvsServiceKey,
+    dvs: &DesiredVirtualServer,
+    current: Current<'_>,
+    diff: &Diff<DestKey>,
+    writes: &mut Vec<PlannedDest>,
+    planned: &mut Vec<PlannedDest>,
+) {
+    let present: Vec<DestKey> = current
+        .dests
+        .iter()
+        .map(|d| (d.addr, d.port))
+        .filter(|k| !diff.add.contains(k) && !diff.delete.contains(k))
+        .collect();
+    let again = dest_order::relinks(&present, &diff.add, current.kernel_order);
+    if again.is_empty() {
+        return;
+    }
+    tracing::debug!(virtualServer = %key, relinked = again.len(), scheduler = %dvs.service.scheduler,
+        "Linking real servers again in the canonical order");
+    writes.retain(|w| !again.contains(&(w.dest.addr, w.dest.port)));
+    for k in &again {
+        let Some(want) = dvs.destinations.get(k) else {
+            continue;
+        };
+        planned.push(PlannedDest {
+            vs: *key,
+            change: DestChange::Unlink,
+            dest: want.clone(),
+        });
+        writes.push(PlannedDest {
+            vs: *key,
+            change: DestChange::Relink,
+            dest: want,
+        });
+    }
+    writes.sort_by_key(|w| (w.dest.addr, w.dest.port));
 }

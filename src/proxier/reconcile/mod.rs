@@ -15,6 +15,7 @@
 
 mod addresses;
 mod conntrack;
+mod dest_order;
 pub mod diff;
 pub mod drift;
 mod ipsets;

@@ -19,6 +19,7 @@
 pub mod alloc;
 mod api_targets;
 mod corpus;
+mod explain_targets;
 mod mutate;
 mod targets;
 

@@ -6,6 +6,7 @@
 
 use super::api_targets;
 use super::corpus::Corpus;
+use super::explain_targets;
 use super::mutate::{mutate_bytes, mutate_json, mutate_protobuf, mutate_text, random_bytes};
 use clap::CommandFactory;
 use fastrand::Rng;
@@ -162,6 +163,18 @@ pub const TARGETS: &[Target] = &[
         generate: api_targets::gen_gzip,
         check: api_targets::check_gzip,
         memory: api_targets::GZIP_MEMORY,
+    },
+    Target {
+        name: "explain_request",
+        generate: explain_targets::gen_request,
+        check: explain_targets::check_request,
+        memory: explain_targets::REQUEST_MEMORY,
+    },
+    Target {
+        name: "explain_cli_answer",
+        generate: explain_targets::gen_answer,
+        check: explain_targets::check_answer,
+        memory: explain_targets::ANSWER_MEMORY,
     },
 ];
 
