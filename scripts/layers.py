@@ -244,8 +244,10 @@ def split_top(body):
     return parts
 
 
-def absolute(mod, segs, modules, bound):
-    """The absolute path (tuple after `crate`) a path names from module `mod`, or None if outside."""
+def absolute(mod, segs, modules, bound, inline=0):
+    """The absolute path (tuple after `crate`) a path names from module `mod`, or None if outside; `inline`
+    is how many inline `mod name { ... }` blocks of the file the path is in (their `super` stays in the file).
+    """
     first = segs[0]
     if first == "crate":
         return tuple(segs[1:])
@@ -253,7 +255,9 @@ def absolute(mod, segs, modules, bound):
         base = list(mod.path)
         rest = list(segs)
         while rest and rest[0] in ("super", "self"):
-            if rest[0] == "super":
+            if rest[0] == "super" and inline > 0:
+                inline -= 1
+            elif rest[0] == "super":
                 if not base:
                     return None
                 base.pop()
@@ -280,6 +284,23 @@ def owner(path, modules, imports=None, seen=0):
     return None
 
 
+INLINE_MOD = re.compile(r"\bmod\s+" + IDENT + r"\s*\{")
+
+
+def inline_depth(code):
+    """A function giving how many inline `mod name { ... }` blocks enclose an offset of `code`."""
+    spans = []
+    for m in INLINE_MOD.finditer(code):
+        depth, j = 0, m.end() - 1
+        while j < len(code):
+            depth += {"{": 1, "}": -1}.get(code[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        spans.append((m.end(), j))
+    return lambda offset: sum(1 for a, b in spans if a <= offset < b)
+
+
 def references(mod, modules, with_tests):
     """([(absolute path, line)] for every path the file names into the crate, {name: absolute path} of the
     names its `use` items bind)."""
@@ -289,10 +310,11 @@ def references(mod, modules, with_tests):
         code = drop_test_items(code)
     code = MOD_DECL.sub(lambda m: blank(m.group(0)), code)
     line_of = line_index(code)
+    inline_at = inline_depth(code)
     refs, bound, imports = [], {}, {}
     for m in USE_ITEM.finditer(code):
         for segs, alias in expand_use(m.group(1)):
-            target = absolute(mod, segs, modules, bound)
+            target = absolute(mod, segs, modules, bound, inline_at(m.start()))
             if target is None:
                 continue
             if alias is None or target not in modules:  # naming a module binds it; its uses count
@@ -304,7 +326,7 @@ def references(mod, modules, with_tests):
         code = code[: m.start()] + blank(m.group(0)) + code[m.end() :]
     for m in PATH.finditer(code):
         segs = [s.strip() for s in m.group(1).split("::")]
-        target = absolute(mod, segs, modules, bound)
+        target = absolute(mod, segs, modules, bound, inline_at(m.start()))
         if target is not None:
             refs.append((target, line_of(m.start())))
     return refs, imports

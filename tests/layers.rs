@@ -7,23 +7,17 @@ use std::process::Command;
 
 /// Circles left to remove (issue 30 §2), as `scripts/layers.py --circles` prints them.
 const KNOWN: &[&str] = &[
-    "top: component, config",
-    "top: explain, metrics, server, traffic",
     "files: cluster::service_options, cluster::service_options::kube_router, cluster::service_options::scheduler",
     "files: kernel::ipvs, kernel::ipvs::procfs",
     "files: kernel::ipset, kernel::ipset::cli, kernel::ipset::entry, kernel::ipset::netlink, kernel::ipset::save, kernel::ipset::text, kernel::ipset::types",
     "files: proxier::plan, proxier::plan::incremental, proxier::plan::iptables",
-    "files: config, config::defaults, config::file, config::flags, config::help, config::options, config::settings, config::types, config::validate",
-    "files: cluster::client, cluster::transport",
-    "files: cluster::listwatch::frames, cluster::listwatch::list_json, cluster::listwatch::list_proto, cluster::listwatch::request",
     "files: proxier::cleanup, proxier::cleanup::iptables_mode, proxier::cleanup::ipvs_mode, proxier::cleanup::nftables_mode",
     "files: proxier::reconcile, proxier::reconcile::drift, proxier::reconcile::ipvs, proxier::report",
-    "files: explain, explain::explainer, explain::kernel, explain::metrics, explain::report, explain::text, metrics, traffic",
     "files: daemon::events, daemon::events::publisher",
+    "files: explain, explain::explainer",
     "files: daemon::sync, daemon::sync::drift, daemon::sync::publish",
     "files: logging, logging::json, logging::layer, logging::text",
     "files: daemon, daemon::watch_config",
-    "files: explain::answer_reader, explain::cli",
 ];
 
 fn root() -> &'static Path {

@@ -290,7 +290,7 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
         proxy_mode: "ipvs".into(),
         configz: config.clone(),
         explain: None,
-        zpages: Arc::new(ZPages::for_process()),
+        zpages: Arc::new(ZPages::for_process(Default::default())),
     };
     let server = start_metrics_server(loopback0(), state, true, std::future::pending())
         .await
@@ -450,7 +450,7 @@ async fn bind_failure_errors_with_hard_fail_and_retries_without() {
         proxy_mode: "ipvs".into(),
         configz: Value::Null,
         explain: None,
-        zpages: Arc::new(ZPages::for_process()),
+        zpages: Arc::new(ZPages::for_process(Default::default())),
     };
 
     let err = start_metrics_server(addr, state(), true, std::future::pending())
@@ -711,7 +711,7 @@ async fn zpages_follow_their_feature_gates() {
             metrics: Arc::new(Metrics::new().unwrap()),
             proxy_mode: "ipvs".into(),
             configz: Value::Null,
-            zpages: Arc::new(ZPages::for_process().with_gates(&gates)),
+            zpages: Arc::new(ZPages::for_process(Default::default()).with_gates(&gates)),
             explain: None,
         };
         let server = start_metrics_server(loopback0(), state, true, std::future::pending())

@@ -9,11 +9,11 @@
 //! connections with keepalive and a connect timeout.
 
 use super::body_limit::BodyLimitLayer;
-use super::client::RateLimitLayer;
 use super::deadline::{
     CONNECT_TIMEOUT, DeadlineLayer, Deadlines, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES,
 };
 use super::gzip::GzipLayer;
+use super::rate_limit::RateLimitLayer;
 use super::rest_metrics::RestClientMetrics;
 use anyhow::{Context, bail};
 use hyper_util::client::legacy::Client as HyperClient;

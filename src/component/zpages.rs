@@ -190,13 +190,14 @@ fn uptime_text(up: Duration) -> String {
 }
 
 impl ZPages {
-    /// The facts of this process: its start time (from `/proc`), its command line's flags; both pages
-    /// as their gates' defaults say.
-    pub fn for_process() -> ZPages {
+    /// The facts of this process: its start time (from `/proc`), its flags' values as the caller read
+    /// them from the command line (name → value, as `/flagz` shows them); both pages as their gates'
+    /// defaults say.
+    pub fn for_process(flags: BTreeMap<String, String>) -> ZPages {
         ZPages {
             component: super::NAME.to_string(),
             started: process_start().unwrap_or_else(SystemTime::now),
-            flags: crate::config::help::flag_values(std::env::args_os()),
+            flags,
             statusz: true,
             flagz: true,
         }

@@ -26,7 +26,7 @@ pub mod types;
 pub mod validate;
 
 pub use file::{Decoded, FileError};
-pub use options::{ConfigError, Invocation, LocalMode, NodePortAddresses, Options, parse_args};
-pub use settings::{LocalDetection, ProxySettings};
+pub use options::{ConfigError, Invocation, Options, parse_args};
+pub use settings::{LocalDetection, LocalMode, NodePortAddresses, ProxySettings};
 pub use types::ProxyConfig;
 pub use validate::{FieldError, ValidationErrors};

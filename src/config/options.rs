@@ -4,17 +4,17 @@
 use super::defaults::{append_port_if_needed, apply_defaults, keep_active_mode_only};
 use super::file::{self, FileError};
 use super::flags::{Flags, normalize_args, split_list};
+use super::settings::{LocalMode, NodePortAddresses};
 use super::types::{ProxyConfig, Quantity};
 use super::validate::{ValidationErrors, parse_cidr, validate};
-use crate::cluster::model::IpFamily;
 use crate::gotime::GoDuration;
+use crate::net::IpFamily;
 use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use ipnet::IpNet;
 use std::ffi::OsString;
-use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// Why the command line could not be turned into [`Options`].
@@ -73,45 +73,6 @@ pub struct Options {
     pub node_name: String,
     /// Warnings gathered while parsing, to be logged once logging is set up.
     pub warnings: Vec<String>,
-}
-
-/// Parsed `nodePortAddresses`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NodePortAddresses {
-    /// CIDRs (every address of both families when the list is unset or empty).
-    pub cidrs: Vec<IpNet>,
-    /// Whether `primary` (the Node object's primary IPs) was listed.
-    pub primary: bool,
-}
-
-impl NodePortAddresses {
-    /// CIDRs of one family.
-    pub fn cidrs_for(&self, family: IpFamily) -> Vec<IpNet> {
-        self.cidrs
-            .iter()
-            .filter(|n| IpFamily::of_net(n) == family)
-            .copied()
-            .collect()
-    }
-
-    /// Whether NodePorts should be served on `ip`, given the node's primary IPs.
-    pub fn allows(&self, ip: IpAddr, node_primary_ips: &[IpAddr]) -> bool {
-        self.cidrs.iter().any(|n| n.contains(&ip))
-            || (self.primary && node_primary_ips.contains(&ip))
-    }
-}
-
-/// `detectLocalMode`, typed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalMode {
-    /// Source in `clusterCIDR`.
-    ClusterCidr,
-    /// Source in the Node's `podCIDRs`.
-    NodeCidr,
-    /// Arriving on `detectLocal.bridgeInterface`.
-    BridgeInterface,
-    /// Arriving on an interface starting with `detectLocal.interfaceNamePrefix`.
-    InterfaceNamePrefix,
 }
 
 impl ProxyConfig {

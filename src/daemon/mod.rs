@@ -12,7 +12,6 @@ pub mod watch_config;
 
 use crate::cluster::client::{ClientOptions, build_client};
 use crate::cluster::listwatch::{ApiClient, MediaTypes};
-use crate::cluster::model::IpFamily;
 use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
 use crate::config::{LocalDetection, Options};
@@ -24,6 +23,7 @@ use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::IptablesCli;
 use crate::malloc::TrimSchedule;
 use crate::metrics::Metrics;
+use crate::net::IpFamily;
 use crate::proxier::Proxier;
 use crate::proxier::graceful::CHECK_INTERVAL;
 use crate::runner::{Runner, RunnerConfig, RunnerHandle, bounded_frequency_runner};
@@ -287,7 +287,10 @@ async fn start_servers(
             configz: serde_json::to_value(c).unwrap_or_default(),
             explain: Some(explain),
             zpages: Arc::new(
-                crate::component::zpages::ZPages::for_process().with_gates(&c.feature_gates),
+                crate::component::zpages::ZPages::for_process(crate::config::help::flag_values(
+                    std::env::args_os(),
+                ))
+                .with_gates(&c.feature_gates),
             ),
         };
         let hard_fail = c.bind_address_hard_fail;
@@ -632,7 +635,7 @@ fn init_metrics(
         let ipvs = crate::kernel::ipvs::netlink::NetlinkIpvs::new()
             .context("opening the IPVS netlink family for --ipvs-traffic-metrics")?;
         let traffic = crate::traffic::TrafficMetrics::new(Box::new(ipvs), index.clone());
-        metrics.enable_traffic(Arc::new(traffic));
+        metrics.register_collector(Arc::new(traffic));
     }
     Ok(())
 }

@@ -3,9 +3,9 @@
 
 use super::diff::{Diff, Scope, StepInput};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
-use crate::cluster::model::IpFamily;
 use crate::kernel::ipset::save::SetHeader;
 use crate::kernel::ipset::{IpSetOp, IpSetSpec, IpSetType, IpSets};
+use crate::net::IpFamily;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;

@@ -24,13 +24,13 @@ mod iptables_jumps;
 mod ipvs;
 pub mod ownership;
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::conntrack::Conntrack;
 use crate::kernel::ipset::IpSets;
 use crate::kernel::ipset::save::SetHeader;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::{Ipvs, IpvsService, IpvsServiceKey};
 use crate::kernel::link::Links;
+use crate::net::IpFamily;
 use crate::proxier::desired::{DesiredState, DesiredVirtualServer, JumpRule};
 use crate::proxier::graceful::{GracefulCheck, GracefulTermination};
 use crate::proxier::plan::PlanConfig;
