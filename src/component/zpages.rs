@@ -287,8 +287,7 @@ fn process_start() -> Option<SystemTime> {
         .trim()
         .parse()
         .ok()?;
-    // SAFETY: sysconf only reads a system constant.
-    let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    let ticks = crate::sys::process::clock_ticks()?;
     let secs = boot + start_ticks / ticks.max(1);
     Some(UNIX_EPOCH + Duration::from_secs(secs))
 }

@@ -209,17 +209,9 @@ fn clap_error_text(err: &clap::Error) -> String {
 
 /// The lower-cased host name of this machine.
 pub fn hostname() -> Result<String, String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its full length; gethostname NUL-terminates or truncates.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return Err(format!(
-            "couldn't determine hostname: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    let name = String::from_utf8_lossy(&buf[..end]).trim().to_lowercase();
+    let buf =
+        crate::sys::process::hostname().map_err(|e| format!("couldn't determine hostname: {e}"))?;
+    let name = String::from_utf8_lossy(&buf).trim().to_lowercase();
     if name.is_empty() {
         return Err("empty hostname is invalid".to_string());
     }

@@ -35,22 +35,15 @@ fn since_epoch(t: SystemTime) -> (i64, u32) {
 pub fn local(t: SystemTime) -> Stamp {
     let (secs, nanos) = since_epoch(t);
     let micros = nanos / 1000;
-    let secs_t = libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX);
-    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid for the call; localtime_r is the re-entrant variant and writes
-    // only into `tm`.
-    let ok = !unsafe { libc::localtime_r(&secs_t, &mut tm) }.is_null();
-    if !ok {
+    let Some(tm) = crate::sys::time::local_time(secs) else {
         return utc(secs, micros);
-    }
-    let part = |v: libc::c_int| u32::try_from(v).unwrap_or(0);
+    };
     Stamp {
-        month: part(tm.tm_mon) + 1,
-        day: part(tm.tm_mday),
-        hour: part(tm.tm_hour),
-        minute: part(tm.tm_min),
-        second: part(tm.tm_sec),
+        month: tm.month0 + 1,
+        day: tm.day,
+        hour: tm.hour,
+        minute: tm.minute,
+        second: tm.second,
         micros,
     }
 }
@@ -93,13 +86,8 @@ pub fn unix_date(t: SystemTime) -> String {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let (secs, _) = since_epoch(t);
-    let secs_t = libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX);
-    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid for the call; localtime_r writes only into `tm`.
-    let ok = !unsafe { libc::localtime_r(&secs_t, &mut tm) }.is_null();
-    let idx = |v: libc::c_int| usize::try_from(v).unwrap_or(0);
-    if !ok || tm.tm_zone.is_null() {
+    let local = crate::sys::time::local_time(secs);
+    let Some((tm, zone)) = local.and_then(|tm| tm.zone.clone().map(|z| (tm, z))) else {
         let days = secs.div_euclid(86_400);
         let s = utc(secs, 0);
         let (year, _, _) = civil_from_days(days);
@@ -113,21 +101,16 @@ pub fn unix_date(t: SystemTime) -> String {
             s.minute,
             s.second
         );
-    }
-    // SAFETY: tm_zone points at a NUL-terminated zone abbreviation owned by the C library, valid until the
-    // next tzset; it is copied at once.
-    let zone = unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) }
-        .to_string_lossy()
-        .into_owned();
+    };
     format!(
         "{} {} {:>2} {:02}:{:02}:{:02} {zone} {}",
-        DAYS[idx(tm.tm_wday) % 7],
-        MONTHS[idx(tm.tm_mon) % 12],
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-        i64::from(tm.tm_year) + 1900
+        DAYS[tm.weekday as usize % 7],
+        MONTHS[tm.month0 as usize % 12],
+        tm.day,
+        tm.hour,
+        tm.minute,
+        tm.second,
+        tm.year
     )
 }
 
