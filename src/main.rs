@@ -1,5 +1,6 @@
 //! `kube-proxy` binary: parse flags and configuration, set up logging, then run.
 
+#![deny(unsafe_code)]
 use kube_proxy_rs::config::{self, Invocation};
 use kube_proxy_rs::logging;
 use std::process::ExitCode;

@@ -14,9 +14,7 @@ pub struct HeapStats {
 /// Current allocator statistics, or `None` where the allocator is not glibc's.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn stats() -> Option<HeapStats> {
-    // SAFETY: mallinfo2 takes no arguments, only reads the allocator's own bookkeeping under its locks
-    // and returns a plain struct by value.
-    let m = unsafe { libc::mallinfo2() };
+    let m = crate::sys::malloc::mallinfo2();
     let bytes = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
     Some(HeapStats {
         in_use: bytes(m.uordblks).saturating_add(bytes(m.hblkhd)),
@@ -50,9 +48,7 @@ pub fn mark(point: &str) {
 /// Gives free memory of every arena back to the kernel (`malloc_trim(0)`); true when some was released.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn trim() -> bool {
-    // SAFETY: malloc_trim only releases pages of free chunks under the arenas' locks; no pointer crosses
-    // the call.
-    unsafe { libc::malloc_trim(0) == 1 }
+    crate::sys::malloc::trim()
 }
 
 /// Gives free memory back to the kernel; does nothing without glibc.
@@ -114,11 +110,9 @@ pub const MMAP_THRESHOLD: i32 = 128 * 1024;
 /// or is not glibc's.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn configure() -> bool {
-    // SAFETY: mallopt only sets an allocator parameter; M_ARENA_MAX accepts any positive value.
-    let arenas = unsafe { libc::mallopt(libc::M_ARENA_MAX, ARENA_MAX) };
-    // SAFETY: as above; M_MMAP_THRESHOLD accepts values up to 32 MiB (and fixes the threshold).
-    let mmap = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
-    arenas == 1 && mmap == 1
+    let arenas = crate::sys::malloc::mallopt(libc::M_ARENA_MAX, ARENA_MAX);
+    let mmap = crate::sys::malloc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    arenas && mmap
 }
 
 /// Sets the allocator up for a long-running daemon; does nothing without glibc.

@@ -4,7 +4,7 @@
 //! Every [`Metrics`] owns its own [`Registry`] (no global statics), so tests can use a fresh one. Methods
 //! take plain values; the sync loop calls them, the metrics server renders [`Metrics::encode`].
 
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -71,8 +71,15 @@ pub struct Metrics {
     events_queued: IntGauge,
     ipset_entries: IntGaugeVec,
     ipset_maxelem: IntGaugeVec,
-    /// Per-service IPVS traffic counters, rendered at scrape time (`--ipvs-traffic-metrics`).
-    traffic: std::sync::OnceLock<std::sync::Arc<crate::traffic::TrafficMetrics>>,
+    /// Series their owners render at scrape time, after the registry's ([`Metrics::register_collector`]).
+    collectors: std::sync::RwLock<Vec<std::sync::Arc<dyn TextCollector>>>,
+}
+
+/// Series rendered at scrape time by their owner (e.g. the per-Service IPVS traffic counters, which read
+/// the kernel): registered with [`Metrics::register_collector`], appended after the registry's series.
+pub trait TextCollector: Send + Sync {
+    /// Appends this collector's series, in the Prometheus text format, to `out`.
+    fn render_into(&self, out: &mut String);
 }
 
 /// Name (without namespace) and help text of one metric.
@@ -440,7 +447,7 @@ impl Metrics {
             ipset_entries: b.extra_int_gauge_vec(IPSET_ENTRIES, &["ip_family", "set"])?,
             ipset_maxelem: b.extra_int_gauge_vec(IPSET_MAXELEM, &["ip_family", "set"])?,
             registry,
-            traffic: std::sync::OnceLock::new(),
+            collectors: std::sync::RwLock::default(),
         };
         #[cfg(target_os = "linux")]
         m.registry.register(Box::new(
@@ -613,21 +620,18 @@ impl Metrics {
         let mut buf = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
         let mut text = String::from_utf8(buf)?;
-        if let Some(t) = self.traffic.get() {
-            t.render(&mut text);
+        let collectors = self.collectors.read().unwrap_or_else(|p| p.into_inner());
+        for c in collectors.iter() {
+            c.render_into(&mut text);
         }
         Ok(text)
     }
 
-    /// Adds the per-service traffic counters to [`Metrics::encode`] (which then dumps IPVS: call it
-    /// off the async runtime). Only the first call has an effect.
-    pub fn enable_traffic(&self, traffic: std::sync::Arc<crate::traffic::TrafficMetrics>) {
-        let _ = self.traffic.set(traffic);
-    }
-
-    /// The traffic counters, when enabled (the sync loop publishes its index there).
-    pub fn traffic(&self) -> Option<&std::sync::Arc<crate::traffic::TrafficMetrics>> {
-        self.traffic.get()
+    /// Adds `collector`'s series to [`Metrics::encode`] (a collector that reads the kernel makes
+    /// `encode` blocking: call it off the async runtime).
+    pub fn register_collector(&self, collector: std::sync::Arc<dyn TextCollector>) {
+        let mut collectors = self.collectors.write().unwrap_or_else(|p| p.into_inner());
+        collectors.push(collector);
     }
 
     /// Content type of [`Metrics::encode`]'s output.

@@ -2,7 +2,7 @@
 //! else in the crate.
 
 use ipnet::IpNet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Transport protocol of a service port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,4 +71,14 @@ impl IpFamily {
             IpFamily::V6 => "IPv6",
         }
     }
+}
+
+/// The two ends of the connection a request came on (the HTTP servers put it in every request's
+/// extensions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The address the client connected to.
+    pub local: SocketAddr,
 }

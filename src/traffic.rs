@@ -128,6 +128,12 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl crate::metrics::TextCollector for TrafficMetrics {
+    fn render_into(&self, out: &mut String) {
+        self.render(out);
+    }
+}
+
 impl TrafficMetrics {
     /// Scrapes read counters through `ipvs` (a handle of its own, not the sync loop's) and name them
     /// with `index`.
@@ -392,7 +398,7 @@ mod tests {
         let fake = FakeIpvs::new();
         add(&fake, key("10.96.0.53", 80, Protocol::Udp), 4);
         let t = Arc::new(TrafficMetrics::new(Box::new(fake), index()));
-        m.enable_traffic(t);
+        m.register_collector(t);
         let text = m.encode().unwrap();
         assert!(text.contains("kubeproxy_sync_proxy_rules"), "{text}");
         assert!(

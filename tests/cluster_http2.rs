@@ -13,10 +13,10 @@ mod common;
 
 use common::apiserver::tls::Alpn;
 use common::apiserver::{Kind, Options, TestApiServer};
-use kube_proxy_rs::cluster::client::RateLimitLayer;
 use kube_proxy_rs::cluster::deadline::Deadlines;
 use kube_proxy_rs::cluster::http2::Http2;
 use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
+use kube_proxy_rs::cluster::rate_limit::RateLimitLayer;
 use kube_proxy_rs::cluster::rest_metrics::RestClientMetrics;
 use kube_proxy_rs::cluster::transport::{Connections, Transport};
 use kube_proxy_rs::cluster::watch::{Notifier, Stores, Trackers, start};

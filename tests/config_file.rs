@@ -3,7 +3,8 @@
 
 use kube_proxy_rs::config::defaults::apply_defaults;
 use kube_proxy_rs::config::file::{decode, encode};
-use kube_proxy_rs::config::{GoDuration, Invocation, ProxyConfig, parse_args};
+use kube_proxy_rs::config::{Invocation, ProxyConfig, parse_args};
+use kube_proxy_rs::gotime::GoDuration;
 use std::path::PathBuf;
 
 /// What `kubeadm init` stores in the kube-proxy ConfigMap (1.31+), with `mode: ipvs`.

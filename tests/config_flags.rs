@@ -1,7 +1,8 @@
 //! Flag parsing: Go booleans, `_`/`-`, deprecated and legacy flags, unknown flags, proxy-mode,
 //! feature gates, logging flags and precedence between flags and the config file.
 
-use kube_proxy_rs::config::{ConfigError, GoDuration, Invocation, Options, parse_args};
+use kube_proxy_rs::config::{ConfigError, Invocation, Options, parse_args};
+use kube_proxy_rs::gotime::GoDuration;
 use std::path::PathBuf;
 
 fn parse(args: &[&str]) -> Result<Invocation, ConfigError> {

@@ -4,7 +4,8 @@
 use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::config::defaults::apply_defaults;
 use kube_proxy_rs::config::validate::validate;
-use kube_proxy_rs::config::{GoDuration, LocalMode, ProxyConfig};
+use kube_proxy_rs::config::{LocalMode, ProxyConfig};
+use kube_proxy_rs::gotime::GoDuration;
 use kube_proxy_rs::proxier::plan::LocalDetector;
 
 fn base() -> ProxyConfig {

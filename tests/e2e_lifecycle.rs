@@ -195,7 +195,7 @@ fn component_pages_and_metrics(e: &mut E2e) -> Vec<String> {
         let mut s = slice("web", "TCP", 8080, eps);
         s["metadata"]["annotations"] = json!({
             "endpoints.kubernetes.io/last-change-trigger-time":
-                kube_proxy_rs::server::clock::format_rfc3339_nano(Some(std::time::SystemTime::now()))
+                kube_proxy_rs::gotime::instant::format_rfc3339_nano(Some(std::time::SystemTime::now()))
         });
         s
     };

@@ -179,7 +179,9 @@ async fn serve_all() -> Vec<(&'static str, SocketAddr, &'static str)> {
         proxy_mode: "ipvs".into(),
         configz: serde_json::json!({}),
         explain: None,
-        zpages: std::sync::Arc::new(kube_proxy_rs::component::zpages::ZPages::for_process()),
+        zpages: std::sync::Arc::new(kube_proxy_rs::component::zpages::ZPages::for_process(
+            Default::default(),
+        )),
     };
     let metrics_srv = start_metrics_server(loopback, state, true, never())
         .await

@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube_proxy_rs::cluster::model::{IpFamily, ServiceName};
 use kube_proxy_rs::component::zpages::ZPages;
+use kube_proxy_rs::gotime::instant::format_rfc3339_nano;
 use kube_proxy_rs::metrics::{Metrics, TrafficPolicy};
-use kube_proxy_rs::server::clock::format_rfc3339_nano;
 use kube_proxy_rs::server::{
     Clock, FakeClock, MetricsServerState, ProxyHealth, ServeError, ServiceHealthServer,
     start_healthz_server, start_metrics_server,
@@ -290,7 +290,7 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
         proxy_mode: "ipvs".into(),
         configz: config.clone(),
         explain: None,
-        zpages: Arc::new(ZPages::for_process()),
+        zpages: Arc::new(ZPages::for_process(Default::default())),
     };
     let server = start_metrics_server(loopback0(), state, true, std::future::pending())
         .await
@@ -450,7 +450,7 @@ async fn bind_failure_errors_with_hard_fail_and_retries_without() {
         proxy_mode: "ipvs".into(),
         configz: Value::Null,
         explain: None,
-        zpages: Arc::new(ZPages::for_process()),
+        zpages: Arc::new(ZPages::for_process(Default::default())),
     };
 
     let err = start_metrics_server(addr, state(), true, std::future::pending())
@@ -711,7 +711,7 @@ async fn zpages_follow_their_feature_gates() {
             metrics: Arc::new(Metrics::new().unwrap()),
             proxy_mode: "ipvs".into(),
             configz: Value::Null,
-            zpages: Arc::new(ZPages::for_process().with_gates(&gates)),
+            zpages: Arc::new(ZPages::for_process(Default::default()).with_gates(&gates)),
             explain: None,
         };
         let server = start_metrics_server(loopback0(), state, true, std::future::pending())

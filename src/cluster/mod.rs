@@ -11,6 +11,7 @@ pub mod http2;
 pub mod listwatch;
 pub mod model;
 pub mod proto;
+pub mod rate_limit;
 pub mod rest_metrics;
 pub mod select;
 pub mod service_options;

@@ -2,7 +2,8 @@
 //! which endpoints serve cluster-wide traffic, which serve node-local traffic, with topology hints and the
 //! serving-terminating fallback.
 
-use crate::cluster::model::{Endpoint, IpFamily, ServicePort};
+use crate::cluster::model::{Endpoint, ServicePort};
+use crate::net::IpFamily;
 use std::sync::Arc;
 
 /// The usable endpoints of one service port on this node.

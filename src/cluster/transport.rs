@@ -15,13 +15,13 @@
 //! and its Event publisher use one connection, as client-go's shared transport has them do.
 
 use super::body_limit::BodyLimitLayer;
-use super::client::RateLimitLayer;
 use super::connect_gate::ConnectGateLayer;
 use super::deadline::{
     CONNECT_TIMEOUT, DeadlineLayer, Deadlines, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES,
 };
 use super::gzip::GzipLayer;
 use super::http2::Http2;
+use super::rate_limit::RateLimitLayer;
 use super::rest_metrics::RestClientMetrics;
 use anyhow::{Context, bail};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};

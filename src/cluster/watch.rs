@@ -604,7 +604,7 @@ async fn run_watcher<K, H>(
             tracing::info!(
                 controller,
                 objects = cache.len(),
-                elapsed = %crate::logging::go_duration(start.elapsed()),
+                elapsed = %crate::gotime::GoDuration::from_std(start.elapsed()),
                 "Caches are synced"
             );
             listed.send_replace(true);

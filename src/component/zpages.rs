@@ -6,7 +6,7 @@
 //! The text pages are meant for people: upstream picks the `key: value` delimiter at random per
 //! request (`:`, `: `, `=` or a space) so that nobody parses them; so does this.
 
-use crate::logging::clock;
+use crate::gotime::instant;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -189,26 +189,15 @@ fn uptime_text(up: Duration) -> String {
     format!("{} hr {:02} min {:02} sec", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// RFC 3339 in UTC with whole seconds (`metav1.Time`).
-fn rfc3339(t: SystemTime) -> String {
-    let secs = i64::try_from(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
-        .unwrap_or(i64::MAX);
-    let (year, month, day) = clock::civil_from_days(secs.div_euclid(86_400));
-    let s = clock::utc(secs, 0);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        s.hour, s.minute, s.second
-    )
-}
-
 impl ZPages {
-    /// The facts of this process: its start time (from `/proc`), its command line's flags; both pages
-    /// as their gates' defaults say.
-    pub fn for_process() -> ZPages {
+    /// The facts of this process: its start time (from `/proc`), its flags' values as the caller read
+    /// them from the command line (name → value, as `/flagz` shows them); both pages as their gates'
+    /// defaults say.
+    pub fn for_process(flags: BTreeMap<String, String>) -> ZPages {
         ZPages {
             component: super::NAME.to_string(),
             started: process_start().unwrap_or_else(SystemTime::now),
-            flags: crate::config::help::flag_values(std::env::args_os()),
+            flags,
             statusz: true,
             flagz: true,
         }
@@ -235,7 +224,7 @@ impl ZPages {
         format!(
             "\n{} statusz\n{WARNING}\n\nStarted{d} {}\nUp{d} {}\nGo version{d} {}\nBinary version{d} {}\nEmulation version{d} {}\n\n",
             self.component,
-            clock::unix_date(self.started),
+            instant::unix_date(self.started),
             uptime_text(self.uptime()),
             super::COMPILER_VERSION,
             super::binary_version(),
@@ -251,7 +240,7 @@ impl ZPages {
             metadata: Meta {
                 name: &self.component,
             },
-            start_time: rfc3339(self.started),
+            start_time: instant::format_rfc3339(self.started),
             uptime_seconds: self.uptime().as_secs(),
             go_version: super::COMPILER_VERSION,
             binary_version: super::binary_version(),
@@ -298,8 +287,7 @@ fn process_start() -> Option<SystemTime> {
         .trim()
         .parse()
         .ok()?;
-    // SAFETY: sysconf only reads a system constant.
-    let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    let ticks = crate::sys::process::clock_ticks()?;
     let secs = boot + start_ticks / ticks.max(1);
     Some(UNIX_EPOCH + Duration::from_secs(secs))
 }

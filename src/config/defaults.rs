@@ -1,8 +1,8 @@
 //! Defaulting as upstream (`pkg/proxy/apis/config/v1alpha1/defaults.go` plus the Linux
 //! platform defaults): zero values and nulls mean "use the default".
 
-use super::duration::{GoDuration, TimeOrDuration};
 use super::types::{API_VERSION, KIND, ProxyConfig, Quantity};
+use crate::gotime::{GoDuration, TimeOrDuration};
 use std::net::IpAddr;
 
 /// Port of the health check server.

@@ -3,8 +3,8 @@
 //! `_` and `-` equivalent in flag names, `-v 4` / `--v=4`. Every flag is optional so that
 //! "was it given?" is known (pflag's `Changed`).
 
-use super::duration::GoDuration;
 use super::types::VModuleItem;
+use crate::gotime::GoDuration;
 use clap::{ArgAction, Parser};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -130,12 +130,18 @@ where
     out
 }
 
+/// The description printed above `Usage:`.
+pub const LONG_ABOUT: &str = "kube-proxy-rs runs on every node and programs IPVS virtual servers, ipsets and iptables \
+rules so that Service cluster IPs, NodePorts, external IPs and load-balancer IPs reach their endpoints.
+It is a drop-in replacement for kube-proxy in IPVS mode and reads the same flags and configuration file.
+Flags marked \"Ignored with --config\" have no effect when a configuration file is given.";
+
 /// kube-proxy's flags (Linux set, plus accepted legacy flags).
 #[derive(Debug, Default, Clone, Parser)]
 #[command(
     name = "kube-proxy",
     about = "kube-proxy-rs: the Kubernetes network proxy (IPVS mode) for each node.",
-    long_about = super::help::LONG_ABOUT,
+    long_about = LONG_ABOUT,
     disable_version_flag = true,
     args_override_self = true,
     allow_negative_numbers = true

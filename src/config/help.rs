@@ -6,19 +6,13 @@
 //! aligned three spaces after the longest such column, continuation lines indented to it, and
 //! ` (default X)` (`(default "X")` for strings) unless the default is the type's zero value.
 
-use super::duration::GoDuration;
-use super::flags::{Flags, normalize_args};
+use super::flags::{Flags, LONG_ABOUT, normalize_args};
 use crate::component::features;
+use crate::gotime::GoDuration;
 use clap::CommandFactory;
 use clap::parser::ValueSource;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-
-/// The description printed above `Usage:`.
-pub const LONG_ABOUT: &str = "kube-proxy-rs runs on every node and programs IPVS virtual servers, ipsets and iptables \
-rules so that Service cluster IPs, NodePorts, external IPs and load-balancer IPs reach their endpoints.
-It is a drop-in replacement for kube-proxy in IPVS mode and reads the same flags and configuration file.
-Flags marked \"Ignored with --config\" have no effect when a configuration file is given.";
 
 /// Each flag's default as upstream's pflag prints it (its `DefValue`): the value a flag has when not
 /// given. Flags missing here default to their type's zero value.

@@ -16,7 +16,6 @@
 //!   with a warning; flags ignored because of `--config` are reported in a warning.
 
 pub mod defaults;
-pub mod duration;
 pub mod file;
 pub mod fixes;
 pub mod flags;
@@ -27,10 +26,9 @@ pub mod settings;
 pub mod types;
 pub mod validate;
 
-pub use duration::GoDuration;
 pub use file::{Decoded, FileError};
 pub use fixes::IpvsFixes;
-pub use options::{ConfigError, Invocation, LocalMode, NodePortAddresses, Options, parse_args};
-pub use settings::{LocalDetection, ProxySettings};
+pub use options::{ConfigError, Invocation, Options, parse_args};
+pub use settings::{LocalDetection, LocalMode, NodePortAddresses, ProxySettings};
 pub use types::ProxyConfig;
 pub use validate::{FieldError, ValidationErrors};

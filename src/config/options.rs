@@ -2,19 +2,19 @@
 //! with upstream's precedence, plus typed accessors for the daemon.
 
 use super::defaults::{append_port_if_needed, apply_defaults, keep_active_mode_only};
-use super::duration::GoDuration;
 use super::file::{self, FileError};
 use super::flags::{Flags, normalize_args, split_list};
+use super::settings::{LocalMode, NodePortAddresses};
 use super::types::{ProxyConfig, Quantity};
 use super::validate::{ValidationErrors, parse_cidr, validate};
-use crate::cluster::model::IpFamily;
+use crate::gotime::GoDuration;
+use crate::net::IpFamily;
 use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use ipnet::IpNet;
 use std::ffi::OsString;
-use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// Why the command line could not be turned into [`Options`].
@@ -73,45 +73,6 @@ pub struct Options {
     pub node_name: String,
     /// Warnings gathered while parsing, to be logged once logging is set up.
     pub warnings: Vec<String>,
-}
-
-/// Parsed `nodePortAddresses`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NodePortAddresses {
-    /// CIDRs (every address of both families when the list is unset or empty).
-    pub cidrs: Vec<IpNet>,
-    /// Whether `primary` (the Node object's primary IPs) was listed.
-    pub primary: bool,
-}
-
-impl NodePortAddresses {
-    /// CIDRs of one family.
-    pub fn cidrs_for(&self, family: IpFamily) -> Vec<IpNet> {
-        self.cidrs
-            .iter()
-            .filter(|n| IpFamily::of_net(n) == family)
-            .copied()
-            .collect()
-    }
-
-    /// Whether NodePorts should be served on `ip`, given the node's primary IPs.
-    pub fn allows(&self, ip: IpAddr, node_primary_ips: &[IpAddr]) -> bool {
-        self.cidrs.iter().any(|n| n.contains(&ip))
-            || (self.primary && node_primary_ips.contains(&ip))
-    }
-}
-
-/// `detectLocalMode`, typed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalMode {
-    /// Source in `clusterCIDR`.
-    ClusterCidr,
-    /// Source in the Node's `podCIDRs`.
-    NodeCidr,
-    /// Arriving on `detectLocal.bridgeInterface`.
-    BridgeInterface,
-    /// Arriving on an interface starting with `detectLocal.interfaceNamePrefix`.
-    InterfaceNamePrefix,
 }
 
 impl ProxyConfig {
@@ -248,17 +209,9 @@ fn clap_error_text(err: &clap::Error) -> String {
 
 /// The lower-cased host name of this machine.
 pub fn hostname() -> Result<String, String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its full length; gethostname NUL-terminates or truncates.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return Err(format!(
-            "couldn't determine hostname: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    let name = String::from_utf8_lossy(&buf[..end]).trim().to_lowercase();
+    let buf =
+        crate::sys::process::hostname().map_err(|e| format!("couldn't determine hostname: {e}"))?;
+    let name = String::from_utf8_lossy(&buf).trim().to_lowercase();
     if name.is_empty() {
         return Err("empty hostname is invalid".to_string());
     }
@@ -620,7 +573,7 @@ fn apply_logging_flags(f: &Flags, c: &mut ProxyConfig) {
         l.format = v.clone();
     }
     if let Some(v) = f.log_flush_frequency {
-        l.flush_frequency = super::duration::TimeOrDuration(v);
+        l.flush_frequency = crate::gotime::TimeOrDuration(v);
     }
     if let Some(v) = f.v {
         l.verbosity = v;

@@ -2,14 +2,53 @@
 //! a raw string of the configuration again.
 
 use super::fixes::IpvsFixes;
-use super::options::{LocalMode, NodePortAddresses};
 use super::types::ProxyConfig;
-use crate::cluster::model::IpFamily;
 use crate::component::features;
+use crate::net::IpFamily;
 use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
+use std::net::IpAddr;
 use std::time::Duration;
+
+/// Parsed `nodePortAddresses`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodePortAddresses {
+    /// CIDRs (every address of both families when the list is unset or empty).
+    pub cidrs: Vec<IpNet>,
+    /// Whether `primary` (the Node object's primary IPs) was listed.
+    pub primary: bool,
+}
+
+impl NodePortAddresses {
+    /// CIDRs of one family.
+    pub fn cidrs_for(&self, family: IpFamily) -> Vec<IpNet> {
+        self.cidrs
+            .iter()
+            .filter(|n| IpFamily::of_net(n) == family)
+            .copied()
+            .collect()
+    }
+
+    /// Whether NodePorts should be served on `ip`, given the node's primary IPs.
+    pub fn allows(&self, ip: IpAddr, node_primary_ips: &[IpAddr]) -> bool {
+        self.cidrs.iter().any(|n| n.contains(&ip))
+            || (self.primary && node_primary_ips.contains(&ip))
+    }
+}
+
+/// `detectLocalMode`, typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalMode {
+    /// Source in `clusterCIDR`.
+    ClusterCidr,
+    /// Source in the Node's `podCIDRs`.
+    NodeCidr,
+    /// Arriving on `detectLocal.bridgeInterface`.
+    BridgeInterface,
+    /// Arriving on an interface starting with `detectLocal.interfaceNamePrefix`.
+    InterfaceNamePrefix,
+}
 
 /// How traffic from inside the cluster is recognised (`detectLocalMode` with its parameters).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! their YAML names, which is the order upstream writes them. A `null` value means "unset"
 //! (the zero value, or `None` for upstream's pointer fields), as in Go.
 
-use super::duration::{GoDuration, TimeOrDuration};
+use crate::gotime::{GoDuration, TimeOrDuration};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 

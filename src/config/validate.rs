@@ -2,9 +2,9 @@
 //! matters in IPVS mode. Every problem is collected; paths are the YAML field paths.
 
 use super::defaults::split_host_port;
-use super::duration::GoDuration;
 use super::types::ProxyConfig;
 use crate::cluster::listwatch::{MediaTypes, media};
+use crate::gotime::GoDuration;
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
 use std::fmt;

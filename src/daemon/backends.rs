@@ -1,7 +1,6 @@
 //! The real kernel backends, the iptables backend choice, node preparation (`--init-only`) and
 //! `--cleanup`.
 
-use crate::cluster::model::IpFamily;
 use crate::config::Options;
 use crate::daemon::prepare::{
     ConntrackSettings, StartupConfig, StartupReport, SysfsHashsize, prepare_node,
@@ -17,6 +16,7 @@ use crate::kernel::ipvs::{Ipvs, IpvsTimeouts};
 use crate::kernel::link::rtnetlink::RtnetlinkLinks;
 use crate::kernel::nftables::netlink::NetlinkNfTables;
 use crate::kernel::sysctl::procfs::ProcSysctl;
+use crate::net::IpFamily;
 use crate::proxier::Backends;
 use crate::proxier::cleanup::{CleanupReport, LeftoverBackends, cleanup_every_mode, nftables_mode};
 use anyhow::{Context, bail};

@@ -12,17 +12,18 @@ pub mod watch_config;
 
 use crate::cluster::client::{ClientOptions, build_clients};
 use crate::cluster::listwatch::{ApiClient, MediaTypes};
-use crate::cluster::model::IpFamily;
 use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
-use crate::config::{GoDuration, LocalDetection, Options};
+use crate::config::{LocalDetection, Options};
 use crate::explain::http::DebugEndpoints;
 use crate::explain::metrics::{ExplainMetrics, StateMetrics};
 use crate::explain::{Explainer, Published};
+use crate::gotime::GoDuration;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::cli::IptablesCli;
 use crate::malloc::TrimSchedule;
 use crate::metrics::Metrics;
+use crate::net::IpFamily;
 use crate::proxier::Proxier;
 use crate::proxier::graceful::CHECK_INTERVAL;
 use crate::runner::{Runner, RunnerConfig, RunnerHandle, bounded_frequency_runner};
@@ -281,7 +282,10 @@ async fn start_servers(
             configz: serde_json::to_value(c).unwrap_or_default(),
             explain: Some(explain),
             zpages: Arc::new(
-                crate::component::zpages::ZPages::for_process().with_gates(&c.feature_gates),
+                crate::component::zpages::ZPages::for_process(crate::config::help::flag_values(
+                    std::env::args_os(),
+                ))
+                .with_gates(&c.feature_gates),
             ),
         };
         let hard_fail = c.bind_address_hard_fail;
@@ -512,7 +516,7 @@ async fn stop_sync_loop(stop: tokio_watch::Sender<bool>, task: JoinHandle<()>) {
     let _ = stop.send(true);
     if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
         tracing::warn!(
-            grace = %crate::logging::go_duration(STOP_GRACE),
+            grace = %crate::gotime::GoDuration::from_std(STOP_GRACE),
             "A sync in progress did not finish in time; stopping anyway (the next start repairs the kernel state)"
         );
     }
@@ -536,7 +540,7 @@ async fn trim_heap() {
         tracing::debug!(
             inUseMiB = s.in_use >> 20,
             freeMiB = s.free >> 20,
-            elapsed = %crate::logging::go_duration(start.elapsed()),
+            elapsed = %crate::gotime::GoDuration::from_std(start.elapsed()),
             "Returned free heap memory to the kernel"
         );
     }
@@ -626,7 +630,7 @@ fn init_metrics(
         let ipvs = crate::kernel::ipvs::netlink::NetlinkIpvs::new()
             .context("opening the IPVS netlink family for --ipvs-traffic-metrics")?;
         let traffic = crate::traffic::TrafficMetrics::new(Box::new(ipvs), index.clone());
-        metrics.enable_traffic(Arc::new(traffic));
+        metrics.register_collector(Arc::new(traffic));
     }
     Ok(())
 }

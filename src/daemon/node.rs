@@ -2,8 +2,8 @@
 //! to serve.
 
 use crate::cluster::decode::Decoded;
-use crate::cluster::model::IpFamily;
 use crate::cluster::watch::{NodeInfo, node_info};
+use crate::net::IpFamily;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use std::net::{IpAddr, Ipv4Addr};

@@ -46,7 +46,7 @@ fn fail(message: impl Into<String>) -> AnswerError {
 
 fn read_error(e: io::Error) -> AnswerError {
     AnswerError {
-        message: super::cli::plain(&e),
+        message: plain(&e),
         io: Some(e),
         retry_after: None,
     }
@@ -182,7 +182,7 @@ fn size(n: u64) -> String {
 
 fn write(out: &mut dyn Write, bytes: &[u8]) -> Result<(), AnswerError> {
     out.write_all(bytes)
-        .map_err(|e| fail(format!("writing the answer: {}", super::cli::plain(&e))))
+        .map_err(|e| fail(format!("writing the answer: {}", plain(&e))))
 }
 
 /// Copies a 200 answer's body to the output, sanitized, within the limit and the declared length.
@@ -309,6 +309,14 @@ pub fn read_answer(
             ..fail(format!("HTTP 503: busy, retry in {after} s: {message}"))
         }),
         (status, _) => Err(fail(format!("HTTP {status}: {message}"))),
+    }
+}
+
+/// A socket error in plain words (no `os error N`).
+pub fn plain(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "timed out".into(),
+        kind => kind.to_string(),
     }
 }
 

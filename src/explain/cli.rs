@@ -8,7 +8,7 @@
 //! output as it arrives (control characters replaced), so a hostile or stuck server can neither hold
 //! the command nor grow its memory.
 
-use super::answer_reader::{AnswerLimits, read_answer};
+use super::answer_reader::{AnswerLimits, plain, read_answer};
 use super::request::{Form, path_of};
 use crate::config::defaults::apply_defaults;
 use crate::config::file;
@@ -176,7 +176,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<ExplainArgs, Stri
             };
         } else if let Some(v) = value(&arg, "timeout", &mut it) {
             let v = v?;
-            let d = crate::config::GoDuration::parse(&v).map_err(|e| format!("--timeout: {e}"))?;
+            let d = crate::gotime::GoDuration::parse(&v).map_err(|e| format!("--timeout: {e}"))?;
             if d.is_negative() || d.to_std().is_zero() {
                 return Err(format!("--timeout {v:?} must be positive"));
             }
@@ -204,14 +204,6 @@ pub fn path(a: &ExplainArgs) -> String {
     let form = if a.json { Form::Json } else { Form::Text };
     let target = a.service.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str()));
     path_of(target, form)
-}
-
-/// A socket error in plain words (no `os error N`).
-pub fn plain(e: &io::Error) -> String {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "timed out".into(),
-        kind => kind.to_string(),
-    }
 }
 
 /// A stream whose reads and writes all end by one deadline.

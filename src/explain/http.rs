@@ -14,7 +14,7 @@ use super::answer::Answer;
 use super::metrics::ExplainMetrics;
 use super::request;
 use super::workers::Workers;
-use crate::server::http::Peer;
+use crate::net::Peer;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, Uri, header};

@@ -2,8 +2,9 @@
 //! on `/debug/services`, the traffic metrics' scrape). The sync loop applies each sync's changes, so
 //! publishing costs O(changed services); readers take a short read lock.
 
-use crate::cluster::model::{IpFamily, ServiceName, ServicePortName};
+use crate::cluster::model::{ServiceName, ServicePortName};
 use crate::kernel::ipvs::IpvsServiceKey;
+use crate::net::IpFamily;
 use crate::proxier::plan::decision::{AddressKind, DecisionChanges, ServiceDecision};
 use crate::scheduler::Scheduler;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -2,8 +2,8 @@
 //! full syncs, foreign objects left alone, and real servers draining (read from the published drain
 //! queue when scraped, so the age of the oldest is current).
 
-use crate::cluster::model::IpFamily;
 use crate::metrics::{EXTRA_NAMESPACE, Metrics, MetricsError};
+use crate::net::IpFamily;
 use crate::proxier::graceful::DrainQueue;
 use crate::proxier::reconcile::drift::{DriftKind, DriftReport, ForeignKind};
 use prometheus::core::Collector;

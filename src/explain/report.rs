@@ -6,10 +6,10 @@ use super::drift::DriftMarks;
 use super::index::FamilyDecisions;
 use super::kernel::KernelView;
 use crate::cluster::model::{Endpoint, ServiceName};
+use crate::gotime::instant::format_rfc3339_nano;
 use crate::proxier::graceful::DrainQueue;
 use crate::proxier::plan::decision::{EndpointSet, PortDecision, SchedulerSource, VsDecision};
 use crate::scheduler::Scheduler;
-use crate::server::clock::format_rfc3339_nano;
 use serde::Serialize;
 
 /// Every Service the node programs (`/debug/services`).

@@ -25,12 +25,7 @@ pub struct Workers {
 
 /// Lowers the calling thread's CPU priority to [`NICE`] (best effort: on failure it keeps its own).
 fn lower_priority() {
-    // SAFETY: gettid(2) has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    // SAFETY: setpriority(2) on the calling thread's own id; no memory is passed.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = crate::sys::process::set_thread_nice(NICE) {
         tracing::debug!(error = %e, "Cannot lower the explanation threads' priority");
     }
 }
@@ -132,12 +127,7 @@ mod tests {
     fn runs_at_a_lower_priority() {
         let w = Workers::start("test-nice", 1, 1).unwrap();
         let nice = w
-            .submit(|| {
-                // SAFETY: gettid(2) has no preconditions.
-                let tid = unsafe { libc::gettid() };
-                // SAFETY: reads the calling thread's own priority; no memory is passed.
-                unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) }
-            })
+            .submit(crate::sys::process::thread_nice)
             .unwrap()
             .blocking_recv()
             .unwrap();

@@ -486,40 +486,15 @@ fn message_count(buf: &[u8]) -> usize {
 
 /// Raises the kernel receive buffer: SO_RCVBUFFORCE (root) beyond rmem_max, else SO_RCVBUF up to it.
 fn force_rcvbuf(sock: &Socket, size: usize) {
-    use std::os::fd::AsRawFd;
-    let v = size as libc::c_int;
-    // SAFETY: setsockopt on an owned, open socket with a pointer to a c_int and its exact length.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
+    let v = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    if crate::sys::socket::set_int_opt(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v).is_err() {
         let _ = sock.set_rx_buf_sz(size);
     }
 }
 
 /// Sets SO_RCVTIMEO (best effort).
 fn set_recv_timeout(sock: &Socket, secs: libc::time_t) {
-    use std::os::fd::AsRawFd;
-    let tv = libc::timeval {
-        tv_sec: secs,
-        tv_usec: 0,
-    };
-    // SAFETY: setsockopt on an owned, open socket with a pointer to a timeval and its exact length.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        );
-    }
+    let _ = crate::sys::socket::set_recv_timeout(sock, secs);
 }
 
 /// A payload type that accepts any inner message without decoding it (for ACK-only batches).

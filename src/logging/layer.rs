@@ -1,9 +1,9 @@
 //! The `tracing` layer that writes klog text or component-base JSON lines.
 
-use super::clock;
 use super::fields::Fields;
 use super::verbosity::{Verbosity, default_v};
 use super::{Format, Record, json, text};
+use crate::gotime::instant as clock;
 use std::io::Write;
 use std::time::SystemTime;
 use tracing::{Event, Level, Subscriber};
@@ -117,7 +117,7 @@ mod tests {
     fn events() {
         tracing::info!("Version info");
         tracing::info!(v = 1, "one");
-        tracing::debug!(elapsed = %crate::logging::go_duration(std::time::Duration::from_millis(1500)), "SyncProxyRules complete");
+        tracing::debug!(elapsed = %crate::gotime::GoDuration::from_std(std::time::Duration::from_millis(1500)), "SyncProxyRules complete");
         tracing::debug!(v = 3, "three");
         tracing::warn!(error = "boom", "warned");
         tracing::error!(NodeIPs = ?crate::logging::json(&["10.0.0.1"]), "failed");

@@ -9,13 +9,12 @@
 //!
 //! Fields: `error = %e` (or `err`) becomes klog's `err="..."`, first in text, last in JSON; strings and
 //! `%`/`?` values are quoted; integers, floats and booleans are bare; [`json`] writes a value as JSON
-//! (lists, maps), as klog does for structured values; [`go_duration`] prints durations as Go does
-//! (`1m30s`, `12.5ms`).
+//! (lists, maps), as klog does for structured values; [`GoDuration::from_std`](crate::gotime::GoDuration::from_std)
+//! prints durations as Go does (`1m30s`, `12.5ms`).
 //!
 //! `KUBE_PROXY_LOG` (a `tracing` filter such as `info,kube_proxy_rs=trace`) replaces the filter `-v`
 //! and `--vmodule` build; every event it lets through is printed.
 
-pub mod clock;
 pub mod fields;
 pub mod json;
 pub mod layer;
@@ -23,7 +22,6 @@ pub mod quote;
 pub mod text;
 pub mod verbosity;
 
-use crate::config::GoDuration;
 use crate::config::types::LoggingConfig;
 use fields::JSON_MARK;
 use std::fmt;
@@ -128,11 +126,6 @@ pub fn init(settings: &Settings) {
     if let Some(e) = bad {
         tracing::warn!(variable = FILTER_ENV, error = %e, "Ignoring an invalid log filter");
     }
-}
-
-/// A duration printed as Go prints a `time.Duration` (`1m30s`, `12.5ms`, `1µs`), for log fields.
-pub fn go_duration(d: std::time::Duration) -> GoDuration {
-    GoDuration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// A value written as JSON in log lines (klog's rendering of lists, maps and structs).

@@ -1,9 +1,9 @@
 //! klog's text format: `Lmmdd hh:mm:ss.uuuuuu threadid file:line] "message" key=value ...`.
 
 use super::Record;
-use super::clock::Stamp;
 use super::fields::Value;
 use super::quote::{go_quote, json_float, klog_string};
+use crate::gotime::instant::Stamp;
 use std::fmt::Write;
 use tracing::Level;
 

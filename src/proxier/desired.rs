@@ -1,8 +1,9 @@
 //! The desired kernel state computed by the planner for one IP family.
 
-use crate::cluster::model::{IpFamily, ServiceName};
+use crate::cluster::model::ServiceName;
 use crate::kernel::ipset::IpSetSpec;
 use crate::kernel::ipvs::{ForwardMethod, IpvsDestination, IpvsService, IpvsServiceKey};
+use crate::net::IpFamily;
 use crate::proxier::plan::decision::ServiceDecision;
 use crate::proxier::plan::ipsets::size_for;
 use std::collections::{BTreeMap, BTreeSet};

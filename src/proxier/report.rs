@@ -1,6 +1,6 @@
 //! What one sync did: timings, object counts and failures, for the daemon to turn into metrics and logs.
 
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use crate::proxier::desired::TrafficPolicy;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! The proxier: plans each family and applies the plans to the kernel through one [`Reconciler`].
 
-use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
+use crate::cluster::model::{EndpointsMap, ServiceMap, ServiceName};
+use crate::net::IpFamily;
 use crate::proxier::desired::DesiredState;
 use crate::proxier::graceful::GracefulCheck;
 use crate::proxier::plan::decision::DecisionChanges;

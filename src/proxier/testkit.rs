@@ -2,7 +2,6 @@
 //! one ordered list (so tests can check cross-backend order, minimality and that event-driven syncs do not
 //! read the kernel) and can make chosen operations fail persistently.
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::conntrack::fake::FakeConntrack;
 use crate::kernel::conntrack::{Conntrack, ConntrackFlow};
 use crate::kernel::ipset::fake::FakeIpSets;
@@ -17,6 +16,7 @@ use crate::kernel::ipvs::{
 use crate::kernel::link::Links;
 use crate::kernel::link::fake::FakeLinks;
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use crate::proxier::graceful::GracefulCheck;
 use crate::proxier::reconcile::{Backends, ConntrackHints, FamilyInput, Reconciler};
 use crate::proxier::report::SyncReport;

@@ -285,7 +285,7 @@ where
             if hard_fail {
                 return Err(err);
             }
-            tracing::error!(error = %err, retryIn = %crate::logging::go_duration(BIND_RETRY), "Failed to start server");
+            tracing::error!(error = %err, retryIn = %crate::gotime::GoDuration::from_std(BIND_RETRY), "Failed to start server");
             let task = tokio::spawn(async move {
                 loop {
                     tokio::select! {

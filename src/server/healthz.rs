@@ -17,9 +17,10 @@
 //! probe nor a load balancer's health check believes a node whose rules were never programmed. `/livez`
 //! keeps upstream's rule: the process is alive and waiting, and a restart would not bring the API server back.
 
-use crate::cluster::model::IpFamily;
+use crate::gotime::instant::format_rfc3339_nano;
 use crate::metrics::Metrics;
-use crate::server::clock::{Clock, SystemClock, format_rfc3339_nano};
+use crate::net::IpFamily;
+use crate::server::clock::{Clock, SystemClock};
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 use std::collections::BTreeMap;

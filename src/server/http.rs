@@ -20,7 +20,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
@@ -56,14 +55,7 @@ impl Default for Limits {
     }
 }
 
-/// The two ends of the connection a request came on, in every request's extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer {
-    /// The client's address.
-    pub remote: SocketAddr,
-    /// The address the client connected to.
-    pub local: SocketAddr,
-}
+pub use crate::net::Peer;
 
 /// `S`, putting the connection's [`Peer`] into each request.
 #[derive(Clone)]

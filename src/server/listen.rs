@@ -1,8 +1,8 @@
 //! Binding TCP listeners the way Go's `net.Listen` does for kube-proxy's servers.
 
+use crate::sys::socket;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Listen backlog: connections the kernel completes before we accept them. std's default (128)
 /// overflows under a burst of connections (clients then hang on handshakes the server dropped); Go
@@ -26,66 +26,21 @@ pub fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
         }
     }
     let l = TcpListener::bind(addr)?;
-    // SAFETY: l is a listening stream socket; listen(2) again only changes its backlog.
-    check(unsafe { libc::listen(l.as_raw_fd(), BACKLOG) })?;
+    socket::listen(&l, BACKLOG)?;
     l.set_nonblocking(true)?;
     Ok(l)
 }
 
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn set_int_opt(
-    fd: &OwnedFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: fd is a valid open socket; the option value is a c_int of the given size.
-    check(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
-}
-
 fn bind_dual_stack(port: u16) -> io::Result<TcpListener> {
-    // SAFETY: plain socket(2) call; the result is checked before use.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_INET6,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    };
-    check(raw)?;
-    // SAFETY: raw is a freshly created descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    set_int_opt(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    set_int_opt(&fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
-    // SAFETY: an all-zero sockaddr_in6 is valid (the :: address); family and port are set below.
-    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-    sa.sin6_port = port.to_be();
-    // SAFETY: sa is a properly initialised sockaddr_in6 and the length matches it.
-    check(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in6).cast(),
-            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-        )
-    })?;
-    // SAFETY: fd is a bound stream socket.
-    check(unsafe { libc::listen(fd.as_raw_fd(), BACKLOG) })?;
+    let fd = socket::socket(
+        libc::AF_INET6,
+        libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        0,
+    )?;
+    socket::set_int_opt(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    socket::set_int_opt(&fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
+    socket::bind_in6_any(&fd, port)?;
+    socket::listen(&fd, BACKLOG)?;
     Ok(TcpListener::from(fd))
 }
 

@@ -10,6 +10,8 @@ pub mod service_health;
 pub use admin::{
     MetricsServerState, ServeError, ServerHandle, start_healthz_server, start_metrics_server,
 };
-pub use clock::{Clock, FakeClock, SystemClock};
+#[cfg(any(test, feature = "testkit"))]
+pub use clock::FakeClock;
+pub use clock::{Clock, SystemClock};
 pub use healthz::{HealthResponse, HealthStatus, ProxyHealth};
 pub use service_health::{ListenFailure, ServiceHealthServer};

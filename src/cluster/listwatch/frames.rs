@@ -8,7 +8,7 @@
 //! memory.
 
 use super::media::Encoding;
-use super::request::RequestError;
+use super::response::RequestError;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 

@@ -6,7 +6,7 @@
 //! The scanner only tracks strings, nesting and, in the top-level object, which key a value belongs to;
 //! serde decodes every piece, so a body serde would refuse whole is refused too.
 
-use super::request::Page;
+use super::response::Page;
 use crate::cluster::body_limit::{MAX_LIST_META_BYTES, MAX_OBJECT_BYTES};
 use crate::cluster::decode::{Decoded, Lenient};
 use kube::core::ObjectList;

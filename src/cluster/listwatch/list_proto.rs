@@ -4,7 +4,7 @@
 //! [`MAX_OBJECT_BYTES`]) besides the decoded objects. The fields are read with the same functions as a
 //! whole body (`envelope::open`, `envelope::list_items`), so both read a body the same way.
 
-use super::request::Page;
+use super::response::Page;
 use crate::cluster::body_limit::MAX_OBJECT_BYTES;
 use crate::cluster::decode::Decoded;
 use crate::cluster::proto::Protobuf;

@@ -16,9 +16,11 @@ pub mod list_json;
 pub mod list_proto;
 pub mod media;
 pub mod request;
+pub mod response;
 
 pub use media::{Encoding, MediaTypes};
-pub use request::{ApiStatus, RequestError, Watched};
+pub use request::Watched;
+pub use response::{ApiStatus, RequestError};
 
 use crate::cluster::decode::Decoded;
 use futures::{Stream, StreamExt};

@@ -4,11 +4,12 @@
 use super::settings::SyncSettings;
 use super::snapshot::{Maps, local_addresses, snapshots};
 use super::usage::{CostMeter, SyncCost};
-use crate::cluster::model::{EndpointsMap, IpFamily, ServiceMap, ServiceName};
+use crate::cluster::model::{EndpointsMap, ServiceMap, ServiceName};
 use crate::cluster::watch::NodeInfo;
 use crate::daemon::scheduler_modules::SchedulerModules;
 use crate::explain::Published;
 use crate::metrics::TrafficPolicy;
+use crate::net::IpFamily;
 use crate::proxier::plan::decision::DecisionChanges;
 use crate::proxier::{ConntrackHints, Proxier, SyncInput, SyncReport};
 use crate::scheduler::Scheduler;

@@ -246,7 +246,7 @@ impl SyncLoop {
     fn publish_decisions(
         &mut self,
         changes: Vec<(
-            crate::cluster::model::IpFamily,
+            crate::net::IpFamily,
             crate::proxier::plan::decision::DecisionChanges,
         )>,
         updated: &BTreeSet<ServiceName>,

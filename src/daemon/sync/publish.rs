@@ -3,8 +3,9 @@
 
 use super::job::Outcome;
 use super::{RETRY_DELAY, SyncLoop};
-use crate::cluster::model::{IpFamily, ServiceName, ports_of};
+use crate::cluster::model::{ServiceName, ports_of};
 use crate::metrics::{Metrics, TrafficPolicy};
+use crate::net::IpFamily;
 use crate::proxier::FailureKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime};

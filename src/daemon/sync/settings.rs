@@ -1,8 +1,8 @@
 //! What every sync is planned with, fixed for the life of the process: built once from the typed
 //! configuration, the node's IPs, the families served and iptables' capabilities.
 
-use crate::cluster::model::IpFamily;
 use crate::config::{LocalDetection, ProxySettings};
+use crate::net::IpFamily;
 use crate::proxier::plan::{PlanConfig, node_port_cidrs};
 use ipnet::IpNet;
 use std::collections::BTreeMap;

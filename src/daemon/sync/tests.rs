@@ -1,8 +1,8 @@
 //! Unit tests of the sync loop's settings, snapshots and conntrack hints.
 
 use super::*;
-use crate::cluster::model::IpFamily;
 use crate::config::{Invocation, Options, parse_args};
+use crate::net::IpFamily;
 use crate::proxier::plan::LocalDetector;
 use std::net::IpAddr;
 

@@ -96,11 +96,7 @@ fn micros(t: libc::timeval) -> i64 {
 /// `getrusage(who)`: the process's (`RUSAGE_SELF`), the calling thread's (`RUSAGE_THREAD`) or the
 /// waited-for children's usage.
 fn rusage(who: libc::c_int) -> libc::rusage {
-    // SAFETY: an all-zero rusage is valid; getrusage only writes into it.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid `who` and a valid out pointer.
-    unsafe { libc::getrusage(who, &mut u) };
-    u
+    crate::sys::process::rusage(who)
 }
 
 fn secs(t: libc::timeval) -> f64 {

@@ -14,7 +14,7 @@ use crate::kernel::io_counts::{Backend, Call};
 use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// `IPT_SO_GET_INFO` / `IP6T_SO_GET_INFO` (same value for both families).
 const SO_GET_INFO: libc::c_int = 64;
@@ -223,14 +223,7 @@ pub fn table_size(family: IpFamily, table: &str) -> Option<usize> {
 /// A raw socket of address family `af`, the handle the x_tables `getsockopt`s go through; None if it
 /// cannot be opened.
 fn raw_socket(af: libc::c_int) -> Option<OwnedFd> {
-    // SAFETY: socket(2) takes only integers; the fd it returns is owned right away.
-    let fd = unsafe { libc::socket(af, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    Some(fd)
+    crate::sys::socket::socket(af, libc::SOCK_RAW, libc::IPPROTO_RAW).ok()
 }
 
 /// What `IPT_SO_GET_INFO` tells of a table: the size of its entries and its hook offsets.
@@ -309,19 +302,9 @@ fn set_name(fd: &OwnedFd, index: u16) -> Option<String> {
 }
 
 fn getsockopt(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, buf: &mut [u8]) -> Option<()> {
-    let mut len = libc::socklen_t::try_from(buf.len()).ok()?;
     crate::kernel::io_counts::call(Backend::Iptables, Call::Getsockopt, 0, buf.len());
-    // SAFETY: buf is valid for len bytes; the kernel writes at most len bytes and updates len.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    (rc == 0 && len as usize == buf.len()).then_some(())
+    let len = crate::sys::socket::getsockopt(fd, level, opt, buf).ok()?;
+    (len == buf.len()).then_some(())
 }
 
 fn u16_at(bytes: &[u8], at: usize) -> Option<usize> {

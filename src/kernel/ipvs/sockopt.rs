@@ -7,7 +7,7 @@ use super::{IpvsService, IpvsServiceKey};
 use crate::kernel::io_counts::{self, Backend, Call};
 use crate::net::Protocol;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// `IP_VS_BASE_CTL`: 64 + 1024 + 64.
 const BASE_CTL: libc::c_int = 64 + 1024 + 64;
@@ -35,13 +35,8 @@ pub struct SockoptServices {
 impl SockoptServices {
     /// Opens the socket (in the calling thread's network namespace); None if it cannot be opened.
     pub fn open() -> Option<SockoptServices> {
-        // SAFETY: socket(2) takes only integers; the fd it returns is owned right away.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd =
+            crate::sys::socket::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW).ok()?;
         Some(SockoptServices {
             fd,
             buf: Vec::new(),
@@ -73,21 +68,8 @@ impl SockoptServices {
 
 /// One `getsockopt` of IPVS's that fills `buf` (its exact size is part of the request).
 fn get(fd: &OwnedFd, opt: libc::c_int, buf: &mut [u8]) -> std::io::Result<()> {
-    let mut len = libc::socklen_t::try_from(buf.len()).map_err(std::io::Error::other)?;
     io_counts::call(Backend::Ipvs, Call::Getsockopt, 0, buf.len());
-    // SAFETY: buf is valid for len bytes; the kernel writes at most len bytes and updates len.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_IP,
-            opt,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    crate::sys::socket::getsockopt(fd, libc::IPPROTO_IP, opt, buf)?;
     Ok(())
 }
 

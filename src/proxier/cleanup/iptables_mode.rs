@@ -10,9 +10,9 @@
 //! failure, while the rest goes.
 
 use super::{CleanupReport, declared_chains, delete_jump};
-use crate::cluster::model::IpFamily;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::rules::{target, tokenize};
+use crate::net::IpFamily;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Jump comments of the iptables mode.

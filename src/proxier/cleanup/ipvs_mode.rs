@@ -5,12 +5,12 @@
 //! chains (flushed and deleted, referrers first), then our ipsets (they can only go once no rule uses them).
 
 use super::{CleanupError, CleanupReport, declared_chains, delete_jump};
-use crate::cluster::model::IpFamily;
 use crate::kernel::KernelError;
 use crate::kernel::ipset::IpSets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::Ipvs;
 use crate::kernel::link::{DUMMY_DEVICE, Links};
+use crate::net::IpFamily;
 use crate::proxier::plan::ipsets::staging_name;
 use crate::proxier::reconcile::ownership::{SET_BASES, set_name};
 use std::collections::BTreeSet;

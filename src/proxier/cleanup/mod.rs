@@ -11,13 +11,13 @@ pub mod nftables_mode;
 
 pub use ipvs_mode::{CHAINS, JUMPS, cleanup_leftovers};
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::ipset::IpSets;
 use crate::kernel::iptables::Iptables;
 use crate::kernel::ipvs::Ipvs;
 use crate::kernel::link::Links;
 use crate::kernel::nftables::NfTables;
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use std::collections::BTreeSet;
 
 /// What cleanup removed, what failed, and what looked like ours but was not and stayed.

@@ -5,10 +5,11 @@
 //! annotation reports, the traffic metrics' index, the explanation served on `/debug/services`.
 
 use crate::cluster::model::ServiceName;
-use crate::cluster::model::{Endpoint, IpFamily, ServicePort, SharedEndpoints};
+use crate::cluster::model::{Endpoint, ServicePort, SharedEndpoints};
 pub use crate::cluster::select::{Pick, Verdict};
 use crate::cluster::service_options::{AnnotationError, ProblemKind, ServiceOptions};
 use crate::kernel::ipvs::IpvsServiceKey;
+use crate::net::IpFamily;
 use crate::scheduler::Scheduler;
 use std::collections::BTreeMap;
 use std::sync::Arc;

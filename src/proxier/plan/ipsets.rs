@@ -1,8 +1,9 @@
 //! The ipsets kube-proxy's IPVS mode keeps (upstream's `ipsetInfo` table), their per-family kernel names,
 //! and member text exactly as `ipset save` prints it.
 
-use crate::cluster::model::{IpFamily, Protocol};
+use crate::cluster::model::Protocol;
 use crate::kernel::ipset::{IpSetSize, IpSetSpec, IpSetType};
+use crate::net::IpFamily;
 use ipnet::IpNet;
 use std::fmt::Write;
 use std::net::IpAddr;

@@ -3,7 +3,8 @@
 
 use super::LocalDetector;
 use super::ipsets::{PerSet, SetKind};
-use crate::cluster::model::{IpFamily, Protocol};
+use crate::cluster::model::Protocol;
+use crate::net::IpFamily;
 use crate::proxier::desired::JumpRule;
 use ipnet::IpNet;
 use std::fmt::Write;

@@ -1,7 +1,8 @@
 //! IPVS virtual servers and their real servers, as upstream's `syncService` / `syncEndpoint` build them.
 
-use crate::cluster::model::{Endpoint, IpFamily, Protocol, ServicePort};
+use crate::cluster::model::{Endpoint, Protocol, ServicePort};
 use crate::kernel::ipvs::{FLAG_PERSISTENT, IpvsDestination, IpvsService, IpvsServiceKey};
+use crate::net::IpFamily;
 use crate::scheduler::{SCHED_FLAGS_MASK, Scheduler};
 use std::net::IpAddr;
 

@@ -1,7 +1,7 @@
 //! Which local addresses get NodePort virtual servers (upstream's `nodePortAddresses` handling in the
 //! IPVS proxier).
 
-use crate::cluster::model::IpFamily;
+use crate::net::IpFamily;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

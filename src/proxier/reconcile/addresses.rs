@@ -2,8 +2,8 @@
 
 use super::diff::{Scope, StepInput};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
-use crate::cluster::model::IpFamily;
 use crate::kernel::link::DUMMY_DEVICE;
+use crate::net::IpFamily;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::net::IpAddr;
 use std::time::Instant;

@@ -6,8 +6,8 @@
 
 use super::ownership::{LazyOwnership, SET_BASES, set_name};
 use super::{Applied, Snapshot};
-use crate::cluster::model::IpFamily;
 use crate::kernel::ipvs::{IpvsDestination, IpvsServiceKey};
+use crate::net::IpFamily;
 use crate::proxier::graceful::GracefulTermination;
 use crate::proxier::plan::ipsets::staging_name;
 use ipnet::IpNet;

@@ -18,7 +18,7 @@
 
 use super::FamilyInput;
 use super::Snapshot;
-use super::ipsets::{IPSET_BATCH, apply_ops};
+use super::ipset_apply::{IPSET_BATCH, apply_ops};
 use crate::kernel::KernelError;
 use crate::kernel::ipset::{IpSetOp, IpSetSize, IpSetSpec, IpSetType, IpSets};
 use crate::proxier::desired::DesiredIpSet;

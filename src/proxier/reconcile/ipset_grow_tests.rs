@@ -1,7 +1,7 @@
 //! The reconciler growing sets over the in-memory kernel (the real kernel: `tests/uml_sync.rs`).
 
-use crate::cluster::model::IpFamily;
 use crate::kernel::ipset::IpSetSize;
+use crate::net::IpFamily;
 use crate::proxier::desired::DesiredState;
 use crate::proxier::plan::PlanConfig;
 use crate::proxier::plan::incremental::empty_state;

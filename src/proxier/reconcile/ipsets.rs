@@ -3,11 +3,12 @@
 //! there are more, as on a first sync at scale).
 
 use super::diff::{Diff, Scope, StepInput};
+use super::ipset_apply::{IPSET_BATCH, apply_ops};
 use super::ipset_grow::{grow, needs_growing, remove_staging_leftovers};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
-use crate::cluster::model::IpFamily;
 use crate::kernel::ipset::save::SetHeader;
 use crate::kernel::ipset::{IpSetOp, IpSetSize, IpSetSpec, IpSetType, IpSets};
+use crate::net::IpFamily;
 use crate::proxier::report::{FailureKind, IpSetFigures, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -290,10 +291,6 @@ struct Writer<'k> {
     ok: bool,
 }
 
-/// Most member changes held at once: beyond, they are applied before more are built (a first sync's
-/// changes are the sets' whole contents, ~110 bytes each).
-pub(super) const IPSET_BATCH: usize = 8192;
-
 impl Writer<'_> {
     fn push(&mut self, op: IpSetOp) {
         self.ops.push(op);
@@ -362,35 +359,5 @@ fn member_ops(
     }
     if !diff.is_empty() {
         exp.patches.push((name.to_string(), diff.add, diff.delete));
-    }
-}
-
-/// Applies member changes in one call and counts the results; false if the call failed.
-pub(super) fn apply_ops(ipsets: &mut dyn IpSets, ops: &[IpSetOp], report: &mut SyncReport) -> bool {
-    if ops.is_empty() {
-        return true;
-    }
-    match ipsets.apply(ops) {
-        Ok(r) => {
-            let is_add = |op: &IpSetOp| matches!(op, IpSetOp::Add { .. });
-            let adds = ops.iter().filter(|op| is_add(op)).count();
-            let rejected_adds = r.rejected.iter().filter(|(op, _)| is_add(op)).count();
-            report.ipset_entries.added += adds - rejected_adds;
-            report.ipset_entries.deleted += (ops.len() - adds) - (r.rejected.len() - rejected_adds);
-            for (op, why) in &r.rejected {
-                tracing::error!(?op, reason = %why, "Error adding entry to ipset");
-            }
-            // Invalid entries stay invalid: counted, not retried before the next full sync.
-            *report
-                .failures
-                .entry(FailureKind::IpsetRejected)
-                .or_default() += r.rejected.len();
-            true
-        }
-        Err(e) => {
-            tracing::error!(error = %e, ops = ops.len(), "Failed to apply ipset changes");
-            report.fail(FailureKind::Ipset);
-            false
-        }
     }
 }

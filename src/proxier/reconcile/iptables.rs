@@ -3,8 +3,8 @@
 use super::drift::DriftKind;
 use super::iptables_jumps::JumpPlacer;
 use super::{Backends, FamilyInput, Reconciler};
-use crate::cluster::model::IpFamily;
 use crate::kernel::iptables::{TablesView, rules};
+use crate::net::IpFamily;
 use crate::proxier::desired::JumpRule;
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,11 +5,12 @@ use super::dest_order::{self, DestKey};
 use super::diff::{Change, Diff, Scope, StepInput};
 use super::ownership::{Ownership, excluded};
 use super::{Backends, FamilyInput, Reconciler, Snapshot};
-use crate::cluster::model::{IpFamily, Protocol};
+use crate::cluster::model::Protocol;
 use crate::kernel::ipvs::{
     FLAG_HASHED, Ipvs, IpvsDestination, IpvsOp, IpvsService, IpvsServiceKey,
 };
 use crate::kernel::{KernelError, KernelResult};
+use crate::net::IpFamily;
 use crate::proxier::desired::{DesiredVirtualServer, Destinations};
 use crate::proxier::graceful::{GracefulTermination, Removal};
 use crate::proxier::report::{FailureKind, SyncReport, SyncStep};

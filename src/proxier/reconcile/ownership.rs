@@ -5,8 +5,9 @@
 //! planned NodePorts on whose port is recorded in our node-port sets; and never when its address falls in
 //! `excludeCIDRs`. Upstream deletes every service of its family it did not create (k/k #134147); we don't.
 
-use crate::cluster::model::{IpFamily, Protocol};
+use crate::cluster::model::Protocol;
 use crate::kernel::ipvs::IpvsServiceKey;
+use crate::net::IpFamily;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

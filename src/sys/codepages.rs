@@ -56,8 +56,7 @@ unsafe extern "C" fn advise_main_program(
 /// `MADV_WILLNEED` then `MADV_RANDOM` on the pages covering `[start, start + len)`; the bytes advised.
 #[cfg(target_os = "linux")]
 fn advise(start: usize, len: usize) -> usize {
-    // SAFETY: sysconf only reads a constant of the system.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let page = super::process::page_size().unwrap_or(4096);
     let first = start & !(page - 1);
     let end = start.saturating_add(len);
     let span = end - first;

@@ -59,6 +59,12 @@ impl GoDuration {
         self.0 < 0
     }
 
+    /// From a `std::time::Duration`, saturating at the largest Go duration (about 292 years): log fields
+    /// print durations this way (`1m30s`, `12.5ms`, `1µs`).
+    pub fn from_std(d: std::time::Duration) -> Self {
+        GoDuration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    }
+
     /// As a `std::time::Duration`; negative values become zero.
     pub fn to_std(self) -> std::time::Duration {
         std::time::Duration::from_nanos(u64::try_from(self.0).unwrap_or(0))

@@ -1,5 +1,6 @@
-//! The wall-clock parts of a log line: klog's local month, day and time of day with microseconds, and
-//! the JSON format's milliseconds since the epoch.
+//! An instant in Go's text forms: RFC 3339 with nanoseconds (`time.Time`'s JSON) or whole seconds
+//! (`metav1.Time`), `time.UnixDate`, klog's local month, day and time of day with microseconds,
+//! component-base's JSON milliseconds since the epoch; and the civil date beneath them.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -34,22 +35,15 @@ fn since_epoch(t: SystemTime) -> (i64, u32) {
 pub fn local(t: SystemTime) -> Stamp {
     let (secs, nanos) = since_epoch(t);
     let micros = nanos / 1000;
-    let secs_t = libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX);
-    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid for the call; localtime_r is the re-entrant variant and writes
-    // only into `tm`.
-    let ok = !unsafe { libc::localtime_r(&secs_t, &mut tm) }.is_null();
-    if !ok {
+    let Some(tm) = crate::sys::time::local_time(secs) else {
         return utc(secs, micros);
-    }
-    let part = |v: libc::c_int| u32::try_from(v).unwrap_or(0);
+    };
     Stamp {
-        month: part(tm.tm_mon) + 1,
-        day: part(tm.tm_mday),
-        hour: part(tm.tm_hour),
-        minute: part(tm.tm_min),
-        second: part(tm.tm_sec),
+        month: tm.month0 + 1,
+        day: tm.day,
+        hour: tm.hour,
+        minute: tm.minute,
+        second: tm.second,
         micros,
     }
 }
@@ -92,13 +86,8 @@ pub fn unix_date(t: SystemTime) -> String {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let (secs, _) = since_epoch(t);
-    let secs_t = libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX);
-    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid for the call; localtime_r writes only into `tm`.
-    let ok = !unsafe { libc::localtime_r(&secs_t, &mut tm) }.is_null();
-    let idx = |v: libc::c_int| usize::try_from(v).unwrap_or(0);
-    if !ok || tm.tm_zone.is_null() {
+    let local = crate::sys::time::local_time(secs);
+    let Some((tm, zone)) = local.and_then(|tm| tm.zone.clone().map(|z| (tm, z))) else {
         let days = secs.div_euclid(86_400);
         let s = utc(secs, 0);
         let (year, _, _) = civil_from_days(days);
@@ -112,21 +101,16 @@ pub fn unix_date(t: SystemTime) -> String {
             s.minute,
             s.second
         );
-    }
-    // SAFETY: tm_zone points at a NUL-terminated zone abbreviation owned by the C library, valid until the
-    // next tzset; it is copied at once.
-    let zone = unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) }
-        .to_string_lossy()
-        .into_owned();
+    };
     format!(
         "{} {} {:>2} {:02}:{:02}:{:02} {zone} {}",
-        DAYS[idx(tm.tm_wday) % 7],
-        MONTHS[idx(tm.tm_mon) % 12],
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-        i64::from(tm.tm_year) + 1900
+        DAYS[tm.weekday as usize % 7],
+        MONTHS[tm.month0 as usize % 12],
+        tm.day,
+        tm.hour,
+        tm.minute,
+        tm.second,
+        tm.year
     )
 }
 
@@ -136,6 +120,64 @@ pub fn epoch_millis(t: SystemTime) -> f64 {
     // Nanoseconds fit a u64 until the year 2554; as upstream: nanoseconds / 1e6.
     let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     nanos as f64 / 1e6
+}
+
+/// What Go's `time.Time{}` marshals to: the zero time, used for "never".
+pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// Seconds (negative before the epoch) and nanoseconds within the second, of `t`.
+fn signed_since_epoch(t: SystemTime) -> (i64, u32) {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            d.subsec_nanos(),
+        ),
+        Err(e) => {
+            let d = e.duration();
+            let mut secs = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            let mut nanos = d.subsec_nanos();
+            if nanos > 0 {
+                secs -= 1;
+                nanos = 1_000_000_000 - nanos;
+            }
+            (secs, nanos)
+        }
+    }
+}
+
+/// `YYYY-MM-DDThh:mm:ss` of `secs` since the epoch, in UTC.
+fn date_time(secs: i64) -> String {
+    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Renders `t` in UTC the way Go's `time.Time` marshals to JSON (RFC 3339 with up to nine fractional
+/// digits, trailing zeros dropped), e.g. `2026-11-22T17:52:59.1234Z`. `None` renders Go's zero time.
+pub fn format_rfc3339_nano(t: Option<SystemTime>) -> String {
+    let Some(t) = t else {
+        return ZERO_TIME.to_string();
+    };
+    let (secs, nanos) = signed_since_epoch(t);
+    let mut out = date_time(secs);
+    if nanos > 0 {
+        let frac = format!("{nanos:09}");
+        out.push('.');
+        out.push_str(frac.trim_end_matches('0'));
+    }
+    out.push('Z');
+    out
+}
+
+/// RFC 3339 in UTC with whole seconds, as `metav1.Time` marshals (before the epoch: the epoch).
+pub fn format_rfc3339(t: SystemTime) -> String {
+    let (secs, _) = since_epoch(t);
+    format!("{}Z", date_time(secs))
 }
 
 #[cfg(test)]
@@ -164,5 +206,25 @@ mod tests {
         // Upstream computes float64(nanos) / 1e6: the same rounding gives the same digits.
         let t = UNIX_EPOCH + Duration::from_nanos(1_732_654_675_089_326_500);
         assert_eq!(format!("{}", epoch_millis(t)), "1732654675089.3267");
+    }
+
+    #[test]
+    fn formats_like_go_rfc3339nano() {
+        assert_eq!(
+            format_rfc3339_nano(Some(UNIX_EPOCH)),
+            "1970-01-01T00:00:00Z"
+        );
+        // 2026-11-22T17:52:59Z = 1795369979
+        let t = UNIX_EPOCH + Duration::new(1_795_369_979, 120_000_000);
+        assert_eq!(format_rfc3339_nano(Some(t)), "2026-11-22T17:52:59.12Z");
+        assert_eq!(format_rfc3339(t), "2026-11-22T17:52:59Z");
+        let t = UNIX_EPOCH + Duration::new(951_782_400, 1); // 2000-02-29
+        assert_eq!(
+            format_rfc3339_nano(Some(t)),
+            "2000-02-29T00:00:00.000000001Z"
+        );
+        let t = UNIX_EPOCH - Duration::from_millis(500);
+        assert_eq!(format_rfc3339_nano(Some(t)), "1969-12-31T23:59:59.5Z");
+        assert_eq!(format_rfc3339_nano(None), ZERO_TIME);
     }
 }
