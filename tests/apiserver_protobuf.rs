@@ -467,6 +467,12 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
     assert_eq!(w.apply().0.len(), 20);
     assert!(api.responses(Kind::Service, Wire::Json) >= 1);
     assert_eq!(api.responses(Kind::Service, Wire::Protobuf), 0);
+    // Both JSON watches open before protobuf is offered: a watch request still in flight when the
+    // watches are dropped would start after the drop, in JSON, and never be dropped (seen under load).
+    eventually(TRIES, "JSON watches open", || {
+        api.open_watches(Kind::Service) >= 1 && api.open_watches(Kind::EndpointSlice) >= 1
+    })
+    .await;
     // The server starts offering protobuf: the next watch is read in protobuf.
     api.set_protobuf(true);
     api.drop_all_watches();
