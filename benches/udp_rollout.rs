@@ -18,28 +18,13 @@ mod common;
 
 use common::e2e::{E2e, Options, POD_GW, client};
 use common::netns::Pod;
-use common::udp_service::{Ep, UdpService, default_route, echo_pod, wait_recovered};
+use common::udp_service::{DNS, Ep, KEEP, default_route, echo_pod, wait_recovered};
 use common::udp_stream::{Mode, UdpStream, Window};
 use common::uml;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-const DNS: UdpService = UdpService {
-    name: "dns",
-    cluster_ip: "10.96.0.53",
-    external_ip: "192.168.99.53",
-    lb_ip: "192.168.99.54",
-    node_port: 30053,
-};
-/// Keeps every set of ours non-empty, as on a real node.
-const KEEP: UdpService = UdpService {
-    name: "keep",
-    cluster_ip: "10.96.0.54",
-    external_ip: "192.168.99.55",
-    lb_ip: "192.168.99.56",
-    node_port: 30054,
-};
 const EVERY: Duration = Duration::from_millis(20);
 /// How long a replaced pod stays in the slice as terminating.
 const DRAIN: Duration = Duration::from_secs(2);

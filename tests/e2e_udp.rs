@@ -12,29 +12,12 @@ mod common;
 
 use common::e2e::{E2e, Options, POD_GW, boot, client, metric_sum};
 use common::netns::Pod;
-use common::udp_service::{Ep, UdpService, default_route, echo_pod, report, wait_recovered};
+use common::udp_service::{DNS, Ep, KEEP, default_route, echo_pod, report, wait_recovered};
 use common::udp_stream::Mode;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The Service under test.
-const DNS: UdpService = UdpService {
-    name: "dns",
-    cluster_ip: "10.96.0.53",
-    external_ip: "192.168.99.53",
-    lb_ip: "192.168.99.54",
-    node_port: 30053,
-};
-/// Another Service, unchanged: it keeps every set of ours non-empty while the one under test changes, as
-/// on a real node (an emptied set drops its rules: an iptables-restore the changes would wait for).
-const KEEP: UdpService = UdpService {
-    name: "keep",
-    cluster_ip: "10.96.0.54",
-    external_ip: "192.168.99.55",
-    lb_ip: "192.168.99.56",
-    node_port: 30054,
-};
 const EVERY: Duration = Duration::from_millis(20);
 /// How long every flow may take to answer from the new endpoints once the kernel has them.
 const RECOVER: Duration = Duration::from_secs(20);

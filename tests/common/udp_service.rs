@@ -24,6 +24,24 @@ pub struct UdpService {
     pub node_port: u16,
 }
 
+/// The Service under test in the UDP suites (`e2e_udp`, the `udp_rollout` bench).
+pub const DNS: UdpService = UdpService {
+    name: "dns",
+    cluster_ip: "10.96.0.53",
+    external_ip: "192.168.99.53",
+    lb_ip: "192.168.99.54",
+    node_port: 30053,
+};
+/// Another Service, unchanged: it keeps every set of ours non-empty while the one under test changes, as
+/// on a real node (an emptied set drops its rules: an iptables-restore the changes would wait for).
+pub const KEEP: UdpService = UdpService {
+    name: "keep",
+    cluster_ip: "10.96.0.54",
+    external_ip: "192.168.99.55",
+    lb_ip: "192.168.99.56",
+    node_port: 30054,
+};
+
 /// An endpoint's state in a slice.
 #[derive(Clone, Copy, Debug)]
 pub enum Ep {
