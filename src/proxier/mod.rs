@@ -4,6 +4,8 @@ pub mod cleanup;
 pub mod desired;
 pub mod graceful;
 pub mod plan;
+#[cfg(test)]
+mod plan_reuse_tests;
 pub mod reconcile;
 pub mod report;
 pub mod sync;

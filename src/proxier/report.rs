@@ -134,6 +134,9 @@ pub struct SyncReport {
     pub drift: crate::proxier::reconcile::drift::DriftReport,
     /// Foreign objects a full sync found and left alone, by kind (`None`: not a full sync).
     pub foreign: Option<BTreeMap<crate::proxier::reconcile::drift::ForeignKind, u64>>,
+    /// Families whose last plan was reused as is: none of its inputs changed since (no Service or
+    /// EndpointSlice changed, same node facts and configuration), so the planner did not run.
+    pub plans_reused: BTreeSet<IpFamily>,
 }
 
 impl SyncReport {

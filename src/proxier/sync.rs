@@ -5,7 +5,7 @@ use crate::net::IpFamily;
 use crate::proxier::desired::DesiredState;
 use crate::proxier::graceful::GracefulCheck;
 use crate::proxier::plan::decision::DecisionChanges;
-use crate::proxier::plan::incremental::IncrementalPlanner;
+use crate::proxier::plan::incremental::{DesiredDelta, IncrementalPlanner};
 use crate::proxier::plan::{NodeFacts, PlanConfig};
 use crate::proxier::reconcile::{Backends, ConntrackHints, FamilyInput, Reconciler};
 use crate::proxier::report::{SyncReport, SyncStep};
@@ -63,7 +63,9 @@ impl Proxier {
         }
     }
 
-    /// Plans every family and applies the plans. Only changed services are replanned, and an event-driven
+    /// Plans every family and applies the plans. Only changed services are replanned; a family none of
+    /// whose inputs changed (no Service or EndpointSlice changed, same node facts and configuration)
+    /// reuses its last plan as is ([`SyncReport::plans_reused`]). An event-driven
     /// sync hands the reconciler each family's delta so it looks only at changed objects. A full sync
     /// happens when asked, on the first sync, and after any sync that had a failure.
     pub fn sync_proxy_rules(&mut self, input: SyncInput) -> SyncReport {
@@ -72,9 +74,20 @@ impl Proxier {
         planners.retain(|family, _| input.families.iter().any(|f| f.config.family == *family));
         let mut deltas = BTreeMap::new();
         let mut plan_times = Vec::new();
+        // No Service or EndpointSlice changed since the last sync (known, not assumed).
+        let maps_unchanged = input.changed.as_ref().is_some_and(BTreeSet::is_empty);
+        let mut reused = BTreeSet::new();
         for f in &input.families {
             let family_start = Instant::now();
             let planner = planners.entry(f.config.family).or_default();
+            if maps_unchanged && planner.plans_for(&f.node, &f.config) {
+                // Every input of the plan is as it was: the last plan is this sync's plan, and its
+                // delta is empty (a full sync compares the whole plan with the kernel regardless).
+                reused.insert(f.config.family);
+                deltas.insert(f.config.family, DesiredDelta::default());
+                plan_times.push((f.config.family, family_start.elapsed()));
+                continue;
+            }
             let first = planner.state().is_none();
             // Only the changed services are replanned, on full syncs too: a full sync re-reads the kernel
             // and repairs it against the kept plan. Everything is replanned when the changes are unknown
@@ -117,6 +130,7 @@ impl Proxier {
         for (family, d) in plan_times {
             report.add_family_step(SyncStep::Plan, family, d);
         }
+        report.plans_reused = reused;
         report.duration = start.elapsed();
         report
     }

@@ -371,6 +371,15 @@ impl IncrementalPlanner {
         self.inner.as_ref().map(|p| &p.state)
     }
 
+    /// Whether the current plan was made for exactly these node facts and this configuration. With no
+    /// Service or EndpointSlice changed since, it is the plan a fresh update would give (the planner is
+    /// pure): [`crate::proxier::Proxier`] then reuses it without calling [`update`](Self::update).
+    pub fn plans_for(&self, node: &NodeFacts, cfg: &PlanConfig) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|p| p.node == *node && p.cfg == *cfg)
+    }
+
     /// Forgets everything: the next update plans from scratch.
     pub fn reset(&mut self) {
         self.inner = None;
