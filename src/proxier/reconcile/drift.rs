@@ -8,6 +8,7 @@ use super::ownership::{LazyOwnership, SET_BASES, set_name};
 use super::{Applied, Snapshot};
 use crate::kernel::ipvs::{IpvsDestination, IpvsServiceKey};
 use crate::net::IpFamily;
+use crate::proxier::desired::Destinations;
 use crate::proxier::graceful::GracefulTermination;
 use crate::proxier::plan::ipsets::staging_name;
 use ipnet::IpNet;
@@ -145,7 +146,7 @@ impl Measure<'_> {
                     if !super::ipvs::same_service(k, &dvs.service) {
                         out.vs(*key, DriftKind::Scheduler);
                     }
-                    self.real_servers(key, dvs.destinations.values(), out);
+                    self.real_servers(key, &dvs.destinations, out);
                 }
             }
         }
@@ -170,23 +171,19 @@ impl Measure<'_> {
 
     /// One virtual server's real servers in the quick view against the applied ones (draining ones
     /// aside: the reconciler set them to weight 0 itself).
-    fn real_servers(
-        &self,
-        key: &IpvsServiceKey,
-        applied: impl Iterator<Item = IpvsDestination>,
-        out: &mut DriftReport,
-    ) {
+    fn real_servers(&self, key: &IpvsServiceKey, applied: &Destinations, out: &mut DriftReport) {
         // Verified in the slice of a later full sync.
         let Some(view) = self.snap.dest_view.as_ref().filter(|v| v.covers(key)) else {
             return;
         };
-        let shown: BTreeMap<(IpAddr, u16), &IpvsDestination> = view
-            .shown
-            .get(key)
-            .map(|v| v.iter().map(|d| ((d.addr, d.port), d)).collect())
-            .unwrap_or_default();
+        let list = view.shown.get(key).map(Vec::as_slice).unwrap_or_default();
+        if shows_applied(list, applied) {
+            return;
+        }
+        let shown: BTreeMap<(IpAddr, u16), &IpvsDestination> =
+            list.iter().map(|d| ((d.addr, d.port), d)).collect();
         let mut wanted = BTreeSet::new();
-        for d in applied {
+        for d in applied.values() {
             wanted.insert((d.addr, d.port));
             match shown.get(&(d.addr, d.port)) {
                 None => out.vs(*key, DriftKind::RealServer),
@@ -246,6 +243,17 @@ impl Measure<'_> {
             .filter(|key| !self.own.get().owns(key, self.exclude));
         foreign.count() as u64
     }
+}
+
+/// Whether the view of a virtual server's real servers (`shown`, as the kernel lists them: each real
+/// server once) is exactly what was applied, with the same weights: what every real server of a no-op
+/// full sync finds, told without building a map of either side.
+fn shows_applied(shown: &[IpvsDestination], applied: &Destinations) -> bool {
+    shown.len() == applied.len()
+        && shown.iter().all(|s| {
+            let d = applied.get(&(s.addr, s.port));
+            d.is_some_and(|d| d.weight == s.weight)
+        })
 }
 
 /// ipsets in the dump that are none of ours (either family).
