@@ -17,6 +17,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use kube_proxy_rs::cluster::model::{EndpointsMap, IpFamily, ServiceMap};
 use kube_proxy_rs::cluster::watch::{EventCache, Trackers};
+use kube_proxy_rs::explain::index::DecisionIndex;
 use kube_proxy_rs::kernel::conntrack::fake::FakeConntrack;
 use kube_proxy_rs::kernel::ipset::fake::FakeIpSets;
 use kube_proxy_rs::kernel::iptables::fake::FakeIptables;
@@ -150,15 +151,26 @@ fn run(n: usize) {
     });
     assert_eq!(r.failure_count(), 0, "{r:?}");
     let periodic_peak = PEAK.load(Ordering::Relaxed) - after_first;
+    // The daemon publishes the first sync's decision records for explain and the state metrics.
+    let index = step("published decision index (explain, metrics)", || {
+        let mut index = DecisionIndex::new();
+        for (family, changes) in proxier.take_decision_changes() {
+            index.apply(family, changes);
+        }
+        index
+    });
     let after_sync = LIVE.load(Ordering::Relaxed);
     let chunks_after_sync = CHUNKS.load(Ordering::Relaxed);
-    drop(proxier);
+    // Owners of the proxier's share, freed in this order: what each holds that the next does not share.
+    let published = before_free(|| drop(index));
+    let plan = before_free(|| proxier.forget_plans());
+    let applied = before_free(|| drop(proxier));
     let after_drop = LIVE.load(Ordering::Relaxed);
     let chunks_after_drop = CHUNKS.load(Ordering::Relaxed);
     drop((ipvs, ipsets, iptables, links));
     let fake_kernel = after_drop - LIVE.load(Ordering::Relaxed);
     let fake_chunks = chunks_after_drop - CHUNKS.load(Ordering::Relaxed);
-    let proxier_bytes = after_sync - after_drop;
+    let proxier_bytes = after_sync - after_drop - published;
     println!(
         "  {:<52} retained {:>8.1} MiB   peak +{:>7.1} MiB (incl. fake kernel)",
         "first (full) sync: planner + reconciler state",
@@ -188,11 +200,33 @@ fn run(n: usize) {
     );
     // Where the remaining bytes are: freed per structure, in an order that frees shared values last.
     println!("  of which (freed when dropped):");
+    println!(
+        "    {:<50} {:>8.1} MiB",
+        "published decision index (records shared with the plan)",
+        mib(published)
+    );
+    println!(
+        "    {:<50} {:>8.1} MiB",
+        "plan: per-Service contributions, desired state, records",
+        mib(plan)
+    );
+    println!(
+        "    {:<50} {:>8.1} MiB",
+        "applied state (incl. virtual servers shared with the plan)",
+        mib(applied)
+    );
     freed("Service event cache", svc_cache);
     freed("EndpointSlice event cache", eps_cache);
     freed("change trackers (applied ports, slices)", trackers);
     freed("ServiceMap", sm);
     freed("EndpointsMap", em);
+}
+
+/// Runs `f` (which frees something) and returns the bytes it freed.
+fn before_free(f: impl FnOnce()) -> usize {
+    let before = LIVE.load(Ordering::Relaxed);
+    f();
+    before.saturating_sub(LIVE.load(Ordering::Relaxed))
 }
 
 /// Drops `value` and prints the bytes that freed.

@@ -150,6 +150,13 @@ impl Proxier {
         self.planners.get(&family)?.state()
     }
 
+    /// Forgets every family's plan (the next sync plans from scratch); the memory bench measures what
+    /// the plans hold apart from the reconciler's applied state this way.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn forget_plans(&mut self) {
+        self.planners.clear();
+    }
+
     /// The reconciler (applied state, graceful queue).
     pub fn reconciler(&self) -> &Reconciler {
         &self.reconciler
