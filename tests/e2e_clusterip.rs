@@ -546,20 +546,12 @@ fn restart_adopts_the_rules(scene: &Scene, cfg: &Path) -> Daemon {
 }
 
 /// Step 8: The Node's IP changes: kube-proxy exits non-zero so that it restarts with the new IP.
-fn node_ip_change_exits_non_zero(scene: &Scene, mut daemon: Daemon) {
+fn node_ip_change_exits_non_zero(scene: &Scene, daemon: Daemon) {
     scene
         .api
         .apply_value(Kind::Node, node("10.0.0.11"))
         .unwrap();
-    let status = daemon
-        .wait_exit(Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("no exit on node IP change:\n{}", daemon.log()));
-    assert!(!status.success(), "{status}");
-    assert!(
-        daemon.log().contains("node IPs changed"),
-        "{}",
-        daemon.log()
-    );
+    exits_non_zero_saying(daemon, Duration::from_secs(60), "node IPs changed");
 }
 
 /// Step 9: The config file changes: kube-proxy exits non-zero (upstream's behaviour).
@@ -571,15 +563,20 @@ fn config_change_exits_non_zero(scene: &Scene, cfg: &Path) {
         daemon.log()
     );
     scene.config_file("# edited\n");
-    let status = daemon
-        .wait_exit(Duration::from_secs(90))
-        .unwrap_or_else(|| panic!("no exit on config change:\n{}", daemon.log()));
-    assert!(!status.success(), "{status}");
-    assert!(
-        daemon.log().contains("configuration file was updated"),
-        "{}",
-        daemon.log()
+    exits_non_zero_saying(
+        daemon,
+        Duration::from_secs(90),
+        "configuration file was updated",
     );
+}
+
+/// Waits up to `timeout` for the daemon to exit on its own, non-zero, with `why` in its log.
+fn exits_non_zero_saying(mut daemon: Daemon, timeout: Duration, why: &str) {
+    let status = daemon
+        .wait_exit(timeout)
+        .unwrap_or_else(|| panic!("no exit ({why}):\n{}", daemon.log()));
+    assert!(!status.success(), "{status}");
+    assert!(daemon.log().contains(why), "{}", daemon.log());
 }
 
 /// Step 10: `--cleanup` removes everything and exits 0.
