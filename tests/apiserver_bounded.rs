@@ -11,25 +11,31 @@
 //! - A gzip bomb on a GET, an endless error body, list metadata past its limit: each refused within its
 //!   bound.
 mod common;
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
+#[path = "common/wait.rs"]
+pub mod wait;
+#[path = "common/watchers.rs"]
+pub mod watchers;
 
 use common::apiserver::{Kind, Options, TestApiServer};
 use common::scale;
-use common::wait::eventually;
+use fixtures::{json, service};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, ListParams};
 use kube_proxy_rs::cluster::deadline::Deadlines;
+use kube_proxy_rs::cluster::listwatch::MediaTypes;
 use kube_proxy_rs::cluster::listwatch::request::{RequestError, list};
-use kube_proxy_rs::cluster::listwatch::{ApiClient, MediaTypes};
-use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
 use kube_proxy_rs::cluster::rate_limit::RateLimitLayer;
 use kube_proxy_rs::cluster::rest_metrics::RestClientMetrics;
 use kube_proxy_rs::cluster::transport::{self, Transport};
-use kube_proxy_rs::cluster::watch::{Notifier, Stores, Synced, Trackers, start};
-use serde_json::{Value, json};
+use kube_proxy_rs::cluster::watch::Notifier;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wait::eventually;
+use watchers::Watchers;
 
 /// Polls of [`eventually`] before a wait fails (1000 × 20 ms).
 const TRIES: u32 = 1000;
@@ -49,54 +55,18 @@ fn client(url: &str, disable_compression: bool) -> kube::Client {
     transport::build(config, t).unwrap()
 }
 
-/// The daemon's watchers and what they converged to.
-struct Watchers {
-    trackers: Arc<Trackers>,
-    _stores: Stores,
-    synced: Synced,
-    services: ServiceMap,
-    endpoints: EndpointsMap,
+/// The daemon's watchers on `client`, reading `media`.
+fn watchers(client: kube::Client, media: MediaTypes) -> Watchers {
+    Watchers::start(client, NODE, media, Notifier::new(|| {}))
 }
 
-impl Watchers {
-    fn start(client: kube::Client, media: MediaTypes) -> Self {
-        let trackers = Trackers::new(NODE);
-        let (stores, synced) = start(
-            ApiClient::new(client, media),
-            NODE,
-            trackers.clone(),
-            Notifier::new(|| {}),
-        );
-        Watchers {
-            trackers,
-            _stores: stores,
-            synced,
-            services: ServiceMap::default(),
-            endpoints: EndpointsMap::default(),
-        }
-    }
-
-    async fn listed(&mut self) {
-        tokio::time::timeout(Duration::from_secs(30), self.synced.wait_proxy_ready())
-            .await
-            .expect("Services and EndpointSlices listed");
-    }
-
-    /// The port of Service `name`'s first port, if the trackers have it.
-    fn port(&mut self, name: &str) -> Option<u16> {
-        self.trackers.apply(&mut self.services, &mut self.endpoints);
-        self.services
-            .iter()
-            .find(|(k, _)| k.name.as_str() == name)
-            .map(|(_, p)| p.port)
-    }
-}
-
-fn svc(name: &str, ip: &str, port: u16) -> Value {
-    json!({"apiVersion": "v1", "kind": "Service",
-           "metadata": {"name": name, "namespace": "ns"},
-           "spec": {"type": "ClusterIP", "clusterIP": ip,
-                    "ports": [{"name": "p", "port": port, "protocol": "TCP"}]}})
+/// The port of Service `name`'s first port, if the trackers have it.
+fn port(w: &mut Watchers, name: &str) -> Option<u16> {
+    let (services, _) = w.apply();
+    services
+        .iter()
+        .find(|(k, _)| k.name.as_str() == name)
+        .map(|(_, p)| p.port)
 }
 
 /// A frame the watcher cannot decode, in the watch's framing.
@@ -114,11 +84,11 @@ fn garbage(media: &MediaTypes) -> Vec<u8> {
 async fn change_survives_a_replaced_frame(media: MediaTypes, frame: Vec<u8>) {
     let api = TestApiServer::start("127.0.0.1:0").unwrap();
     api.set_bookmark_interval(Duration::from_secs(3600));
-    api.apply_value(Kind::Service, svc("web", "10.96.0.10", 80))
+    api.apply_value(Kind::Service, json(&service("web", "10.96.0.10", 80)))
         .unwrap();
     api.apply_value(Kind::Node, scale::node()).unwrap();
-    let mut w = Watchers::start(client(&api.url(), false), media);
-    w.listed().await;
+    let mut w = watchers(client(&api.url(), false), media);
+    w.listed(Duration::from_secs(30)).await;
     eventually(TRIES, "a Service watch", || {
         api.open_watches(Kind::Service) == 1
     })
@@ -126,14 +96,14 @@ async fn change_survives_a_replaced_frame(media: MediaTypes, frame: Vec<u8>) {
     let before = api.resource_version();
     let watches = api.watch_requests(Kind::Service);
     api.replace_next_watch_frame("/services", frame);
-    api.apply_value(Kind::Service, svc("web", "10.96.0.10", 8080))
+    api.apply_value(Kind::Service, json(&service("web", "10.96.0.10", 8080)))
         .unwrap();
     eventually(TRIES, "the replaced frame sent", || {
         api.replaced_watch_frames() == 1
     })
     .await;
     eventually(TRIES, "the change despite the lost frame", || {
-        w.port("web") == Some(8080)
+        port(&mut w, "web") == Some(8080)
     })
     .await;
     assert!(api.watch_requests(Kind::Service) > watches);
@@ -188,10 +158,10 @@ async fn large_lists_come_compressed_unless_disabled() {
         for disable in [false, true] {
             let (compressed0, traffic0) = (api.compressed(), api.traffic());
             let asked0 = api.gzip_asked();
-            let mut w = Watchers::start(client(&api.url(), disable), media.clone());
-            w.listed().await;
+            let mut w = watchers(client(&api.url(), disable), media.clone());
+            w.listed(Duration::from_secs(30)).await;
             eventually(TRIES, "every Service", || {
-                w.port("svc-1999").is_some() && w.services.len() == 2000
+                port(&mut w, "svc-1999").is_some() && w.services.len() == 2000
             })
             .await;
             let (responses, plain, gzip) = api.compressed();

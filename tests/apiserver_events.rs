@@ -6,20 +6,15 @@
 //! - the publisher keeps its own rate: in any stretch of T seconds at most burst + qps × T writes;
 //! - the queue is bounded: what does not fit is dropped, and what was queued is all published.
 mod common;
+#[path = "common/wait.rs"]
+pub mod wait;
 
 use common::apiserver::TestApiServer;
 use common::apiserver::event_log::EventWrite;
 use kube_proxy_rs::cluster::model::ServiceName;
 use kube_proxy_rs::daemon::events::{Events, Limits, Settings};
-use std::time::{Duration, Instant};
-
-async fn eventually(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use std::time::Duration;
+use wait::within;
 
 fn service(ns: &str, name: &str) -> ServiceName {
     ServiceName {
@@ -38,7 +33,7 @@ async fn repeats_are_one_series_and_notes_are_cut() {
     };
     let events = Events::start_with(api.client().await.unwrap(), "n1", settings);
     events.warning("Overloaded", "Sync", Some("x".repeat(5000)));
-    eventually("the Event", Duration::from_secs(10), || {
+    within(Duration::from_secs(10), "the Event", || {
         api.events().len() == 1
     })
     .await;
@@ -50,7 +45,7 @@ async fn repeats_are_one_series_and_notes_are_cut() {
             .iter()
             .find_map(|e| e.series.as_ref().map(|s| s.count))
     };
-    eventually("the series", Duration::from_secs(10), || {
+    within(Duration::from_secs(10), "the series", || {
         series_of(&api) == Some(2)
     })
     .await;
@@ -61,7 +56,7 @@ async fn repeats_are_one_series_and_notes_are_cut() {
         "Sync",
         "bad".into(),
     );
-    eventually("the Service Event", Duration::from_secs(10), || {
+    within(Duration::from_secs(10), "the Service Event", || {
         api.events().len() == 2
     })
     .await;
@@ -135,7 +130,7 @@ async fn the_publisher_keeps_its_own_rate_and_a_bounded_queue() {
     assert!(events.queued() <= 30, "{}", events.queued());
     // The 30 that fit (a few more if the publisher took some while they were recorded) take about
     // (30 - 5) / 10 s; the rest are dropped, not queued.
-    eventually("30 Events", Duration::from_secs(20), || {
+    within(Duration::from_secs(20), "30 Events", || {
         api.events().len() >= 30
     })
     .await;

@@ -6,78 +6,32 @@
 //! with a warning, the metric and an Event; dropped watches resume and expired history relists in
 //! protobuf as in JSON.
 mod common;
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
+#[path = "common/wait.rs"]
+pub mod wait;
+#[path = "common/watchers.rs"]
+pub mod watchers;
 
 use common::apiserver::proto::{APPEND_ANNOTATION, Wire};
 use common::apiserver::{Kind, Options, TestApiServer};
 use common::scale;
-use common::wait::eventually;
-use kube_proxy_rs::cluster::listwatch::{ApiClient, MediaTypes};
-use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
+use fixtures::{json, service};
+use kube_proxy_rs::cluster::listwatch::MediaTypes;
 use kube_proxy_rs::cluster::proto::wire::{put_bytes, put_varint};
-use kube_proxy_rs::cluster::watch::{NodeInfo, Notifier, Stores, Synced, Trackers, start};
-use kube_proxy_rs::daemon::events::{Events, on_invalid_object};
-use kube_proxy_rs::metrics::Metrics;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
+use wait::eventually;
+use watchers::Watchers;
 
 /// Polls of [`eventually`] before a wait fails (1000 × 20 ms).
 const TRIES: u32 = 1000;
 
 const NODE: &str = "node-a";
 
-/// The daemon's watchers on one server with one set of media types, and what they converged to.
-struct Watchers {
-    trackers: Arc<Trackers>,
-    stores: Stores,
-    synced: Synced,
-    metrics: Arc<Metrics>,
-    services: ServiceMap,
-    endpoints: EndpointsMap,
-}
-
-impl Watchers {
-    async fn start(api: &TestApiServer, node: &str, media: MediaTypes) -> Self {
-        let client = api.client().await.expect("client");
-        let metrics = Arc::new(Metrics::new().unwrap());
-        let events = Events::start(client.clone(), node);
-        let trackers = Trackers::new(node);
-        let notifier = Notifier::new(|| {}).on_invalid(on_invalid_object(metrics.clone(), events));
-        let (stores, synced) = start(
-            ApiClient::new(client, media),
-            node,
-            trackers.clone(),
-            notifier,
-        );
-        Watchers {
-            trackers,
-            stores,
-            synced,
-            metrics,
-            services: ServiceMap::default(),
-            endpoints: EndpointsMap::default(),
-        }
-    }
-
-    async fn listed(&mut self) {
-        tokio::time::timeout(Duration::from_secs(20), self.synced.wait_proxy_ready())
-            .await
-            .expect("Services and EndpointSlices listed");
-    }
-
-    fn apply(&mut self) -> (&ServiceMap, &EndpointsMap) {
-        self.trackers.apply(&mut self.services, &mut self.endpoints);
-        (&self.services, &self.endpoints)
-    }
-
-    fn node(&self) -> Option<NodeInfo> {
-        self.stores.node.borrow().as_deref().cloned()
-    }
-
-    fn invalid(&self) -> u64 {
-        self.stores.invalid_objects.load(Ordering::SeqCst)
-    }
+/// The daemon's watchers on `api` reading `media`, reporting unreadable objects as the daemon does.
+async fn watchers(api: &TestApiServer, media: MediaTypes) -> Watchers {
+    Watchers::reporting(api.client().await.expect("client"), NODE, media)
 }
 
 /// Objects with most of what kube-proxy reads and much it does not: managed fields, conditions
@@ -169,10 +123,10 @@ async fn same_objects_read_the_same_in_protobuf_and_json() {
     // A page size below the object count: several protobuf and JSON pages.
     let api = TestApiServer::start("127.0.0.1:0").unwrap();
     load_everything(&api);
-    let mut proto = Watchers::start(&api, NODE, MediaTypes::default()).await;
-    let mut json = Watchers::start(&api, NODE, MediaTypes::json()).await;
-    proto.listed().await;
-    json.listed().await;
+    let mut proto = watchers(&api, MediaTypes::default()).await;
+    let mut json = watchers(&api, MediaTypes::json()).await;
+    proto.listed(Duration::from_secs(20)).await;
+    json.listed(Duration::from_secs(20)).await;
     eventually(TRIES, "both Nodes", || {
         proto.node().is_some() && json.node().is_some()
     })
@@ -261,20 +215,6 @@ fn with_wire(mut v: Value, extra: &[u8]) -> Value {
     v
 }
 
-fn svc(name: &str, ip: &str, port: u16) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns"},
-           "spec": {"type": "ClusterIP", "clusterIP": ip,
-                    "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}})
-}
-
-fn slice(name: &str, service: &str, ip: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns",
-                        "labels": {"kubernetes.io/service-name": service}},
-           "addressType": "IPv4",
-           "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-           "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]})
-}
-
 fn node(label: &str) -> Value {
     json!({"metadata": {"name": NODE, "labels": {"test": label}},
            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.10"}]}})
@@ -303,29 +243,41 @@ fn port_as_bytes() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_oddities_never_break_the_watch() {
     let api = TestApiServer::start("127.0.0.1:0").unwrap();
-    api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", 80))
+    api.apply_value(Kind::Service, json(&service("good-1", "10.0.0.1", 80)))
         .unwrap();
     api.apply_value(
         Kind::Service,
-        with_wire(svc("odd", "10.0.0.2", 81), &odd_but_readable()),
+        with_wire(json(&service("odd", "10.0.0.2", 81)), &odd_but_readable()),
     )
     .unwrap();
     api.apply_value(
         Kind::Service,
-        with_wire(svc("unreadable", "10.0.0.3", 82), &port_as_bytes()),
+        with_wire(
+            json(&service("unreadable", "10.0.0.3", 82)),
+            &port_as_bytes(),
+        ),
     )
     .unwrap();
     // A field whose length runs past the end of the object: its metadata still names it.
     api.apply_value(
         Kind::Service,
-        with_wire(svc("truncated", "10.0.0.4", 83), &[(3 << 3) | 2, 0x7f]),
+        with_wire(
+            json(&service("truncated", "10.0.0.4", 83)),
+            &[(3 << 3) | 2, 0x7f],
+        ),
     )
     .unwrap();
-    api.apply_value(Kind::EndpointSlice, slice("good-1-a", "good-1", "10.1.0.1"))
-        .unwrap();
     api.apply_value(
         Kind::EndpointSlice,
-        with_wire(slice("broken-a", "good-1", "10.1.0.3"), &msg(2, &var(1, 7))),
+        json(&fixtures::slice("good-1-a", "good-1", "10.1.0.1")),
+    )
+    .unwrap();
+    api.apply_value(
+        Kind::EndpointSlice,
+        with_wire(
+            json(&fixtures::slice("broken-a", "good-1", "10.1.0.3")),
+            &msg(2, &var(1, 7)),
+        ),
     )
     .unwrap();
     // A label value with invalid UTF-8 reads as Go's JSON encoder writes it: U+FFFD.
@@ -338,8 +290,8 @@ async fn protobuf_oddities_never_break_the_watch() {
     )
     .unwrap();
 
-    let mut w = Watchers::start(&api, NODE, MediaTypes::default()).await;
-    w.listed().await;
+    let mut w = watchers(&api, MediaTypes::default()).await;
+    w.listed(Duration::from_secs(20)).await;
     eventually(TRIES, "the Node", || w.node().is_some()).await;
     let names = |w: &mut Watchers| {
         let (s, e) = w.apply();
@@ -385,12 +337,12 @@ async fn protobuf_oddities_never_break_the_watch() {
     // readable one stays), a new odd-but-readable Service.
     api.apply_value(
         Kind::Service,
-        with_wire(svc("good-1", "10.0.0.1", 80), &port_as_bytes()),
+        with_wire(json(&service("good-1", "10.0.0.1", 80)), &port_as_bytes()),
     )
     .unwrap();
     api.apply_value(
         Kind::Service,
-        with_wire(svc("odd-2", "10.0.0.5", 84), &odd_but_readable()),
+        with_wire(json(&service("odd-2", "10.0.0.5", 84)), &odd_but_readable()),
     )
     .unwrap();
     let bad_address = msg(3, &msg(5, &var(2, 5)));
@@ -401,7 +353,7 @@ async fn protobuf_oddities_never_break_the_watch() {
         svcs == ["odd", "odd-2"]
     })
     .await;
-    api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", 80))
+    api.apply_value(Kind::Service, json(&service("good-1", "10.0.0.1", 80)))
         .unwrap();
     eventually(TRIES, "good-1 back", || {
         names(&mut w).0 == ["good-1", "odd", "odd-2"]
@@ -462,8 +414,8 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
     };
     let api = TestApiServer::start_with("127.0.0.1:0", opts).unwrap();
     load_small(&api);
-    let mut w = Watchers::start(&api, NODE, MediaTypes::default()).await;
-    w.listed().await;
+    let mut w = watchers(&api, MediaTypes::default()).await;
+    w.listed(Duration::from_secs(20)).await;
     assert_eq!(w.apply().0.len(), 20);
     assert!(api.responses(Kind::Service, Wire::Json) >= 1);
     assert_eq!(api.responses(Kind::Service, Wire::Protobuf), 0);
@@ -494,8 +446,8 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
         api.responses(Kind::Service, Wire::Json),
         api.responses(Kind::Service, Wire::Protobuf),
     );
-    let mut j = Watchers::start(&api, NODE, MediaTypes::json()).await;
-    j.listed().await;
+    let mut j = watchers(&api, MediaTypes::json()).await;
+    j.listed(Duration::from_secs(20)).await;
     assert_eq!(j.apply().0.len(), 21);
     let after = (
         api.responses(Kind::Service, Wire::Json),
@@ -507,7 +459,7 @@ async fn json_when_configured_or_when_protobuf_is_not_offered() {
     // Protobuf only (acceptContentTypes) from a JSON-only server: 406, nothing listed, no crash.
     api.set_protobuf(false);
     let only = MediaTypes::from_config("", "application/vnd.kubernetes.protobuf").unwrap();
-    let mut p = Watchers::start(&api, NODE, only).await;
+    let mut p = watchers(&api, only).await;
     eventually(TRIES, "406 answers", || api.counters().not_acceptable >= 2).await;
     assert!(!p.synced.proxy_ready());
     assert!(p.apply().0.is_empty());
@@ -521,8 +473,8 @@ async fn protobuf_watches_resume_and_relist() {
     };
     let api = TestApiServer::start_with("127.0.0.1:0", opts).unwrap();
     load_small(&api);
-    let mut w = Watchers::start(&api, NODE, MediaTypes::default()).await;
-    w.listed().await;
+    let mut w = watchers(&api, MediaTypes::default()).await;
+    w.listed(Duration::from_secs(20)).await;
     assert_eq!(w.apply().0.len(), 20);
     // Bookmarks move the resourceVersion on; a dropped watch resumes from it without a relist.
     tokio::time::sleep(Duration::from_millis(500)).await;

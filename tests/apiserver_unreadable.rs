@@ -6,22 +6,24 @@
 //! around the bad ones arrive, and each unreadable object is counted, reported to the metric and
 //! published as a Warning Event.
 mod common;
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
+#[path = "common/wait.rs"]
+pub mod wait;
+#[path = "common/watchers.rs"]
+pub mod watchers;
 
 use common::apiserver::{Kind, TestApiServer};
-use common::wait::eventually;
+use fixtures::json;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams};
-use kube_proxy_rs::cluster::listwatch::{ApiClient, MediaTypes};
-use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
-use kube_proxy_rs::cluster::watch::{Notifier, Stores, Synced, Trackers, start};
-use kube_proxy_rs::daemon::events::{Events, on_invalid_object};
-use kube_proxy_rs::metrics::Metrics;
+use kube_proxy_rs::cluster::listwatch::MediaTypes;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
+use wait::eventually;
+use watchers::Watchers;
 
 /// Polls of [`eventually`] before a wait fails (500 × 20 ms).
 const TRIES: u32 = 500;
@@ -34,10 +36,11 @@ fn null_time_condition() -> Value {
            "lastTransitionTime": null, "observedGeneration": null})
 }
 
+/// A ClusterIP Service whose port number is `port`, whatever JSON that is.
 fn svc(name: &str, ip: &str, port: Value) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns"},
-           "spec": {"type": "ClusterIP", "clusterIP": ip,
-                    "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}})
+    let mut v = json(&fixtures::service(name, ip, 0));
+    v["spec"]["ports"][0]["port"] = port;
+    v
 }
 
 /// A Service full of what the API server accepts but the typed structs reject or do not know.
@@ -56,11 +59,7 @@ fn odd_svc(name: &str, ip: &str, port: i64) -> Value {
 }
 
 fn slice(name: &str, service: &str, ip: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns",
-                        "labels": {"kubernetes.io/service-name": service}},
-           "addressType": "IPv4",
-           "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-           "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]})
+    json(&fixtures::slice(name, service, ip))
 }
 
 fn odd_slice(name: &str, service: &str, ip: &str) -> Value {
@@ -83,31 +82,20 @@ fn node(ip: &str, label: &str) -> Value {
                       "images": "not a list", "nodeInfo": null}})
 }
 
-/// The daemon's view so far: applied Service names and endpoint IPs per service.
-struct View {
-    trackers: Arc<Trackers>,
-    services: ServiceMap,
-    endpoints: EndpointsMap,
+/// The applied Service names and ports.
+fn service_ports(w: &Watchers) -> BTreeSet<(String, u16)> {
+    w.services
+        .values()
+        .map(|p| (p.name.name.to_string(), p.port))
+        .collect()
 }
 
-impl View {
-    fn apply(&mut self) {
-        self.trackers.apply(&mut self.services, &mut self.endpoints);
-    }
-
-    fn service_ports(&self) -> BTreeSet<(String, u16)> {
-        self.services
-            .values()
-            .map(|p| (p.name.name.to_string(), p.port))
-            .collect()
-    }
-
-    fn endpoint_ips(&self) -> BTreeSet<(String, IpAddr)> {
-        self.endpoints
-            .iter()
-            .flat_map(|(k, eps)| eps.iter().map(move |e| (k.name.to_string(), e.ip)))
-            .collect()
-    }
+/// The applied endpoint IPs per Service.
+fn endpoint_ips(w: &Watchers) -> BTreeSet<(String, IpAddr)> {
+    w.endpoints
+        .iter()
+        .flat_map(|(k, eps)| eps.iter().map(move |e| (k.name.to_string(), e.ip)))
+        .collect()
 }
 
 fn set(items: &[(&str, u16)]) -> BTreeSet<(String, u16)> {
@@ -162,36 +150,14 @@ fn event_count(api: &TestApiServer, reason: &str) -> i32 {
         .sum()
 }
 
-fn node_ip(stores: &Stores) -> Option<(IpAddr, String)> {
-    stores.node.borrow().as_ref().map(|n| {
+/// The Node's first InternalIP and its label `test`.
+fn node_ip(w: &Watchers) -> Option<(IpAddr, String)> {
+    w.node().map(|n| {
         (
             n.internal_ips[0],
             n.labels.get("test").cloned().unwrap_or_default(),
         )
     })
-}
-
-async fn start_daemon_watchers(
-    api: &TestApiServer,
-    media: MediaTypes,
-) -> (View, Stores, Synced, Arc<Metrics>) {
-    let client = api.client().await.expect("client");
-    let metrics = Arc::new(Metrics::new().unwrap());
-    let events = Events::start(client.clone(), NODE);
-    let trackers = Trackers::new(NODE);
-    let notifier = Notifier::new(|| {}).on_invalid(on_invalid_object(metrics.clone(), events));
-    let (stores, synced) = start(
-        ApiClient::new(client, media),
-        NODE,
-        trackers.clone(),
-        notifier,
-    );
-    let view = View {
-        trackers,
-        services: ServiceMap::default(),
-        endpoints: EndpointsMap::default(),
-    };
-    (view, stores, synced, metrics)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,26 +203,24 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
     assert_eq!(api.list_requests(Kind::Service), 1);
 
     // JSON configured: these oddities exist only in JSON (protobuf has no nulls or untyped values).
-    let (mut view, stores, mut synced, metrics) =
-        start_daemon_watchers(&api, MediaTypes::json()).await;
-    tokio::time::timeout(Duration::from_secs(10), synced.wait_proxy_ready())
-        .await
-        .expect("Services and EndpointSlices listed once");
-    eventually(TRIES, "the Node", || node_ip(&stores).is_some()).await;
-    view.apply();
+    let client = api.client().await.expect("client");
+    let mut w = Watchers::reporting(client, NODE, MediaTypes::json());
+    w.listed(Duration::from_secs(10)).await;
+    eventually(TRIES, "the Node", || node_ip(&w).is_some()).await;
+    w.apply();
     assert_eq!(
-        view.service_ports(),
+        service_ports(&w),
         set(&[("good-1", 80), ("null-time", 81), ("conformance", 84)])
     );
     assert_eq!(
-        view.endpoint_ips(),
+        endpoint_ips(&w),
         ips(&[("good-1", "10.1.0.1"), ("null-time", "10.1.0.2")])
     );
     assert_eq!(
-        node_ip(&stores),
+        node_ip(&w),
         Some(("192.168.0.10".parse().unwrap(), "one".into()))
     );
-    assert_eq!(stores.invalid_objects.load(Ordering::SeqCst), 2);
+    assert_eq!(w.invalid(), 2);
     eventually(TRIES, "two Invalid* events", || {
         invalid_events(&api).len() == 2
     })
@@ -290,18 +254,16 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
     api.apply_value(Kind::Node, node("192.168.0.10", "two"))
         .unwrap();
     eventually(TRIES, "the watch events", || {
-        view.apply();
-        view.service_ports()
+        w.apply();
+        service_ports(&w)
             == set(&[
                 ("null-time", 91),
                 ("null-time-2", 82),
                 ("good-2", 83),
                 ("conformance", 84),
             ])
-            && view
-                .endpoint_ips()
-                .contains(&("good-2".into(), "10.1.0.6".parse().unwrap()))
-            && node_ip(&stores).is_some_and(|(_, l)| l == "two")
+            && endpoint_ips(&w).contains(&("good-2".into(), "10.1.0.6".parse().unwrap()))
+            && node_ip(&w).is_some_and(|(_, l)| l == "two")
     })
     .await;
     let mut unreadable_node = node("192.168.0.10", "three");
@@ -310,17 +272,17 @@ async fn unreadable_and_odd_objects_never_break_the_watch() {
     api.apply_value(Kind::Service, svc("good-1", "10.0.0.1", json!(80)))
         .unwrap();
     eventually(TRIES, "good-1 back", || {
-        view.apply();
-        view.service_ports().contains(&("good-1".into(), 80))
+        w.apply();
+        service_ports(&w).contains(&("good-1".into(), 80))
     })
     .await;
     // The unreadable Node keeps the last readable one.
     assert_eq!(
-        node_ip(&stores),
+        node_ip(&w),
         Some(("192.168.0.10".parse().unwrap(), "two".into()))
     );
-    assert_eq!(stores.invalid_objects.load(Ordering::SeqCst), 5);
-    let text = metrics.encode().unwrap();
+    assert_eq!(w.invalid(), 5);
+    let text = w.metrics.encode().unwrap();
     for (kind, n) in [("Service", 2), ("EndpointSlice", 2), ("Node", 1)] {
         let line = format!("kubeproxy_rs_invalid_objects_total{{kind=\"{kind}\"}} {n}");
         assert!(text.contains(&line), "missing {line}");

@@ -2,13 +2,18 @@
 //! events, selectors as kube-proxy uses them, bookmarks, reconnect after dropped watches, relist after 410,
 //! pagination, Events recording, YAML loading, and use from a plain thread.
 mod common;
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
+#[path = "common/wait.rs"]
+pub mod wait;
 
 use common::apiserver::selector::{FieldSelector, LabelSelector};
 use common::apiserver::{Kind, Options, TestApiServer};
-use common::wait::eventually;
+use fixtures::{labels, meta, service};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -16,6 +21,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wait::eventually;
 
 /// Polls of [`eventually`] before a wait fails (750 × 20 ms).
 const TRIES: u32 = 750;
@@ -25,17 +31,16 @@ const SVC_LABELS: &str =
     "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 const SVC_FIELDS: &str = "spec.clusterIP!=None";
 
-fn svc(ns: &str, name: &str, cluster_ip: &str, port: i32, labels: &[(&str, &str)]) -> Service {
-    let labels: BTreeMap<String, String> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"type": "ClusterIP", "clusterIP": cluster_ip,
-                 "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}
-    }))
-    .unwrap()
+/// The fixture Service in namespace `ns` with `label_pairs`.
+fn svc(ns: &str, name: &str, cluster_ip: &str, port: i32, label_pairs: &[(&str, &str)]) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            namespace: Some(ns.into()),
+            labels: labels(label_pairs),
+            ..meta(name)
+        },
+        ..service(name, cluster_ip, port)
+    }
 }
 
 fn node(name: &str) -> Node {

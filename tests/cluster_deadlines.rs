@@ -8,8 +8,11 @@
 //!   its resourceVersion: a change made during the stall reaches the trackers, with no relist;
 //! - the request metrics carry component-base's names, labels and buckets.
 mod common;
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
 
 use common::apiserver::{Kind, Options, TestApiServer};
+use fixtures::{json, service};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams};
 use kube_proxy_rs::cluster::deadline::Deadlines;
@@ -19,7 +22,6 @@ use kube_proxy_rs::cluster::rest_metrics::RestClientMetrics;
 use kube_proxy_rs::cluster::transport::{self, Transport};
 use kube_proxy_rs::cluster::watch::{Notifier, Trackers, start};
 use prometheus::{Encoder, Registry, TextEncoder};
-use serde_json::json;
 use std::time::{Duration, Instant};
 
 const SHORT: Deadlines = Deadlines {
@@ -53,16 +55,10 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn svc(name: &str, ip: &str) -> serde_json::Value {
-    json!({"metadata": {"name": name, "namespace": "ns"},
-           "spec": {"type": "ClusterIP", "clusterIP": ip,
-                    "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}})
-}
-
 #[tokio::test]
 async fn black_hole_requests_fail_at_their_deadline_and_are_counted() {
     let api = TestApiServer::start("127.0.0.1:0").unwrap();
-    api.apply_value(Kind::Service, svc("a", "10.96.0.1"))
+    api.apply_value(Kind::Service, json(&service("a", "10.96.0.1", 80)))
         .unwrap();
     let registry = Registry::new();
     let services: Api<Service> = Api::all(client(&api, &registry));
@@ -130,7 +126,7 @@ async fn stalled_watch_is_noticed_and_rewatched() {
         ..Options::default()
     };
     let api = TestApiServer::start_with("127.0.0.1:0", opts).unwrap();
-    api.apply_value(Kind::Service, svc("a", "10.96.0.1"))
+    api.apply_value(Kind::Service, json(&service("a", "10.96.0.1", 80)))
         .unwrap();
     let registry = Registry::new();
     let trackers = Trackers::new("node-a");
@@ -159,7 +155,7 @@ async fn stalled_watch_is_noticed_and_rewatched() {
 
     api.stall_watches();
     let stalled = Instant::now();
-    api.apply_value(Kind::Service, svc("b", "10.96.0.2"))
+    api.apply_value(Kind::Service, json(&service("b", "10.96.0.2", 80)))
         .unwrap();
     let mut arrived = None;
     while stalled.elapsed() < Duration::from_secs(20) {

@@ -10,9 +10,12 @@
 //!   daemon), well before the watch idle limit, and the watches resume on a new connection from their
 //!   resourceVersion.
 mod common;
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
 
 use common::apiserver::tls::Alpn;
 use common::apiserver::{Kind, Options, TestApiServer};
+use fixtures::{json, service};
 use kube_proxy_rs::cluster::deadline::Deadlines;
 use kube_proxy_rs::cluster::http2::Http2;
 use kube_proxy_rs::cluster::model::{EndpointsMap, ServiceMap};
@@ -22,7 +25,6 @@ use kube_proxy_rs::cluster::transport::{Connections, Transport};
 use kube_proxy_rs::cluster::watch::{Notifier, Stores, Trackers, start};
 use kube_proxy_rs::daemon::events::Events;
 use prometheus::Registry;
-use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,12 +34,6 @@ const DEADLINES: Deadlines = Deadlines {
     watch_idle: Duration::from_secs(60),
 };
 
-fn svc(name: &str, ip: &str) -> serde_json::Value {
-    json!({"metadata": {"name": name, "namespace": "ns"},
-           "spec": {"type": "ClusterIP", "clusterIP": ip,
-                    "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}})
-}
-
 fn server(alpn: Alpn) -> TestApiServer {
     let opts = Options {
         tls: Some(alpn),
@@ -45,7 +41,7 @@ fn server(alpn: Alpn) -> TestApiServer {
         ..Options::default()
     };
     let api = TestApiServer::start_with("127.0.0.1:0", opts).expect("test API server");
-    api.apply_value(Kind::Service, svc("a", "10.96.0.1"))
+    api.apply_value(Kind::Service, json(&service("a", "10.96.0.1", 80)))
         .unwrap();
     api
 }
@@ -118,7 +114,7 @@ async fn connections_for_everything(alpn: Alpn) -> u64 {
             .await,
         "the Event was not written"
     );
-    api.apply_value(Kind::Service, svc("b", "10.96.0.2"))
+    api.apply_value(Kind::Service, json(&service("b", "10.96.0.2", 80)))
         .unwrap();
     assert!(
         services_within(&trackers, 2, Duration::from_secs(10))
@@ -156,7 +152,7 @@ async fn a_peer_that_stops_answering_pings_is_dropped_and_watches_resume() {
     let lists = api.list_requests(Kind::Service);
 
     api.freeze_connections();
-    api.apply_value(Kind::Service, svc("b", "10.96.0.2"))
+    api.apply_value(Kind::Service, json(&service("b", "10.96.0.2", 80)))
         .unwrap();
     let arrived = services_within(&trackers, 2, Duration::from_secs(20))
         .await

@@ -1,4 +1,9 @@
 //! Watch parameters, Node extraction and the event cache that feeds the trackers.
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
+
+use fixtures::{meta, service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::runtime::watcher::Event;
@@ -72,12 +77,18 @@ fn node_fields() {
     assert!(info.eligible() && info.zone.is_none() && info.internal_ips.is_empty());
 }
 
+/// The fixture Service with managed fields, which the cache strips.
 fn svc(name: &str, ip: &str) -> Service {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns", "managedFields": [{"manager": "x"}]},
-        "spec": {"clusterIP": ip, "ports": [{"port": 80}]},
-    }))
-    .unwrap()
+    Service {
+        metadata: ObjectMeta {
+            managed_fields: Some(vec![ManagedFieldsEntry {
+                manager: Some("x".into()),
+                ..Default::default()
+            }]),
+            ..meta(name)
+        },
+        ..service(name, ip, 80)
+    }
 }
 
 /// Feeds events through the cache into a tracker, returning the number of recorded changes.

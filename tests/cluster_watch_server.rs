@@ -1,6 +1,12 @@
 //! The watchers against a tiny in-test API server: selectors sent, list + watch events reach the
 //! trackers, "listed once" flags, a failing list is retried, invalid objects are counted, Node store.
 
+#[path = "common/fixtures.rs"]
+pub mod fixtures;
+#[path = "common/wait.rs"]
+pub mod wait;
+
+use fixtures::json;
 use futures::StreamExt;
 use http_body_util::{BodyExt, StreamBody, combinators::BoxBody};
 use hyper::body::{Bytes, Frame, Incoming};
@@ -41,19 +47,18 @@ fn watch_body(events: Vec<Value>) -> Body {
     BodyExt::boxed(StreamBody::new(frames))
 }
 
-fn svc(name: &str, ip: &str, port: i64) -> Value {
-    json!({"apiVersion": "v1", "kind": "Service",
-           "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
-           "spec": {"clusterIP": ip, "ports": [{"name": "p", "port": port, "protocol": "TCP"}]}})
+/// The fixture Service, with the resource version lists and watches need.
+fn svc(name: &str, ip: &str, port: i32) -> Value {
+    let mut s = fixtures::service(name, ip, port);
+    s.metadata.resource_version = Some("1".into());
+    json(&s)
 }
 
-fn slice(name: &str, svc: &str, ip: &str) -> Value {
-    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-           "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1",
-                        "labels": {"kubernetes.io/service-name": svc}},
-           "addressType": "IPv4",
-           "ports": [{"name": "p", "port": 8080, "protocol": "TCP"}],
-           "endpoints": [{"addresses": [ip]}]})
+/// The fixture EndpointSlice, with the resource version lists and watches need.
+fn slice(name: &str, service: &str, ip: &str) -> Value {
+    let mut s = fixtures::slice(name, service, ip);
+    s.metadata.resource_version = Some("1".into());
+    json(&s)
 }
 
 fn list(kind: &str, api_version: &str, items: Vec<Value>) -> Value {
@@ -137,16 +142,6 @@ async fn serve(state: Arc<ServerState>) -> String {
     format!("http://{addr}")
 }
 
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[tokio::test]
 async fn watchers_feed_trackers() {
     let state = Arc::new(ServerState::default());
@@ -173,7 +168,7 @@ async fn watchers_feed_trackers() {
     assert!(state.slice_lists.load(Ordering::SeqCst) >= 2);
     // the watch event for b arrives after the list
     let mut smap = ServiceMap::new();
-    eventually("service b from the watch", || {
+    wait::eventually(300, "service b from the watch", || {
         trackers.services.lock().unwrap().apply(&mut smap);
         smap.len() == 2
     })

@@ -1,6 +1,8 @@
 //! Process-level tests of the built `kube-proxy` binary.
+#[path = "common/files.rs"]
+pub mod files;
 
-use std::path::PathBuf;
+use files::tmp_file;
 use std::process::{Command, Output};
 
 fn kube_proxy(args: &[&str]) -> Output {
@@ -21,14 +23,6 @@ fn kube_proxy(args: &[&str]) -> Output {
         .env_remove("KUBE_PROXY_LOG")
         .output()
         .expect("run kube-proxy")
-}
-
-fn tmp_file(name: &str, content: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("config_cli");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}-{name}", std::process::id()));
-    std::fs::write(&path, content).unwrap();
-    path
 }
 
 fn text(bytes: &[u8]) -> String {

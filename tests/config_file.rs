@@ -1,6 +1,9 @@
 //! Configuration file decoding: kubeadm's output, strict/lenient decoding, type errors,
 //! duplicate keys, apiVersion/kind, defaults and the --write-config-to round trip.
+#[path = "common/files.rs"]
+pub mod files;
 
+use files::tmp_file;
 use kube_proxy_rs::config::defaults::apply_defaults;
 use kube_proxy_rs::config::file::{decode, encode};
 use kube_proxy_rs::config::{Invocation, ProxyConfig, parse_args};
@@ -76,14 +79,6 @@ winkernel:
   rootHnsEndpointName: ""
   sourceVip: ""
 "#;
-
-fn tmp_file(name: &str, content: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("config_file");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}-{name}", std::process::id()));
-    std::fs::write(&path, content).unwrap();
-    path
-}
 
 fn run_options(args: &[&str]) -> kube_proxy_rs::config::Options {
     let mut argv = vec!["kube-proxy"];
@@ -291,7 +286,7 @@ fn a_second_document_is_refused_saying_so() {
             "{err}"
         );
     }
-    let path = tmp_file("two-docs.yaml", &format!("{one}---\n{one}"));
+    let path = tmp_file("two-docs.yaml", format!("{one}---\n{one}"));
     let arg = format!("--config={}", path.display());
     let e = parse_args(["kube-proxy", arg.as_str()]).unwrap_err();
     assert!(

@@ -1,9 +1,11 @@
 //! Flag parsing: Go booleans, `_`/`-`, deprecated and legacy flags, unknown flags, proxy-mode,
 //! feature gates, logging flags and precedence between flags and the config file.
+#[path = "common/files.rs"]
+pub mod files;
 
+use files::tmp_file;
 use kube_proxy_rs::config::{ConfigError, Invocation, Options, parse_args};
 use kube_proxy_rs::gotime::GoDuration;
-use std::path::PathBuf;
 
 fn parse(args: &[&str]) -> Result<Invocation, ConfigError> {
     let mut argv = vec!["kube-proxy"];
@@ -23,14 +25,6 @@ fn err(args: &[&str]) -> String {
         Err(e) => e.to_string(),
         Ok(other) => panic!("{args:?}: expected an error, got {other:?}"),
     }
-}
-
-fn tmp_file(name: &str, content: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("config_flags");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}-{name}", std::process::id()));
-    std::fs::write(&path, content).unwrap();
-    path
 }
 
 #[test]

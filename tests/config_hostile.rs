@@ -5,12 +5,14 @@
 //! - `detectLocal.bridgeInterface` / `interfaceNamePrefix` must be Linux interface names (a newline
 //!   would otherwise reach the iptables-restore payload);
 //! - `--healthz-port` / `--metrics-port` outside 0-65535 are refused (they were dropped silently).
+#[path = "common/files.rs"]
+pub mod files;
 
+use files::tmp_file;
 use kube_proxy_rs::config::file::{self, FileError, MAX_FILE_BYTES};
 use kube_proxy_rs::config::{ConfigError, Invocation, Options, parse_args};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::PathBuf;
 use std::process::Command;
 
 /// The system allocator, counting the bytes the current thread holds and its peak.
@@ -61,14 +63,6 @@ fn peak_bytes<T>(f: impl FnOnce() -> T) -> (T, isize) {
     PEAK.with(|p| p.set(start));
     let out = f();
     (out, PEAK.with(Cell::get) - start)
-}
-
-fn tmp_file(name: &str, content: &[u8]) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("config_hostile");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}-{name}", std::process::id()));
-    std::fs::write(&path, content).unwrap();
-    path
 }
 
 const HEADER: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
@@ -131,7 +125,7 @@ fn a_file_over_the_size_limit_is_refused_before_parsing() {
     std::fs::remove_file(path).unwrap();
     // At the limit it is read (and decoded).
     big.truncate(usize::try_from(MAX_FILE_BYTES).unwrap() - line.len());
-    let path = tmp_file("at-limit.yaml", &big);
+    let path = tmp_file("at-limit.yaml", big);
     file::load(&path).expect("a file just under the limit");
     std::fs::remove_file(path).unwrap();
 }

@@ -264,26 +264,7 @@ const UPSTREAM_SERIES: &[&str] = &[
 #[tokio::test]
 async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
     let metrics = Arc::new(Metrics::new().unwrap());
-    let t = start_time();
-    metrics.init_family(IpFamily::V4);
-    metrics.observe_sync(IpFamily::V4, Duration::from_millis(3), true);
-    metrics.observe_sync(IpFamily::V4, Duration::from_millis(20), true);
-    metrics.observe_sync(IpFamily::V6, Duration::from_millis(1), false);
-    metrics.observe_network_programming(IpFamily::V4, Duration::from_millis(1_500));
-    metrics.set_last_sync(IpFamily::V4, t);
-    metrics.set_last_queued(IpFamily::V4, t - Duration::from_secs(2));
-    metrics.endpoint_changes(5, 2);
-    metrics.endpoint_changes(1, 0);
-    metrics.service_changes(3, 1);
-    metrics.set_no_local_endpoints(IpFamily::V4, TrafficPolicy::External, 4);
-    metrics.inc_iptables_restore_failure(IpFamily::V4, true);
-    metrics.inc_iptables_restore_failure(IpFamily::V4, false);
-    metrics.inc_healthz(200);
-    metrics.inc_livez(503);
-    metrics.observe_conntrack_reconcile(IpFamily::V6, Duration::from_millis(7), 12);
-    metrics.inc_kernel_write_failures("ipvs", 2);
-    metrics.inc_invalid_object("EndpointSlice");
-
+    record_one_of_each(&metrics);
     let config = serde_json::json!({"mode": "ipvs", "ipvs": {"syncPeriod": "30s"}});
     let state = MetricsServerState {
         metrics: metrics.clone(),
@@ -304,49 +285,86 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
             .unwrap()
             .starts_with("text/plain; version=0.0.4")
     );
-    let text = r.body;
+    let text = &r.body;
+    upstream_series_follow_the_calls(text);
+    types_and_help_lines(text);
+    sync_buckets(text);
+    network_programming_buckets(text);
+    process_metrics(text);
+    proxy_mode_healthz_and_configz(addr, config).await;
+    server.task.abort();
+}
+
+/// Records one of each kind of observation the upstream series count.
+fn record_one_of_each(metrics: &Metrics) {
+    let t = start_time();
+    metrics.init_family(IpFamily::V4);
+    metrics.observe_sync(IpFamily::V4, Duration::from_millis(3), true);
+    metrics.observe_sync(IpFamily::V4, Duration::from_millis(20), true);
+    metrics.observe_sync(IpFamily::V6, Duration::from_millis(1), false);
+    metrics.observe_network_programming(IpFamily::V4, Duration::from_millis(1_500));
+    metrics.set_last_sync(IpFamily::V4, t);
+    metrics.set_last_queued(IpFamily::V4, t - Duration::from_secs(2));
+    metrics.endpoint_changes(5, 2);
+    metrics.endpoint_changes(1, 0);
+    metrics.service_changes(3, 1);
+    metrics.set_no_local_endpoints(IpFamily::V4, TrafficPolicy::External, 4);
+    metrics.inc_iptables_restore_failure(IpFamily::V4, true);
+    metrics.inc_iptables_restore_failure(IpFamily::V4, false);
+    metrics.inc_healthz(200);
+    metrics.inc_livez(503);
+    metrics.observe_conntrack_reconcile(IpFamily::V6, Duration::from_millis(7), 12);
+    metrics.inc_kernel_write_failures("ipvs", 2);
+    metrics.inc_invalid_object("EndpointSlice");
+}
+
+/// Every upstream series is there, with the values the calls give.
+fn upstream_series_follow_the_calls(text: &str) {
     for series in UPSTREAM_SERIES {
-        assert!(sample(&text, series).is_some(), "missing {series}\n{text}");
+        assert!(sample(text, series).is_some(), "missing {series}\n{text}");
     }
     // Values follow the calls.
-    assert_eq!(sample(&text, UPSTREAM_SERIES[0]), Some(2.0));
-    assert_eq!(sample(&text, UPSTREAM_SERIES[1]), Some(2.0));
+    assert_eq!(sample(text, UPSTREAM_SERIES[0]), Some(2.0));
+    assert_eq!(sample(text, UPSTREAM_SERIES[1]), Some(2.0));
     assert_eq!(
         sample(
-            &text,
+            text,
             "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv6\"}"
         ),
         None
     );
     assert_eq!(
         sample(
-            &text,
+            text,
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}"
         ),
         Some(1_795_369_979.25)
     );
     assert_eq!(
-        sample(&text, "kubeproxy_sync_proxy_rules_endpoint_changes_total"),
+        sample(text, "kubeproxy_sync_proxy_rules_endpoint_changes_total"),
         Some(6.0)
     );
     assert_eq!(
-        sample(&text, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"),
+        sample(text, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"),
         Some(0.0)
     );
-    assert_eq!(sample(&text, UPSTREAM_SERIES[10]), Some(4.0));
-    assert_eq!(sample(&text, UPSTREAM_SERIES[11]), Some(2.0));
-    assert_eq!(sample(&text, UPSTREAM_SERIES[12]), Some(1.0));
-    assert_eq!(sample(&text, UPSTREAM_SERIES[16]), Some(12.0));
-    assert_eq!(sample(&text, UPSTREAM_SERIES[17]), Some(2.0));
+    assert_eq!(sample(text, UPSTREAM_SERIES[10]), Some(4.0));
+    assert_eq!(sample(text, UPSTREAM_SERIES[11]), Some(2.0));
+    assert_eq!(sample(text, UPSTREAM_SERIES[12]), Some(1.0));
+    assert_eq!(sample(text, UPSTREAM_SERIES[16]), Some(12.0));
+    assert_eq!(sample(text, UPSTREAM_SERIES[17]), Some(2.0));
     // init_family created the zero series.
     assert_eq!(
         sample(
-            &text,
+            text,
             "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"}"
         ),
         Some(0.0)
     );
-    // Types and help lines.
+}
+
+/// Types and help lines.
+fn types_and_help_lines(text: &str) {
     for (name, kind) in [
         ("kubeproxy_sync_proxy_rules_duration_seconds", "histogram"),
         (
@@ -367,16 +385,20 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
         assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
         assert!(text.contains(&format!("# HELP {name} ")), "{name}");
     }
-    // Sync buckets: 1 ms doubling to 16.384 s.
-    let sync_le: Vec<String> = text
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix(
-                "kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"",
-            )
-        })
+}
+
+/// The `le` bounds of IPv4 histogram `name`'s buckets, in order.
+fn bucket_bounds(text: &str, name: &str) -> Vec<String> {
+    let prefix = format!("{name}_bucket{{ip_family=\"IPv4\",le=\"");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
         .map(|l| l.split('"').next().unwrap().to_string())
-        .collect();
+        .collect()
+}
+
+/// Sync buckets: 1 ms doubling to 16.384 s.
+fn sync_buckets(text: &str) {
+    let sync_le = bucket_bounds(text, "kubeproxy_sync_proxy_rules_duration_seconds");
     assert_eq!(
         sync_le,
         [
@@ -386,7 +408,7 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
     );
     let bucket = |le: &str| {
         sample(
-            &text,
+            text,
             &format!(
                 "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{ip_family=\"IPv4\",le=\"{le}\"}}"
             ),
@@ -395,31 +417,32 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
     assert_eq!(bucket("0.002"), Some(0.0));
     assert_eq!(bucket("0.004"), Some(1.0));
     assert_eq!(bucket("0.032"), Some(2.0));
-    // Network programming buckets: 0, 0.25, 0.5, 1..59, 60..115 by 5, 120..300 by 30, +Inf.
-    let np_le: Vec<String> = text
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix(
-                "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"",
-            )
-        })
-        .map(|l| l.split('"').next().unwrap().to_string())
-        .collect();
+}
+
+/// Network programming buckets: 0, 0.25, 0.5, 1..59, 60..115 by 5, 120..300 by 30, +Inf.
+fn network_programming_buckets(text: &str) {
+    let np_le = bucket_bounds(text, "kubeproxy_network_programming_duration_seconds");
     assert_eq!(np_le.len(), 82);
     assert_eq!(&np_le[..5], ["0", "0.25", "0.5", "1", "2"]);
     assert_eq!(&np_le[60..65], ["58", "59", "60", "65", "70"]);
     assert_eq!(&np_le[np_le.len() - 3..], ["270", "300", "+Inf"]);
-    // Process metrics.
+}
+
+/// Process metrics.
+fn process_metrics(text: &str) {
     for name in [
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         "process_open_fds",
         "process_start_time_seconds",
     ] {
-        assert!(sample(&text, name).is_some(), "missing {name}");
+        assert!(sample(text, name).is_some(), "missing {name}");
     }
-    assert!(sample(&text, "process_resident_memory_bytes").unwrap() > 0.0);
+    assert!(sample(text, "process_resident_memory_bytes").unwrap() > 0.0);
+}
 
+/// /proxyMode, /healthz, /configz, and 404 elsewhere.
+async fn proxy_mode_healthz_and_configz(addr: SocketAddr, config: serde_json::Value) {
     let r = get(addr, "/proxyMode").await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body, "ipvs");
@@ -438,7 +461,6 @@ async fn metrics_server_exposes_upstream_names_proxy_mode_and_configz() {
     );
 
     assert_eq!(get(addr, "/nothing").await.status, 404);
-    server.task.abort();
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -109,10 +109,28 @@ fn foreign_sets(fake: &mut FakeIpSets) {
     );
 }
 
-/// The whole scenario against one backend; `how` names it in the figure, `refused` is a word of its
-/// message for an entry the kernel refuses.
+/// The whole scenario against one backend, step by step; `how` names it in the figure, `refused` is a word
+/// of its message for an entry the kernel refuses. The fake replays every call: it must end in the same
+/// state as the kernel.
 fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
-    // Every set type, both families; create twice (-exist), headers as ipset prints them.
+    let specs = every_type_both_families();
+    let mut fake = FakeIpSets::new();
+    foreign_sets(&mut fake);
+    create_twice_with_ipsets_headers(ipset, &mut fake, &specs);
+    vanish_a_known_set(ipset, &mut fake);
+    let (ops, mut expected) = twenty_thousand_entries();
+    add_in_one_batch(ipset, &mut fake, &ops, how);
+    lines_of_a_vanished_set_are_rejected(ipset, &mut fake, refused);
+    for e in ["10.98.0.1", "10.98.0.2"] {
+        expected.get_mut("KUBE-IPVS-IPS").unwrap().insert(e.into());
+    }
+    read_back_matches(ipset, &mut fake, &specs, &expected);
+    deletes_and_adds_in_one_batch(ipset, &mut fake, &expected);
+    destroy_ours_only(ipset, &specs);
+}
+
+/// Every set type of the reference page, in both families.
+fn every_type_both_families() -> Vec<IpSetSpec> {
     let mut specs = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
         for (base, t) in SETS {
@@ -129,15 +147,21 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
             .iter()
             .any(|s| s.name == "KUBE-6-NODE-PORT-LOCAL-SCTP-HAS")
     );
-    // The fake replays every call; it must end in the same state as the kernel.
-    let mut fake = FakeIpSets::new();
-    foreign_sets(&mut fake);
+    specs
+}
+
+/// Creates every set twice (-exist); the headers are as ipset prints them; a different type fails.
+fn create_twice_with_ipsets_headers(
+    ipset: &mut dyn IpSets,
+    fake: &mut FakeIpSets,
+    specs: &[IpSetSpec],
+) {
     for s in specs.iter().chain(specs.iter()) {
         ipset.create(s).unwrap();
         fake.create(s).unwrap();
     }
     let save_text = sh("ipset save");
-    for s in &specs {
+    for s in specs {
         let line = save_text
             .lines()
             .find(|l| l.starts_with(&format!("create {} ", s.name)))
@@ -154,15 +178,20 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
         ..specs[1].clone()
     };
     assert!(ipset.create(&clash).is_err());
+}
 
-    // A set the backend knows but that vanished behind its back: its line fails inside the restore.
+/// A set the backend knows but that vanished behind its back: its line fails inside the restore.
+fn vanish_a_known_set(ipset: &mut dyn IpSets, fake: &mut FakeIpSets) {
     let vanished = IpSetSpec::new("KUBE-VANISHED", IpSetType::HashIp, IpFamily::V4);
     ipset.create(&vanished).unwrap();
     fake.create(&vanished).unwrap();
     fake.destroy("KUBE-VANISHED").unwrap();
     sh("ipset destroy KUBE-VANISHED");
+}
 
-    // 20,000 entries over mixed sets and types (inputs deliberately not all canonical).
+/// 20,000 entries over mixed sets and types (inputs deliberately not all canonical), with a bad one (IPv6
+/// in an IPv4 set) at 7000; and the members each set should then hold.
+fn twenty_thousand_entries() -> (Vec<IpSetOp>, BTreeMap<String, BTreeSet<String>>) {
     let mut ops = Vec::new();
     let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut push = |ops: &mut Vec<IpSetOp>, set: &str, input: String, canon: String| {
@@ -233,12 +262,17 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
         );
     }
     assert_eq!(ops.len(), 20_000);
-    // A bad entry (IPv6 in an IPv4 set) in the middle of the batch: rejected before writing.
+    // The bad entry in the middle of the batch: rejected before writing.
     ops.insert(7000, add("KUBE-CLUSTER-IP", "fd00::1,tcp:80".into()));
 
+    (ops, expected)
+}
+
+/// The 20,000 entries in one batch, timed: all applied but the bad one, as the fake does.
+fn add_in_one_batch(ipset: &mut dyn IpSets, fake: &mut FakeIpSets, ops: &[IpSetOp], how: &str) {
     let started = Instant::now();
-    let report = ipset.apply(&ops).unwrap();
-    let fake_report = fake.apply(&ops).unwrap();
+    let report = ipset.apply(ops).unwrap();
+    let fake_report = fake.apply(ops).unwrap();
     assert_eq!(fake_report.applied, report.applied);
     assert_eq!(fake_report.rejected.len(), report.rejected.len());
     let elapsed = started.elapsed();
@@ -250,9 +284,15 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     assert_eq!(report.applied, 20_000, "{:?}", report.rejected);
     let rejected: Vec<&IpSetOp> = report.rejected.iter().map(|(op, _)| op).collect();
     assert_eq!(rejected, vec![&ops[7000]], "{:?}", report.rejected);
+}
 
-    // A set the backend knows that vanished: restore fails inside the kernel, its lines are rejected
-    // with ipset's message and the rest of the batch is retried and applied.
+/// A set the backend knows that vanished: restore fails inside the kernel, its lines are rejected with
+/// ipset's message and the rest of the batch is retried and applied.
+fn lines_of_a_vanished_set_are_rejected(
+    ipset: &mut dyn IpSets,
+    fake: &mut FakeIpSets,
+    refused: &str,
+) {
     let batch = vec![
         add("KUBE-IPVS-IPS", "10.98.0.1".into()),
         add("KUBE-VANISHED", "10.1.1.1".into()),
@@ -272,18 +312,23 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
         "{:?}",
         report.rejected
     );
-    for e in ["10.98.0.1", "10.98.0.2"] {
-        expected.get_mut("KUBE-IPVS-IPS").unwrap().insert(e.into());
-    }
+}
 
-    // Read back: the backend's save_all equals an independent parse and the expected members.
+/// Read back: the backend's save_all equals the fake's, an independent parse and the expected members;
+/// the dump's headers name every set's type and family.
+fn read_back_matches(
+    ipset: &mut dyn IpSets,
+    fake: &mut FakeIpSets,
+    specs: &[IpSetSpec],
+    expected: &BTreeMap<String, BTreeSet<String>>,
+) {
     let saved = ipset.save_all().unwrap();
     assert_eq!(fake.save_all().unwrap(), saved, "fake vs kernel");
     // The same dump carries every set's header: ours with their spec's type and family (none for
     // bitmap sets), foreign ones with their own type name.
     let dumped = ipset.dump().unwrap();
     assert_eq!(dumped.members, saved);
-    for s in &specs {
+    for s in specs {
         let h = &dumped.headers[&s.name];
         assert_eq!(h.type_name, s.set_type.as_str(), "{}", s.name);
         assert_eq!(h.set_type, Some(s.set_type), "{}", s.name);
@@ -297,10 +342,10 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     );
     assert_eq!(foreign.family, Some(IpFamily::V6));
     assert_eq!(saved, independent_save());
-    for (set, members) in &expected {
+    for (set, members) in expected {
         assert_eq!(&saved[set], members, "members of {set}");
     }
-    for s in &specs {
+    for s in specs {
         if !expected.contains_key(&s.name) {
             assert!(saved[&s.name].is_empty(), "{} should be empty", s.name);
         }
@@ -309,8 +354,14 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
         saved["FOREIGN-NET"].iter().collect::<Vec<_>>(),
         vec!["198.51.100.0/24"]
     );
+}
 
-    // Deletes (and adds mixed in), again one batch.
+/// Deletes (and adds mixed in), again one batch; absent deletes and present adds are no errors.
+fn deletes_and_adds_in_one_batch(
+    ipset: &mut dyn IpSets,
+    fake: &mut FakeIpSets,
+    expected: &BTreeMap<String, BTreeSet<String>>,
+) {
     let mut dels = Vec::new();
     for i in (0..2000u32).step_by(2) {
         dels.push(IpSetOp::Del {
@@ -360,8 +411,11 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     assert_eq!(after["KUBE-6-LOAD-BALANCER-SOURCE-IP"].len(), 500);
     assert!(after["KUBE-6-LOAD-BALANCER-SOURCE-IP"].contains("fd00::1f4,tcp:80,fd01::1f4"));
     assert_eq!(ipset.save_all().unwrap(), after, "read-back vs ipset save");
+}
 
-    // Destroy ours only; the foreign set is untouched.
+/// Destroys ours only (a second destroy is NotFound); the foreign set is untouched, and entries for it are
+/// refused before anything is written.
+fn destroy_ours_only(ipset: &mut dyn IpSets, specs: &[IpSetSpec]) {
     ipset.destroy("KUBE-6-CLUSTER-IP").unwrap();
     assert!(matches!(
         ipset.destroy("KUBE-6-CLUSTER-IP"),
@@ -381,7 +435,7 @@ fn scenario(ipset: &mut dyn IpSets, how: &str, refused: &str) {
     assert_eq!((r.applied, r.rejected.len()), (0, 1));
     assert!(sh("ipset save FOREIGN-NET").contains("198.51.100.0/24"));
     assert!(!sh("ipset save FOREIGN-NET").contains("203.0.113"));
-    for s in &specs {
+    for s in specs {
         let _ = ipset.destroy(&s.name);
     }
     sh("ipset destroy FOREIGN-NET && ipset destroy FOREIGN-6");

@@ -1,6 +1,7 @@
 //! The IPVS generic netlink client against a real kernel (UML): CRUD, errors, ipvsadm agreement, traffic.
 mod common;
 
+use common::netns::python_http_pod;
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::Protocol;
 use kube_proxy_rs::kernel::KernelError;
@@ -279,25 +280,8 @@ uml_test!(ipvs_crud_errors_and_ipvsadm_agree, {
     assert!(c.services().unwrap().is_empty());
 });
 
-/// Starts a python HTTP server in a fresh netns pod reachable at `pod_ip` through a veth from the root ns.
-fn make_pod(ns: &str, host_if: &str, host_ip: &str, pod_ip: &str, port: u16) {
-    sh(&format!(
-        "ip netns add {ns}
-         ip link add {host_if} type veth peer name eth0 netns {ns}
-         ip addr add {host_ip}/24 dev {host_if}
-         ip link set {host_if} up
-         ip netns exec {ns} ip addr add {pod_ip}/24 dev eth0
-         ip netns exec {ns} ip link set eth0 up
-         ip netns exec {ns} ip link set lo up
-         ip netns exec {ns} ip route add default via {host_ip}
-         cd /tmp && (ip netns exec {ns} /usr/bin/python3 -m http.server {port} --bind {pod_ip} >/tmp/{ns}.log 2>&1 &)
-         for i in $(seq 1 100); do curl -s -o /dev/null http://{pod_ip}:{port}/ && exit 0; sleep 0.1; done
-         echo pod server did not start; cat /tmp/{ns}.log; exit 1"
-    ));
-}
-
 uml_test!(ipvs_real_tcp_connection_and_counters, {
-    make_pod("pod1", "veth1", "10.244.1.1", "10.244.1.2", 8080);
+    let _pod = python_http_pod("pod1", "10.244.1.2", "10.244.1.1");
     sh("ip link add kube-ipvs0 type dummy && ip addr add 10.96.0.20/32 dev kube-ipvs0");
     let mut c = NetlinkIpvs::new().unwrap();
     let k = key("10.96.0.20", 80, Protocol::Tcp);

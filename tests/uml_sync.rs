@@ -3,6 +3,7 @@
 //! addresses; a second sync changes nothing; foreign objects survive; `--cleanup` leaves nothing of ours.
 mod common;
 
+use common::netns::{Pod, python_http_pod};
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};
 use kube_proxy_rs::kernel::conntrack::netlink::NetlinkConntrack;
@@ -677,23 +678,6 @@ uml_test!(full_sync_recreates_our_sets_of_the_wrong_type, {
     assert_eq!(ipset_save_without("foreign-ports"), reference_sets);
 });
 
-/// A python HTTP server in a fresh netns reachable at `pod_ip` through a veth from the root netns.
-fn start_pod(ns: &str, host_if: &str, host_ip: &str, pod_ip: &str) {
-    sh(&format!(
-        "ip netns add {ns}
-         ip link add {host_if} type veth peer name eth0 netns {ns}
-         ip addr add {host_ip}/24 dev {host_if}
-         ip link set {host_if} up
-         ip netns exec {ns} ip addr add {pod_ip}/24 dev eth0
-         ip netns exec {ns} ip link set eth0 up
-         ip netns exec {ns} ip link set lo up
-         ip netns exec {ns} ip route add default via {host_ip}
-         cd /tmp && (ip netns exec {ns} /usr/bin/python3 -m http.server 8080 --bind {pod_ip} >/tmp/{ns}.log 2>&1 &)
-         for i in $(seq 1 100); do curl -s -o /dev/null http://{pod_ip}:8080/ && exit 0; sleep 0.1; done
-         echo pod did not start; cat /tmp/{ns}.log; exit 1"
-    ));
-}
-
 /// A minimal plan: TCP 10.96.0.20:80 and UDP 10.96.0.53:53 with the given real servers.
 fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredState {
     let (tk, mut tvs) = vs("10.96.0.20", 80, tcp_eps);
@@ -734,8 +718,10 @@ fn weight_and_conns(listing: &str, rs: &str) -> Option<(u32, u32)> {
 }
 
 uml_test!(graceful_termination_with_real_connections, {
-    start_pod("pod1", "veth1", "10.244.1.1", "10.244.1.2");
-    start_pod("pod2", "veth2", "10.244.2.1", "10.244.2.2");
+    let _pods = [
+        python_http_pod("pod1", "10.244.1.2", "10.244.1.1"),
+        python_http_pod("pod2", "10.244.2.2", "10.244.2.1"),
+    ];
     let log = Arc::new(Mutex::new(Log::default()));
     let mut p = direct_proxier(&log);
     // pod3 never answers and gets no connection: it joins after the connections are made.
@@ -813,27 +799,12 @@ uml_test!(graceful_termination_with_real_connections, {
     drop(held);
 });
 
-fn udp_echo_pod(ns: &str, host_if: &str, host_ip: &str, pod_ip: &str) {
-    let dir = common::uml::guest_run_dir().unwrap();
-    let script = dir.join(format!("{ns}-echo.py"));
-    std::fs::write(
-        &script,
-        format!(
-            "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('{pod_ip}', 5353))\nwhile True:\n    d, a = s.recvfrom(2048)\n    s.sendto(d, a)\n"
-        ),
-    )
-    .unwrap();
-    sh(&format!(
-        "ip netns add {ns}
-         ip link add {host_if} type veth peer name eth0 netns {ns}
-         ip addr add {host_ip}/24 dev {host_if} && ip link set {host_if} up
-         ip netns exec {ns} ip addr add {pod_ip}/24 dev eth0
-         ip netns exec {ns} ip link set eth0 up
-         ip netns exec {ns} ip link set lo up
-         ip netns exec {ns} ip route add default via {host_ip}
-         (ip netns exec {ns} /usr/bin/python3 {} >/tmp/{ns}.log 2>&1 &)",
-        script.display()
-    ));
+/// Pod `name` at `ip` (gateway `gateway`) echoing UDP datagrams on 5353.
+fn udp_echo_pod(name: &str, ip: &str, gateway: &str) -> Pod {
+    let pod = Pod::create(name, ip, gateway).unwrap_or_else(|e| panic!("pod {name}: {e:#}"));
+    pod.serve_udp_echo(5353)
+        .unwrap_or_else(|e| panic!("UDP echo in {name}: {e:#}"));
+    pod
 }
 
 /// Sends one datagram through 10.96.0.53:53 from a new socket until it is answered; returns the socket.
@@ -848,15 +819,17 @@ fn udp_exchange() -> std::net::UdpSocket {
             return s;
         }
     }
-    panic!("no UDP answer: {}", sh("ipvsadm -Ln; cat /tmp/*.log"));
+    panic!("no UDP answer: {}", sh("ipvsadm -Ln"));
 }
 
 uml_test!(stale_udp_conntrack_flows_are_deleted, {
     // IPVS keeps conntrack entries (as prepare_node sets); a conntrack match makes the kernel track.
     sh("sysctl -qw net.ipv4.vs.conntrack=1
         iptables -A OUTPUT -m conntrack --ctstate NEW,ESTABLISHED -j ACCEPT");
-    udp_echo_pod("upod1", "uveth1", "10.244.1.1", "10.244.1.2");
-    udp_echo_pod("upod2", "uveth2", "10.244.2.1", "10.244.2.2");
+    let _pods = [
+        udp_echo_pod("upod1", "10.244.1.2", "10.244.1.1"),
+        udp_echo_pod("upod2", "10.244.2.2", "10.244.2.1"),
+    ];
     let log = Arc::new(Mutex::new(Log::default()));
     let mut p = direct_proxier(&log);
     let both = [("10.244.1.2", 5353), ("10.244.2.2", 5353)];

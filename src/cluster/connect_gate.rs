@@ -12,7 +12,7 @@
 //! they need. Only connections that may speak HTTP/2 have a gate (HTTPS with HTTP/2 enabled,
 //! [`super::transport::Connections`]).
 
-use hyper::body::{Body, Frame, SizeHint};
+use super::observed_body::{BodyEnd, ObservedBody, OnBodyEnd};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -115,43 +115,24 @@ where
                 .store(result.is_ok() || !state.gated, Ordering::SeqCst);
             drop(guard);
             let response = result?;
-            Ok(response.map(|inner| GateBody { inner, state }))
+            Ok(response.map(|inner| ObservedBody::new(inner, GateWatch { state })))
         })
     }
 }
 
 /// A response body that closes the gate when it fails.
-pub struct GateBody<B> {
-    inner: B,
+pub type GateBody<B> = ObservedBody<B, GateWatch>;
+
+/// Closes the gate it belongs to when the body it watches fails.
+pub struct GateWatch {
     state: Arc<State>,
 }
 
-impl<B> Body for GateBody<B>
-where
-    B: Body + Unpin,
-{
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Err(_))) = &polled
-            && self.state.gated
-        {
+impl OnBodyEnd for GateWatch {
+    fn ended(&mut self, how: BodyEnd) {
+        if how == BodyEnd::Failed && self.state.gated {
             self.state.open.store(false, Ordering::SeqCst);
         }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

@@ -10,6 +10,7 @@ pub mod gzip;
 pub mod http2;
 pub mod listwatch;
 pub mod model;
+pub mod observed_body;
 pub mod proto;
 pub mod rate_limit;
 pub mod rest_metrics;

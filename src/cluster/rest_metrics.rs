@@ -9,7 +9,7 @@
 //! `method` and `verb` are the HTTP method (`GET`, `POST`, ...); `host` is the API server's `host:port`.
 
 use super::deadline::RequestKind;
-use hyper::body::{Body, Frame, SizeHint};
+use super::observed_body::{BodyEnd, ObservedBody, OnBodyEnd};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use std::future::Future;
 use std::pin::Pin;
@@ -161,42 +161,20 @@ where
             } else {
                 Some(attempt)
             };
-            Ok(response.map(|inner| MeteredBody { inner, pending }))
+            Ok(response.map(|inner| ObservedBody::new(inner, PendingAttempt(pending))))
         })
     }
 }
 
 /// A response body that records its request's duration when it ends (or is dropped).
-pub struct MeteredBody<B> {
-    inner: B,
-    pending: Option<Attempt>,
-}
+pub type MeteredBody<B> = ObservedBody<B, PendingAttempt>;
 
-impl<B> Body for MeteredBody<B>
-where
-    B: Body + Unpin,
-{
-    type Data = B::Data;
-    type Error = B::Error;
+/// The attempt a body still has to record; recorded (dropped) when the body ends.
+pub struct PendingAttempt(Option<Attempt>);
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-            this.pending = None;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+impl OnBodyEnd for PendingAttempt {
+    fn ended(&mut self, _: BodyEnd) {
+        self.0 = None;
     }
 }
 

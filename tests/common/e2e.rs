@@ -168,24 +168,48 @@ impl Daemon {
     }
 
     /// Sends SIGTERM and waits up to [`STOP_TIMEOUT`] for the exit (panics with the log tail after that).
-    pub fn terminate(mut self) -> ExitStatus {
+    pub fn terminate(self) -> ExitStatus {
+        // The daemon finishes a sync in progress before it exits; a full sync takes tens of seconds in UML.
+        self.terminate_within(STOP_TIMEOUT)
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for the exit (panics with the log tail after that).
+    pub fn terminate_within(mut self, timeout: Duration) -> ExitStatus {
         // SAFETY: kill(2) on the pid of our own child process.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
-        // The daemon finishes a sync in progress before it exits; a full sync takes tens of seconds in UML.
-        let end = Instant::now() + STOP_TIMEOUT;
+        self.wait_exit(timeout).unwrap_or_else(|| {
+            panic!(
+                "daemon did not stop within {timeout:?} of SIGTERM\n{}",
+                tail(&read(&self.log), 40)
+            )
+        })
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own; its status, or None if it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let end = Instant::now() + timeout;
         loop {
             if let Some(st) = self.exited() {
-                return st;
+                return Some(st);
             }
             if Instant::now() > end {
-                panic!(
-                    "daemon did not stop within {STOP_TIMEOUT:?} of SIGTERM\n{}",
-                    tail(&read(&self.log), 40)
-                );
+                return None;
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        read(&self.log)
+    }
+
+    /// Panics with the log when the process has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(st) = self.exited() {
+            panic!("kube-proxy exited early ({st}):\n{}", self.log());
         }
     }
 }
@@ -575,14 +599,38 @@ pub fn ipvs() -> String {
 
 /// The real servers (`ip:port`) of one virtual server (`-t`/`-u` + `vip:port`) in `ipvsadm -Sn` text.
 pub fn real_servers(ipvs_text: &str, proto_flag: &str, vip_port: &str) -> Vec<String> {
-    let prefix = format!("-a {proto_flag} {vip_port} -r ");
-    let mut v: Vec<String> = ipvs_text
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .map(|r| r.split_whitespace().next().unwrap_or_default().to_string())
+    let mut v: Vec<String> = real_server_weights(ipvs_text, proto_flag, vip_port)
+        .into_iter()
+        .map(|(addr, _)| addr)
         .collect();
     v.sort();
     v
+}
+
+/// The real servers of one virtual server with their weights (`-w`, 1 when absent), in listed order.
+pub fn real_server_weights(
+    ipvs_text: &str,
+    proto_flag: &str,
+    vip_port: &str,
+) -> Vec<(String, u32)> {
+    let prefix = format!("-a {proto_flag} {vip_port} -r ");
+    ipvs_text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(|rest| {
+            let addr = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let weight = rest
+                .split_once("-w ")
+                .and_then(|(_, w)| w.split_whitespace().next())
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(1);
+            (addr, weight)
+        })
+        .collect()
 }
 
 /// Whether `ipvsadm -Sn` text has the virtual server `-t`/`-u` `vip:port`.

@@ -17,4 +17,3 @@ pub mod soak;
 pub mod udp_service;
 pub mod udp_stream;
 pub mod uml;
-pub mod wait;

@@ -187,33 +187,32 @@ fn connect_stream(
     if let Some(src) = src {
         let one: libc::c_int = 1;
         setsockopt(&s, libc::SO_REUSEADDR, &one).context("SO_REUSEADDR")?;
-        let (raw, len) = sockaddr(src);
-        // SAFETY: `raw` is a sockaddr of `len` bytes valid for the call; `s` is an open socket.
-        let r = unsafe {
-            libc::bind(
-                s.as_raw_fd(),
-                (&raw as *const libc::sockaddr_storage).cast(),
-                len,
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("bind {src}"));
-        }
+        address_call(&s, src, libc::bind).with_context(|| format!("bind {src}"))?;
     }
-    let (raw, len) = sockaddr(sa);
+    address_call(&s, sa, libc::connect)
+        .with_context(|| format!("connect {sa} (protocol {protocol})"))?;
+    Ok(TcpStream::from(s))
+}
+
+/// `bind(2)` or `connect(2)` (`call`) of socket `s` to `addr`.
+fn address_call(
+    s: &std::os::fd::OwnedFd,
+    addr: SocketAddr,
+    call: unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int,
+) -> std::io::Result<()> {
+    let (raw, len) = sockaddr(addr);
     // SAFETY: `raw` is a sockaddr of `len` bytes valid for the call; `s` is an open socket.
     let r = unsafe {
-        libc::connect(
+        call(
             s.as_raw_fd(),
             (&raw as *const libc::sockaddr_storage).cast(),
             len,
         )
     };
     if r != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("connect {sa} (protocol {protocol})"));
+        return Err(std::io::Error::last_os_error());
     }
-    Ok(TcpStream::from(s))
+    Ok(())
 }
 
 /// A new `SOCK_STREAM` socket of `protocol` (for SCTP, one-to-one style); IPv6 ones also take IPv4 (not
@@ -300,18 +299,8 @@ fn sctp_listener(port: u16) -> Result<TcpListener> {
     let s = stream_socket(true, libc::IPPROTO_SCTP)?;
     let one: libc::c_int = 1;
     setsockopt(&s, libc::SO_REUSEADDR, &one).context("SO_REUSEADDR")?;
-    let (raw, len) = sockaddr(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port));
-    // SAFETY: `raw` is a sockaddr of `len` bytes; `s` is an open socket.
-    let r = unsafe {
-        libc::bind(
-            s.as_raw_fd(),
-            (&raw as *const libc::sockaddr_storage).cast(),
-            len,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("bind sctp {port}"));
-    }
+    let any = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
+    address_call(&s, any, libc::bind).with_context(|| format!("bind sctp {port}"))?;
     // SAFETY: listen(2) on a bound socket we own.
     if unsafe { libc::listen(s.as_raw_fd(), 64) } != 0 {
         return Err(std::io::Error::last_os_error()).context("listen sctp");
@@ -478,6 +467,29 @@ impl Pod {
     pub fn serve_sctp(&self, port: u16) -> Result<()> {
         let name = self.name.clone();
         self.serve_stream(move || sctp_listener(port).with_context(|| format!("in {name}")))
+    }
+
+    /// Starts python's `http.server` on `port` at the pod IP, serving and logging in `dir`, and waits until it
+    /// answers a GET. Unlike [`Pod::serve_tcp`] it keeps an idle connection open, for tests that count
+    /// held connections; the process ends with the guest.
+    pub fn serve_python_http(&self, port: u16, dir: &std::path::Path) -> Result<()> {
+        let (name, ip) = (&self.name, self.ip);
+        let log = dir.join(format!("{name}-http.log"));
+        let start = format!(
+            "cd {} && (ip netns exec {name} /usr/bin/python3 -m http.server {port} --bind {ip} >{} 2>&1 &)",
+            dir.display(),
+            log.display()
+        );
+        run("sh", &["-c", &start])?;
+        let url = format!("http://{ip}:{port}/");
+        for _ in 0..100 {
+            if run("curl", &["-s", "-o", "/dev/null", &url]).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        bail!("python http.server in {name} did not start: {text}")
     }
 
     /// Accepts on the listener `bind` makes inside the pod, answering each connection on its own thread.
@@ -674,6 +686,16 @@ impl Drop for Pod {
     }
 }
 
+/// Pod `name` at `ip` (gateway `gateway`) with python's HTTP server on 8080 ([`Pod::serve_python_http`],
+/// in the guest's run directory); panics when it cannot be made.
+pub fn python_http_pod(name: &str, ip: &str, gateway: &str) -> Pod {
+    let pod = Pod::create(name, ip, gateway).unwrap_or_else(|e| panic!("pod {name}: {e:#}"));
+    let dir = super::uml::guest_run_dir().expect("inside the UML guest");
+    pod.serve_python_http(8080, &dir)
+        .unwrap_or_else(|e| panic!("HTTP server in {name}: {e:#}"));
+    pod
+}
+
 /// Serves TCP `port` in the pod's namespace: every line received is answered with the pod name, and a
 /// connection stays open until the client closes it (for tests that hold a connection across changes).
 pub fn serve_hold(pod: &Pod, port: u16) {
@@ -722,9 +744,39 @@ impl Held {
             .run_in(|| TcpStream::connect_timeout(&addr, timeout))
             .unwrap_or_else(|e| panic!("enter {}: {e:#}", client.name))
             .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        Held::over(w, timeout)
+    }
+
+    /// Connects from the calling thread's namespace to `addr` (panics when it cannot).
+    pub fn connect(addr: SocketAddr, timeout: Duration) -> Held {
+        let w = TcpStream::connect_timeout(&addr, timeout)
+            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        Held::over(w, timeout)
+    }
+
+    fn over(w: TcpStream, timeout: Duration) -> Held {
         w.set_read_timeout(Some(timeout)).expect("read timeout");
         let r = std::io::BufReader::new(w.try_clone().expect("clone the stream"));
         Held { w, r }
+    }
+
+    /// Closes with a RST (SO_LINGER 0): IPVS moves the connection to CLOSE (10 s) instead of TIME_WAIT
+    /// (2 min).
+    pub fn reset(self) {
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: setsockopt on an open socket with a correctly sized linger struct.
+        unsafe {
+            libc::setsockopt(
+                self.w.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
     }
 
     /// Sends a line and returns the answering pod's name.

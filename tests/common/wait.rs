@@ -1,9 +1,9 @@
-//! Polling until a condition holds, for async tests.
-#![allow(dead_code)]
+//! Polling until a condition holds, for async tests. Standalone, so a test binary takes it alone:
+//! `#[path = "common/wait.rs"] pub mod wait;`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How often [`eventually`] checks.
+/// How often [`eventually`] and [`within`] check.
 pub const POLL: Duration = Duration::from_millis(20);
 
 /// Checks `cond` up to `tries` times, [`POLL`] apart; panics naming `what` if it never held.
@@ -15,4 +15,13 @@ pub async fn eventually(tries: u32, what: &str, mut cond: impl FnMut() -> bool) 
         tokio::time::sleep(POLL).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// Checks `cond` every [`POLL`] until it holds; panics naming `what` once `timeout` has passed.
+pub async fn within(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
 }
