@@ -285,23 +285,25 @@ impl ServiceDecision {
     }
 
     /// Every annotation problem to report: refused or unsupported values, and an annotated scheduler
-    /// this node cannot use (`node` is the node's scheduler, which the Service gets instead).
-    pub fn problems(&self, node: Scheduler) -> Vec<AnnotationError> {
+    /// this node cannot use (naming the node's scheduler, which the record says the Service got instead).
+    pub fn problems(&self) -> Vec<AnnotationError> {
         let rejected = self.ports.iter().find_map(|p| match p.scheduler.source {
-            SchedulerSource::AnnotationRejected(key) => Some(key),
+            SchedulerSource::AnnotationRejected(key) => Some((key, p.scheduler.scheduler)),
             _ => None,
         });
         let mut out: Vec<AnnotationError> = Vec::new();
         for e in self.options().map_or(&[][..], |o| o.problems.as_slice()) {
             let mut e = e.clone();
-            if rejected == Some(e.annotation) {
+            if let Some((key, node)) = rejected
+                && key == e.annotation
+            {
                 let used = format!("; the Service uses the node's scheduler {:?}", node.name());
                 e.reason.push_str(&used);
             }
             out.push(e);
         }
         for p in self.ports.iter() {
-            if let Some(e) = p.scheduler.source.problem(node)
+            if let Some(e) = p.scheduler.source.problem(p.scheduler.scheduler)
                 && !out.contains(&e)
             {
                 out.push(e);
