@@ -10,12 +10,13 @@ use super::ipsets::{PerSet, SetKind};
 use super::iptables::LbNodeAccess;
 use super::owners::Owners;
 use super::{
-    Context, Contribution, NodeFacts, PlanConfig, arp_quiet, health_check, iptables,
+    Context, Contribution, EXTERNAL_SETS, NodeFacts, PlanConfig, arp_quiet, health_check, iptables,
     no_local_counts, rules_payload, set_names,
 };
 use crate::cluster::model::{
     EndpointsMap, IpFamily, ServiceMap, ServiceName, ServicePortName, ports_of,
 };
+use crate::kernel::ipset::entry::IpSetEntry;
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::proxier::desired::{
     DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule, TrafficPolicy,
@@ -283,7 +284,7 @@ impl Fresh {
     fn from(name: &ServiceName, mut c: Contribution) -> Fresh {
         let mut entries: Vec<(SetKind, Entry)> = Vec::new();
         for (kind, list) in c.sets {
-            entries.extend(list.into_iter().map(|e| (kind, Entry::from(e))));
+            entries.extend(list.into_iter().map(|e| (kind, e)));
         }
         entries.sort_unstable();
         entries.dedup();
@@ -313,9 +314,9 @@ impl Fresh {
     }
 }
 
-/// A set entry as the planner keeps it per service and in its reference counts: one shared copy of the
-/// text (the desired state holds its own `String`).
-type Entry = Arc<str>;
+/// A set entry as the planner keeps it per service and in its reference counts (the desired state
+/// holds its text).
+type Entry = IpSetEntry;
 
 /// Keys, entries and addresses touched by one update, resolved against the reference counts at the end.
 #[derive(Default)]
@@ -650,7 +651,7 @@ impl Planned {
             t.entries.push((kind, e));
         }
         for (kind, e) in came {
-            *self.set_refs[kind].entry(e.clone()).or_insert(0) += 1;
+            *self.set_refs[kind].entry(e).or_insert(0) += 1;
             t.entries.push((kind, e));
         }
     }
@@ -754,12 +755,13 @@ impl Planned {
         record: bool,
         d: &mut DesiredDelta,
     ) {
-        let external = |k: &SetKind| matches!(k, SetKind::ExternalIp | SetKind::ExternalIpLocal);
-        let quiet_touched = !bound.is_empty() || entries.iter().any(|(k, _)| external(k));
+        let quiet_touched =
+            !bound.is_empty() || entries.iter().any(|(k, _)| EXTERNAL_SETS.contains(k));
         self.resolve_entries(entries, bound, record, d);
         if self.cfg.arp_per_address && quiet_touched {
             let s = &mut self.state;
-            let quiet = arp_quiet(&s.bound_addresses, &s.ipsets, &self.set_names);
+            let external = EXTERNAL_SETS.iter().flat_map(|k| self.set_refs[*k].keys());
+            let quiet = arp_quiet(&s.bound_addresses, external);
             if record && quiet != s.arp_quiet {
                 d.arp_quiet = Some(quiet.clone());
             }
@@ -814,6 +816,10 @@ impl Planned {
         let mut per_kind: PerSet<Vec<String>> = PerSet::default();
         for (kind, e) in entries {
             per_kind[kind].push(e.to_string());
+        }
+        for kind in SetKind::ALL {
+            // Sorted input: each set is built in linear time.
+            per_kind[kind].sort_unstable();
         }
         self.state.bound_addresses = self.bound_refs.keys().copied().collect();
         per_kind[SetKind::IpvsIps] = self
