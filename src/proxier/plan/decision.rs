@@ -8,8 +8,10 @@ use crate::cluster::model::ServiceName;
 use crate::cluster::model::{Endpoint, ServicePort, SharedEndpoints};
 pub use crate::cluster::select::{Pick, Verdict};
 use crate::cluster::service_options::{AnnotationError, ProblemKind, ServiceOptions};
+use crate::kernel::ipset::entry::IpSetEntry;
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::net::IpFamily;
+use crate::proxier::plan::ipsets::SetKind;
 use crate::scheduler::Scheduler;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -242,6 +244,10 @@ pub struct PortDecision {
     pub virtual_servers: OneOrMany<VsDecision>,
     pub scheduler: SchedulerDecision,
     pub health_check: Option<HealthCheckDecision>,
+    /// The set members this port planned, by set, sorted and each once (`KUBE-IPVS-IPS` aside: it
+    /// follows the bound addresses). The planner counts a Service's members from here, and drift is
+    /// attributed by them.
+    pub sets: Box<[(SetKind, IpSetEntry)]>,
 }
 
 impl PortDecision {

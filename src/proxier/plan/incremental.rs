@@ -263,8 +263,6 @@ pub fn empty_state(family: IpFamily) -> DesiredState {
 struct Stored {
     /// Boxed slices, not `Vec`s: 24 bytes less per Service in the map that holds them all.
     vs_keys: Box<[IpvsServiceKey]>,
-    /// Set entries, sorted and deduplicated (`IpvsIps` excluded: derived from the bound addresses).
-    entries: Box<[(SetKind, Entry)]>,
     /// Addresses to bind, sorted.
     bound: Box<[IpAddr]>,
     no_local_internal: bool,
@@ -282,12 +280,6 @@ struct Fresh {
 
 impl Fresh {
     fn from(name: &ServiceName, mut c: Contribution) -> Fresh {
-        let mut entries: Vec<(SetKind, Entry)> = Vec::new();
-        for (kind, list) in c.sets {
-            entries.extend(list.into_iter().map(|e| (kind, e)));
-        }
-        entries.sort_unstable();
-        entries.dedup();
         let health = c
             .health
             .remove(name)
@@ -302,7 +294,6 @@ impl Fresh {
             decision,
             stored: Stored {
                 vs_keys: c.virtual_servers.keys().copied().collect(),
-                entries: entries.into_boxed_slice(),
                 bound: c.bound.into_iter().collect(),
                 no_local_internal: c.no_local.internal.contains(name),
                 no_local_external: c.no_local.external.contains(name),
@@ -314,9 +305,21 @@ impl Fresh {
     }
 }
 
-/// A set entry as the planner keeps it per service and in its reference counts (the desired state
-/// holds its text).
+/// A set entry as the planner keeps it in its reference counts (the desired state holds its text).
 type Entry = IpSetEntry;
+
+/// The set entries of a Service's record (its ports'), sorted, each once: what the Service contributes
+/// to the sets.
+fn entries_of(d: Option<&ServiceDecision>) -> Vec<(SetKind, Entry)> {
+    let mut v: Vec<(SetKind, Entry)> = d
+        .iter()
+        .flat_map(|d| d.ports.iter())
+        .flat_map(|p| p.sets.iter().copied())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
 
 /// Keys, entries and addresses touched by one update, resolved against the reference counts at the end.
 #[derive(Default)]
@@ -514,10 +517,11 @@ impl Planned {
     ) {
         let mut f = Fresh::from(&name, c);
         let stored = std::mem::take(&mut f.stored);
+        let entries = entries_of(f.decision.as_deref());
         if let Some(d) = f.decision.take() {
             records.push((name.clone(), d));
         }
-        self.replace(&name, stored, f.lb_node_access, f.health, t);
+        self.replace(&name, stored, entries, f.lb_node_access, f.health, t);
         // Not needed: every winner is placed here.
         t.vs.clear();
         for (k, v) in f.virtual_servers {
@@ -543,8 +547,16 @@ impl Planned {
             let new = std::mem::take(&mut f.stored);
             let lb = std::mem::take(&mut f.lb_node_access);
             let health = f.health.take();
+            // Before the record is replaced: the old entries are read from it.
+            self.replace(
+                name,
+                new,
+                entries_of(f.decision.as_deref()),
+                lb,
+                health,
+                &mut t,
+            );
             self.replace_decision(name, f.decision.take(), &mut t);
-            self.replace(name, new, lb, health, &mut t);
         }
         if record {
             d.decisions = std::mem::take(&mut t.decisions);
@@ -572,18 +584,21 @@ impl Planned {
         }
     }
 
-    /// Swaps one service's stored contribution for `new`, adjusting reference counts.
+    /// Swaps one service's stored contribution for `new` and its set entries (those of its current
+    /// record) for `entries`, adjusting reference counts.
     fn replace(
         &mut self,
         name: &ServiceName,
         new: Stored,
+        entries: Vec<(SetKind, Entry)>,
         lb: Vec<LbNodeAccess>,
         health: Option<HealthCheckService>,
         t: &mut Touched,
     ) {
         let old = self.services.remove(name).unwrap_or_default();
         self.replace_owner(name, &old.vs_keys, &new.vs_keys, t);
-        self.count_entries(old.entries, &new.entries, t);
+        let old_entries = entries_of(self.state.decisions.get(name).map(|d| &**d));
+        self.count_entries(old_entries, &entries, t);
         self.count_bound(old.bound, &new.bound, t);
         if old.no_local_internal != new.no_local_internal
             || old.no_local_external != new.no_local_external
@@ -596,7 +611,7 @@ impl Planned {
         }
         self.replace_rules(name, lb, health, t);
         let empty = new.vs_keys.is_empty()
-            && new.entries.is_empty()
+            && entries.is_empty()
             && new.bound.is_empty()
             && !new.no_local_internal
             && !new.no_local_external;
@@ -635,11 +650,11 @@ impl Planned {
     /// Entries in both old and new keep their counts; only the differences are counted and touched.
     fn count_entries(
         &mut self,
-        old: Box<[(SetKind, Entry)]>,
+        old: Vec<(SetKind, Entry)>,
         new: &[(SetKind, Entry)],
         t: &mut Touched,
     ) {
-        let (gone, came) = sorted_difference(old, new);
+        let (gone, came) = sorted_difference(old.into_boxed_slice(), new);
         for (kind, e) in gone {
             let refs = &mut self.set_refs[kind];
             if let Some(n) = refs.get_mut(&e) {

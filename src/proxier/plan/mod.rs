@@ -277,6 +277,7 @@ impl Context {
             &without_external_ips
         };
         let eps = endpoints.map_or(&[][..], |e| e.as_slice());
+        let before = acc.sets.map(Vec::len);
         let health_check = self.health_endpoints(acc, svc, eps);
         self.hairpin(acc, svc, eps);
         let (tmpl, scheduler) = self.template(svc);
@@ -297,6 +298,7 @@ impl Context {
             virtual_servers: port.vs.into(),
             scheduler,
             health_check,
+            sets: planned_since(&acc.sets, &before),
         });
     }
 
@@ -585,6 +587,26 @@ impl Port<'_> {
         });
         acc.add_vs(service, d);
     }
+}
+
+/// The members added to `sets` since they had the lengths `before`, sorted, each once.
+fn planned_since(
+    sets: &PerSet<Vec<IpSetEntry>>,
+    before: &PerSet<usize>,
+) -> Box<[(SetKind, IpSetEntry)]> {
+    let mut out: Vec<(SetKind, IpSetEntry)> = SetKind::ALL
+        .into_iter()
+        .flat_map(|k| {
+            sets[k]
+                .get(before[k]..)
+                .unwrap_or(&[])
+                .iter()
+                .map(move |e| (k, *e))
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out.into_boxed_slice()
 }
 
 /// Kernel names of this family's sets.
