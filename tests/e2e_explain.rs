@@ -328,15 +328,28 @@ fn check_drift(e: &mut E2e) {
     let vs_before = repairs(e, "virtual_server");
     let set_before = repairs(e, "ipset_member");
     sh("ipvsadm -D -t 10.96.0.83:80");
-    sh("ipset del KUBE-CLUSTER-IP 10.96.0.84,tcp:80");
+    // A ClusterIP member, a hairpin member only `hold` plans (its endpoints' port) and etp-local's
+    // health-check node port, in one command: repaired by the same full sync.
+    sh("ipset del KUBE-CLUSTER-IP 10.96.0.84,tcp:80 \
+        && ipset del KUBE-LOOP-BACK 10.244.0.11,tcp:9090,10.244.0.11 \
+        && ipset del KUBE-HEALTH-CHECK-NODE-PORT 32080");
     e.wait_for("the drift counted", Duration::from_secs(60), |e| {
-        repairs(e, "virtual_server") > vs_before && repairs(e, "ipset_member") > set_before
+        repairs(e, "virtual_server") > vs_before && repairs(e, "ipset_member") >= set_before + 3.0
     });
     let x = explain("terminating");
     assert_eq!(x["drift"]["repaired"], json!(["virtual_server"]), "{x:#}");
     assert!(!x["drift"]["lastFullSync"].as_str().unwrap_or("").is_empty());
     let x = explain("hints");
     assert_eq!(x["drift"]["repaired"], json!(["ipset_member"]), "{x:#}");
+    // Hairpin and health-check members are attributed to the Service that planned them.
+    for svc in ["hold", "etp-local"] {
+        let x = explain(svc);
+        assert_eq!(
+            x["drift"]["repaired"],
+            json!(["ipset_member"]),
+            "{svc}: {x:#}"
+        );
+    }
     // Two more full syncs with repairs: the third in a row raises the Event.
     for _ in 0..2 {
         let before = repairs(e, "virtual_server");

@@ -8,19 +8,17 @@ use crate::cluster::model::ServiceName;
 use crate::cluster::service_options::AnnotationError;
 use crate::explain::index::DecisionIndex;
 use crate::metrics::Metrics;
-use crate::scheduler::Scheduler;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The problems of the Services in `names` that have any (at the first sync `names` is every Service).
 pub fn problems_of(
     index: &DecisionIndex,
     names: &BTreeSet<ServiceName>,
-    node: Scheduler,
 ) -> BTreeMap<ServiceName, Vec<AnnotationError>> {
     names
         .iter()
         .filter_map(|n| {
-            let p = index.get(n).map(|d| d.problems(node)).unwrap_or_default();
+            let p = index.get(n).map(|d| d.problems()).unwrap_or_default();
             (!p.is_empty()).then(|| (n.clone(), p))
         })
         .collect()
@@ -67,6 +65,7 @@ mod tests {
     use crate::net::{IpFamily, Protocol};
     use crate::proxier::plan::decision::{DecisionChanges, Unavailable};
     use crate::proxier::plan::{NodeFacts, PlanConfig, plan};
+    use crate::scheduler::Scheduler;
     use std::sync::Arc;
 
     fn name(n: &str) -> ServiceName {
@@ -124,9 +123,9 @@ mod tests {
             .map(|(n, _)| n.clone())
             .chain(d.decisions.keys().cloned())
             .collect();
-        let before = problems_of(index, &all, node);
+        let before = problems_of(index, &all);
         let touched = index.apply(IpFamily::V4, DecisionChanges::All(d.decisions));
-        to_report(&before, problems_of(index, &touched, node), updated)
+        to_report(&before, problems_of(index, &touched), updated)
     }
 
     #[test]

@@ -560,15 +560,8 @@ fn debug_endpoints(
             None
         }
     };
-    let scheduler = options.settings.scheduler;
     let metrics = obs.explain.clone();
-    let x = Explainer::new(
-        published.clone(),
-        &options.node_name,
-        scheduler,
-        ipvs,
-        metrics.clone(),
-    );
+    let x = Explainer::new(published.clone(), &options.node_name, ipvs, metrics.clone());
     let d = DebugEndpoints::new(Arc::new(x), options.allow_remote_debug, metrics)
         .context("starting the /debug/services threads")?;
     Ok(Arc::new(d))

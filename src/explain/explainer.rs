@@ -18,7 +18,6 @@ use super::{DriftMarks, FamilyDecisions, Published, text};
 use crate::cluster::model::ServiceName;
 use crate::kernel::ipvs::{Ipvs, IpvsServiceKey};
 use crate::proxier::graceful::DrainQueue;
-use crate::scheduler::Scheduler;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -30,7 +29,6 @@ pub const REUSE: Duration = Duration::from_secs(1);
 pub struct Explainer {
     published: Published,
     node: String,
-    node_scheduler: Scheduler,
     kernel: KernelSource,
     /// The rendered listing, JSON and text.
     listing: [Reuse<Answer>; 2],
@@ -55,19 +53,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Explainer {
-    /// An explainer of node `node` (whose scheduler is `node_scheduler`) over `published`, reading the
+    /// An explainer of node `node` over `published`, reading the
     /// kernel through `ipvs` (`None`: it could not be opened) and counting its reads in `metrics`.
     pub fn new(
         published: Published,
         node: &str,
-        node_scheduler: Scheduler,
         ipvs: Option<Box<dyn Ipvs>>,
         metrics: ExplainMetrics,
     ) -> Self {
         Explainer {
             published,
             node: node.to_string(),
-            node_scheduler,
             kernel: KernelSource::new(ipvs, REUSE, metrics),
             listing: [Reuse::new(REUSE), Reuse::new(REUSE)],
         }
@@ -123,7 +119,6 @@ impl Explainer {
     fn context<'a>(&'a self, c: &'a Copied, kernel: &'a KernelView) -> Context<'a> {
         Context {
             node: &self.node,
-            node_scheduler: self.node_scheduler,
             kernel,
             drains: &c.drains,
             drift: &c.drift,
@@ -244,13 +239,7 @@ mod tests {
 
     fn explainer(published: &Published, ipvs: Box<dyn Ipvs>) -> (Explainer, ExplainMetrics) {
         let m = ExplainMetrics::unregistered().unwrap();
-        let x = Explainer::new(
-            published.clone(),
-            "n1",
-            Scheduler::default(),
-            Some(ipvs),
-            m.clone(),
-        );
+        let x = Explainer::new(published.clone(), "n1", Some(ipvs), m.clone());
         (x, m)
     }
 

@@ -6,7 +6,6 @@ use crate::cluster::model::{ServiceName, ServicePortName};
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::net::IpFamily;
 use crate::proxier::plan::decision::{AddressKind, DecisionChanges, ServiceDecision};
-use crate::scheduler::Scheduler;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -31,13 +30,10 @@ impl FamilyDecisions {
     }
 
     /// Every annotation problem of the Service (both families' records, without repeats).
-    pub fn problems(
-        &self,
-        node: Scheduler,
-    ) -> Vec<crate::cluster::service_options::AnnotationError> {
+    pub fn problems(&self) -> Vec<crate::cluster::service_options::AnnotationError> {
         let mut out = Vec::new();
         for d in self.iter() {
-            for p in d.problems(node) {
+            for p in d.problems() {
                 if !out.contains(&p) {
                     out.push(p);
                 }

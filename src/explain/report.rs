@@ -9,7 +9,6 @@ use crate::cluster::model::{Endpoint, ServiceName};
 use crate::gotime::instant::format_rfc3339_nano;
 use crate::proxier::graceful::DrainQueue;
 use crate::proxier::plan::decision::{EndpointSet, PortDecision, SchedulerSource, VsDecision};
-use crate::scheduler::Scheduler;
 use serde::Serialize;
 
 /// Every Service the node programs (`/debug/services`).
@@ -135,7 +134,6 @@ pub struct EndpointExplanation {
 /// What the explanation of one Service reads besides its decision records.
 pub struct Context<'a> {
     pub node: &'a str,
-    pub node_scheduler: Scheduler,
     pub kernel: &'a KernelView,
     pub drains: &'a DrainQueue,
     pub drift: &'a DriftMarks,
@@ -170,7 +168,7 @@ impl Context<'_> {
     /// The explanation of Service `name` from its records.
     pub fn service(&self, name: &ServiceName, d: &FamilyDecisions) -> ServiceExplanation {
         let problems = d
-            .problems(self.node_scheduler)
+            .problems()
             .into_iter()
             .map(|p| Problem {
                 annotation: p.annotation.to_string(),

@@ -251,31 +251,24 @@ impl SyncLoop {
         )>,
         updated: &BTreeSet<ServiceName>,
     ) {
-        let node = self.node_scheduler();
         let reports = {
             let index = self.published.index.write();
             let mut index = index.unwrap_or_else(|p| p.into_inner());
             // Collected, not extended one at a time: packed sets (the first sync names every Service).
             let names: BTreeSet<ServiceName> =
                 changes.iter().flat_map(|(_, c)| c.names()).collect();
-            let before = annotations::problems_of(&index, &names, node);
+            let before = annotations::problems_of(&index, &names);
             drop(names);
             let mut touched = BTreeSet::new();
             for (family, c) in changes {
                 touched.append(&mut index.apply(family, c));
             }
-            let after = annotations::problems_of(&index, &touched, node);
+            let after = annotations::problems_of(&index, &touched);
             annotations::to_report(&before, after, updated)
         };
         for (service, p) in &reports {
             annotations::report(service, p, &self.events, &self.metrics);
         }
-    }
-
-    /// The node's IPVS scheduler.
-    fn node_scheduler(&self) -> crate::scheduler::Scheduler {
-        let first = self.settings.plan.values().next();
-        first.map(|c| c.scheduler).unwrap_or_default()
     }
 
     /// Folds the trackers' pending changes into the maps and records the change metrics.

@@ -79,7 +79,7 @@ impl IpsetCli {
                 IpSetOp::Del { set, .. } => ("del", set),
             };
             match self.types.check(op) {
-                Ok((_, canon)) => lines.push((format!("{verb} {set} {canon}"), op.clone())),
+                Ok(entry) => lines.push((format!("{verb} {set} {entry}"), op.clone())),
                 Err(why) => report.rejected.push((op.clone(), why)),
             }
         }

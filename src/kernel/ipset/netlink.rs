@@ -288,8 +288,7 @@ where
 
 /// The ADD/DEL request of one op, or why the op is invalid.
 fn request(types: &SetTypes, op: &IpSetOp) -> Result<Request, String> {
-    let (t, canon) = types.check(op)?;
-    let elem = elem_of(t, &canon).ok_or_else(|| format!("cannot encode entry {canon:?}"))?;
+    let elem = elem_of(&types.check(op)?);
     let c = if matches!(op, IpSetOp::Add { .. }) {
         cmd::ADD
     } else {
@@ -437,6 +436,11 @@ impl IpSets for NetlinkIpSets {
 mod tests {
     use super::*;
 
+    fn entry(text: &str) -> super::super::entry::IpSetEntry {
+        let t = IpSetType::HashIpPort;
+        super::super::entry::IpSetEntry::parse(t, crate::net::IpFamily::V4, text).unwrap()
+    }
+
     #[test]
     fn error_texts_name_the_cause() {
         assert!(error_text(libc::ENOENT, None).contains("does not exist"));
@@ -479,14 +483,11 @@ mod tests {
             revision: Some(5),
             maxelem: Some(131072),
             hashsize: Some(4096),
-            elems: vec![elem_of(IpSetType::HashIpPort, "10.0.0.1,tcp:80").unwrap()],
+            elems: vec![elem_of(&entry("10.0.0.1,tcp:80"))],
         };
         let more = ListPart {
             set: "S".into(),
-            elems: vec![
-                elem_of(IpSetType::HashIpPort, "10.0.0.2,udp:53").unwrap(),
-                Elem::default(),
-            ],
+            elems: vec![elem_of(&entry("10.0.0.2,udp:53")), Elem::default()],
             ..ListPart::default()
         };
         let empty = ListPart {
@@ -540,7 +541,7 @@ mod tests {
         assert_eq!(reqs.len(), 1);
         assert_eq!(reqs[0].cmd, cmd::ADD);
         let mut want = Request::new(cmd::ADD, Some("C"));
-        let elem = elem_of(IpSetType::HashIpPort, "10.0.0.1,tcp:80").unwrap();
+        let elem = elem_of(&entry("10.0.0.1,tcp:80"));
         want.attrs.nested(attr::DATA, |d| elem.encode(d));
         assert_eq!(reqs[0], want);
         let rejected: Vec<&IpSetOp> = report.rejected.iter().map(|(o, _)| o).collect();

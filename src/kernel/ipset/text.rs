@@ -1,8 +1,9 @@
-//! Elements as text: the canonical entry text (what `ipset save` prints) to a netlink element, and a
-//! listed element back to the text `ipset save` prints for its set type, for our types and foreign ones.
+//! Elements: a typed entry to a netlink element, and a listed element back to the text `ipset save`
+//! prints for its set type, for our types and foreign ones.
 
-use super::IpSetType;
 use super::codec::{Elem, FLAG_PHYSDEV};
+use super::entry::IpSetEntry;
+use crate::net::Protocol;
 use std::net::IpAddr;
 
 /// Protocol numbers of the names `ipset` prints.
@@ -15,53 +16,38 @@ const PROTOCOLS: &[(u8, &str)] = &[
     (136, "udplite"),
 ];
 
-fn proto_number(name: &str) -> Option<u8> {
-    PROTOCOLS.iter().find(|(_, n)| *n == name).map(|(p, _)| *p)
+/// The IP protocol number of one of ours.
+fn proto_number(p: Protocol) -> u8 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => 17,
+        Protocol::Sctp => 132,
+    }
 }
 
 fn proto_name(p: u8) -> Option<&'static str> {
     PROTOCOLS.iter().find(|(n, _)| *n == p).map(|(_, s)| *s)
 }
 
-/// The element of a canonical entry (see [`super::entry::canonical_entry`]) of a set of type `t`.
-pub fn elem_of(t: IpSetType, canonical: &str) -> Option<Elem> {
-    let parts: Vec<&str> = canonical.split(',').collect();
+/// The netlink element of `entry`.
+pub fn elem_of(entry: &IpSetEntry) -> Elem {
     let mut e = Elem::default();
-    match (t, parts.as_slice()) {
-        (IpSetType::BitmapPort, [port]) => e.port = Some(port.parse().ok()?),
-        (IpSetType::HashIp, [ip]) => e.ip = Some(ip.parse().ok()?),
-        (IpSetType::HashIpPort, [ip, pp]) => {
-            e.ip = Some(ip.parse().ok()?);
-            proto_port(&mut e, pp)?;
+    match *entry {
+        IpSetEntry::Port(port) => e.port = Some(port),
+        IpSetEntry::Ip(ip) => e.ip = Some(ip),
+        IpSetEntry::IpPort(ip, proto, port) => {
+            (e.ip, e.proto, e.port) = (Some(ip), Some(proto_number(proto)), Some(port));
         }
-        (IpSetType::HashIpPortIp, [ip, pp, ip2]) => {
-            e.ip = Some(ip.parse().ok()?);
-            proto_port(&mut e, pp)?;
-            e.ip2 = Some(ip2.parse().ok()?);
+        IpSetEntry::IpPortIp(ip, proto, port, ip2) => {
+            (e.ip, e.proto, e.port) = (Some(ip), Some(proto_number(proto)), Some(port));
+            e.ip2 = Some(ip2);
         }
-        (IpSetType::HashIpPortNet, [ip, pp, net]) => {
-            e.ip = Some(ip.parse().ok()?);
-            proto_port(&mut e, pp)?;
-            let (addr, len) = match net.split_once('/') {
-                Some((a, l)) => (a.parse::<IpAddr>().ok()?, l.parse().ok()?),
-                None => {
-                    let a: IpAddr = net.parse().ok()?;
-                    (a, if a.is_ipv4() { 32 } else { 128 })
-                }
-            };
-            e.ip2 = Some(addr);
-            e.cidr2 = Some(len);
+        IpSetEntry::IpPortNet(ip, proto, port, net) => {
+            (e.ip, e.proto, e.port) = (Some(ip), Some(proto_number(proto)), Some(port));
+            (e.ip2, e.cidr2) = (Some(net.addr()), Some(net.prefix_len()));
         }
-        _ => return None,
     }
-    Some(e)
-}
-
-fn proto_port(e: &mut Elem, s: &str) -> Option<()> {
-    let (proto, port) = s.split_once(':')?;
-    e.proto = Some(proto_number(proto)?);
-    e.port = Some(port.parse().ok()?);
-    Some(())
+    e
 }
 
 /// The text `ipset save` prints for element `e` of a set of type `type_name` (e.g. `hash:ip,port,net`);
@@ -139,7 +125,7 @@ fn port_text(e: &Elem) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::ipset::entry::canonical_entry;
+    use crate::kernel::ipset::IpSetType;
     use crate::net::IpFamily;
 
     #[test]
@@ -186,9 +172,9 @@ mod tests {
             (IpSetType::BitmapPort, IpFamily::V4, "bitmap:port", "30080"),
         ];
         for (t, f, name, text) in cases {
-            let canon = canonical_entry(*t, *f, text).unwrap();
-            assert_eq!(&canon, text);
-            let e = elem_of(*t, &canon).unwrap();
+            let entry = IpSetEntry::parse(*t, *f, text).unwrap();
+            assert_eq!(&entry.to_string(), text);
+            let e = elem_of(&entry);
             assert_eq!(render(name, &e).as_deref(), Some(*text), "{e:?}");
         }
     }
@@ -226,6 +212,5 @@ mod tests {
         );
         assert_eq!(render("hash:ip,port", &Elem::default()), None);
         assert_eq!(render("nonsense", &Elem::default()), None);
-        assert_eq!(elem_of(IpSetType::HashIpPort, "10.0.0.1"), None);
     }
 }

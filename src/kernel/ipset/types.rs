@@ -1,7 +1,7 @@
 //! What a backend knows about existing sets (type and family, or a foreign type name), and the check of
 //! one op against it: the same validation for the CLI and the netlink backends.
 
-use super::entry::canonical_entry;
+use super::entry::IpSetEntry;
 use super::save::parse_type;
 use super::{IpSetOp, IpSetSpec, IpSetType};
 use crate::net::IpFamily;
@@ -74,13 +74,11 @@ impl SetTypes {
         ops.iter().any(|op| !self.known.contains_key(op_set(op)))
     }
 
-    /// The type of the op's set and the op's entry in canonical text, or why the kernel would refuse it.
-    pub fn check(&self, op: &IpSetOp) -> Result<(IpSetType, String), String> {
+    /// The op's entry parsed for its set's type and family, or why the kernel would refuse it.
+    pub fn check(&self, op: &IpSetOp) -> Result<IpSetEntry, String> {
         let (IpSetOp::Add { set, entry } | IpSetOp::Del { set, entry }) = op;
         match self.known.get(set) {
-            Some((t, fam)) => {
-                canonical_entry(*t, fam.unwrap_or(IpFamily::V4), entry).map(|c| (*t, c))
-            }
+            Some((t, fam)) => IpSetEntry::parse(*t, fam.unwrap_or(IpFamily::V4), entry),
             None => match self.foreign.get(set) {
                 Some(t) => Err(format!(
                     "set {set} has type {t}, which kube-proxy does not manage"

@@ -8,8 +8,10 @@ use crate::cluster::model::ServiceName;
 use crate::cluster::model::{Endpoint, ServicePort, SharedEndpoints};
 pub use crate::cluster::select::{Pick, Verdict};
 use crate::cluster::service_options::{AnnotationError, ProblemKind, ServiceOptions};
+use crate::kernel::ipset::entry::IpSetEntry;
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::net::IpFamily;
+use crate::proxier::plan::ipsets::SetKind;
 use crate::scheduler::Scheduler;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -242,6 +244,10 @@ pub struct PortDecision {
     pub virtual_servers: OneOrMany<VsDecision>,
     pub scheduler: SchedulerDecision,
     pub health_check: Option<HealthCheckDecision>,
+    /// The set members this port planned, by set, sorted and each once (`KUBE-IPVS-IPS` aside: it
+    /// follows the bound addresses). The planner counts a Service's members from here, and drift is
+    /// attributed by them.
+    pub sets: Box<[(SetKind, IpSetEntry)]>,
 }
 
 impl PortDecision {
@@ -285,23 +291,25 @@ impl ServiceDecision {
     }
 
     /// Every annotation problem to report: refused or unsupported values, and an annotated scheduler
-    /// this node cannot use (`node` is the node's scheduler, which the Service gets instead).
-    pub fn problems(&self, node: Scheduler) -> Vec<AnnotationError> {
+    /// this node cannot use (naming the node's scheduler, which the record says the Service got instead).
+    pub fn problems(&self) -> Vec<AnnotationError> {
         let rejected = self.ports.iter().find_map(|p| match p.scheduler.source {
-            SchedulerSource::AnnotationRejected(key) => Some(key),
+            SchedulerSource::AnnotationRejected(key) => Some((key, p.scheduler.scheduler)),
             _ => None,
         });
         let mut out: Vec<AnnotationError> = Vec::new();
         for e in self.options().map_or(&[][..], |o| o.problems.as_slice()) {
             let mut e = e.clone();
-            if rejected == Some(e.annotation) {
+            if let Some((key, node)) = rejected
+                && key == e.annotation
+            {
                 let used = format!("; the Service uses the node's scheduler {:?}", node.name());
                 e.reason.push_str(&used);
             }
             out.push(e);
         }
         for p in self.ports.iter() {
-            if let Some(e) = p.scheduler.source.problem(node)
+            if let Some(e) = p.scheduler.source.problem(p.scheduler.scheduler)
                 && !out.contains(&e)
             {
                 out.push(e);

@@ -241,13 +241,17 @@ fn annotation_problems_are_reported_from_the_record() {
     };
     let n = svc.name.service();
     let services: ServiceMap = [(svc.name.clone(), Arc::new(svc))].into();
+    let cfg = PlanConfig {
+        scheduler: Scheduler::Wlc,
+        ..v4()
+    };
     let d = plan(
         &services,
         &EndpointsMap::new(),
         &NodeFacts::new("n1", vec![]),
-        &v4(),
+        &cfg,
     );
-    let problems = d.decisions[&n].problems(Scheduler::Wlc);
+    let problems = d.decisions[&n].problems();
     assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(
         problems[0].to_string().contains("\"wlc\""),

@@ -10,12 +10,13 @@ use super::ipsets::{PerSet, SetKind};
 use super::iptables::LbNodeAccess;
 use super::owners::Owners;
 use super::{
-    Context, Contribution, NodeFacts, PlanConfig, arp_quiet, health_check, iptables,
+    Context, Contribution, EXTERNAL_SETS, NodeFacts, PlanConfig, arp_quiet, health_check, iptables,
     no_local_counts, rules_payload, set_names,
 };
 use crate::cluster::model::{
     EndpointsMap, IpFamily, ServiceMap, ServiceName, ServicePortName, ports_of,
 };
+use crate::kernel::ipset::entry::IpSetEntry;
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::proxier::desired::{
     DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, JumpRule, TrafficPolicy,
@@ -262,8 +263,6 @@ pub fn empty_state(family: IpFamily) -> DesiredState {
 struct Stored {
     /// Boxed slices, not `Vec`s: 24 bytes less per Service in the map that holds them all.
     vs_keys: Box<[IpvsServiceKey]>,
-    /// Set entries, sorted and deduplicated (`IpvsIps` excluded: derived from the bound addresses).
-    entries: Box<[(SetKind, Entry)]>,
     /// Addresses to bind, sorted.
     bound: Box<[IpAddr]>,
     no_local_internal: bool,
@@ -281,12 +280,6 @@ struct Fresh {
 
 impl Fresh {
     fn from(name: &ServiceName, mut c: Contribution) -> Fresh {
-        let mut entries: Vec<(SetKind, Entry)> = Vec::new();
-        for (kind, list) in c.sets {
-            entries.extend(list.into_iter().map(|e| (kind, Entry::from(e))));
-        }
-        entries.sort_unstable();
-        entries.dedup();
         let health = c
             .health
             .remove(name)
@@ -301,7 +294,6 @@ impl Fresh {
             decision,
             stored: Stored {
                 vs_keys: c.virtual_servers.keys().copied().collect(),
-                entries: entries.into_boxed_slice(),
                 bound: c.bound.into_iter().collect(),
                 no_local_internal: c.no_local.internal.contains(name),
                 no_local_external: c.no_local.external.contains(name),
@@ -313,9 +305,21 @@ impl Fresh {
     }
 }
 
-/// A set entry as the planner keeps it per service and in its reference counts: one shared copy of the
-/// text (the desired state holds its own `String`).
-type Entry = Arc<str>;
+/// A set entry as the planner keeps it in its reference counts (the desired state holds its text).
+type Entry = IpSetEntry;
+
+/// The set entries of a Service's record (its ports'), sorted, each once: what the Service contributes
+/// to the sets.
+fn entries_of(d: Option<&ServiceDecision>) -> Vec<(SetKind, Entry)> {
+    let mut v: Vec<(SetKind, Entry)> = d
+        .iter()
+        .flat_map(|d| d.ports.iter())
+        .flat_map(|p| p.sets.iter().copied())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
 
 /// Keys, entries and addresses touched by one update, resolved against the reference counts at the end.
 #[derive(Default)]
@@ -522,10 +526,11 @@ impl Planned {
     ) {
         let mut f = Fresh::from(&name, c);
         let stored = std::mem::take(&mut f.stored);
+        let entries = entries_of(f.decision.as_deref());
         if let Some(d) = f.decision.take() {
             records.push((name.clone(), d));
         }
-        self.replace(&name, stored, f.lb_node_access, f.health, t);
+        self.replace(&name, stored, entries, f.lb_node_access, f.health, t);
         // Not needed: every winner is placed here.
         t.vs.clear();
         for (k, v) in f.virtual_servers {
@@ -551,8 +556,16 @@ impl Planned {
             let new = std::mem::take(&mut f.stored);
             let lb = std::mem::take(&mut f.lb_node_access);
             let health = f.health.take();
+            // Before the record is replaced: the old entries are read from it.
+            self.replace(
+                name,
+                new,
+                entries_of(f.decision.as_deref()),
+                lb,
+                health,
+                &mut t,
+            );
             self.replace_decision(name, f.decision.take(), &mut t);
-            self.replace(name, new, lb, health, &mut t);
         }
         if record {
             d.decisions = std::mem::take(&mut t.decisions);
@@ -580,18 +593,21 @@ impl Planned {
         }
     }
 
-    /// Swaps one service's stored contribution for `new`, adjusting reference counts.
+    /// Swaps one service's stored contribution for `new` and its set entries (those of its current
+    /// record) for `entries`, adjusting reference counts.
     fn replace(
         &mut self,
         name: &ServiceName,
         new: Stored,
+        entries: Vec<(SetKind, Entry)>,
         lb: Vec<LbNodeAccess>,
         health: Option<HealthCheckService>,
         t: &mut Touched,
     ) {
         let old = self.services.remove(name).unwrap_or_default();
         self.replace_owner(name, &old.vs_keys, &new.vs_keys, t);
-        self.count_entries(old.entries, &new.entries, t);
+        let old_entries = entries_of(self.state.decisions.get(name).map(|d| &**d));
+        self.count_entries(old_entries, &entries, t);
         self.count_bound(old.bound, &new.bound, t);
         if old.no_local_internal != new.no_local_internal
             || old.no_local_external != new.no_local_external
@@ -604,7 +620,7 @@ impl Planned {
         }
         self.replace_rules(name, lb, health, t);
         let empty = new.vs_keys.is_empty()
-            && new.entries.is_empty()
+            && entries.is_empty()
             && new.bound.is_empty()
             && !new.no_local_internal
             && !new.no_local_external;
@@ -643,11 +659,11 @@ impl Planned {
     /// Entries in both old and new keep their counts; only the differences are counted and touched.
     fn count_entries(
         &mut self,
-        old: Box<[(SetKind, Entry)]>,
+        old: Vec<(SetKind, Entry)>,
         new: &[(SetKind, Entry)],
         t: &mut Touched,
     ) {
-        let (gone, came) = sorted_difference(old, new);
+        let (gone, came) = sorted_difference(old.into_boxed_slice(), new);
         for (kind, e) in gone {
             let refs = &mut self.set_refs[kind];
             if let Some(n) = refs.get_mut(&e) {
@@ -659,7 +675,7 @@ impl Planned {
             t.entries.push((kind, e));
         }
         for (kind, e) in came {
-            *self.set_refs[kind].entry(e.clone()).or_insert(0) += 1;
+            *self.set_refs[kind].entry(e).or_insert(0) += 1;
             t.entries.push((kind, e));
         }
     }
@@ -763,12 +779,13 @@ impl Planned {
         record: bool,
         d: &mut DesiredDelta,
     ) {
-        let external = |k: &SetKind| matches!(k, SetKind::ExternalIp | SetKind::ExternalIpLocal);
-        let quiet_touched = !bound.is_empty() || entries.iter().any(|(k, _)| external(k));
+        let quiet_touched =
+            !bound.is_empty() || entries.iter().any(|(k, _)| EXTERNAL_SETS.contains(k));
         self.resolve_entries(entries, bound, record, d);
         if self.cfg.arp_per_address && quiet_touched {
             let s = &mut self.state;
-            let quiet = arp_quiet(&s.bound_addresses, &s.ipsets, &self.set_names);
+            let external = EXTERNAL_SETS.iter().flat_map(|k| self.set_refs[*k].keys());
+            let quiet = arp_quiet(&s.bound_addresses, external);
             if record && quiet != s.arp_quiet {
                 d.arp_quiet = Some(quiet.clone());
             }
@@ -823,6 +840,10 @@ impl Planned {
         let mut per_kind: PerSet<Vec<String>> = PerSet::default();
         for (kind, e) in entries {
             per_kind[kind].push(e.to_string());
+        }
+        for kind in SetKind::ALL {
+            // Sorted input: each set is built in linear time.
+            per_kind[kind].sort_unstable();
         }
         self.state.bound_addresses = self.bound_refs.keys().copied().collect();
         per_kind[SetKind::IpvsIps] = self

@@ -1,12 +1,8 @@
-//! The ipsets kube-proxy's IPVS mode keeps (upstream's `ipsetInfo` table), their per-family kernel names,
-//! and member text exactly as `ipset save` prints it.
+//! The ipsets kube-proxy's IPVS mode keeps (upstream's `ipsetInfo` table) and their per-family kernel
+//! names; their members are typed values ([`crate::kernel::ipset::entry::IpSetEntry`]).
 
-use crate::cluster::model::Protocol;
 use crate::kernel::ipset::{IpSetSize, IpSetSpec, IpSetType};
 use crate::net::IpFamily;
-use ipnet::IpNet;
-use std::fmt::Write;
-use std::net::IpAddr;
 use std::ops::{Index, IndexMut};
 
 /// Longest set name the kernel accepts.
@@ -241,33 +237,6 @@ pub fn set_name(base: &str, family: IpFamily) -> String {
     }
 }
 
-/// `ip,proto:port` (hash:ip,port).
-pub fn ip_port(out: &mut String, ip: IpAddr, proto: Protocol, port: u16) {
-    let _ = write!(out, "{ip},{}:{port}", proto.as_lower());
-}
-
-/// `ip,proto:port,ip2` (hash:ip,port,ip).
-pub fn ip_port_ip(out: &mut String, ip: IpAddr, proto: Protocol, port: u16, ip2: IpAddr) {
-    let _ = write!(out, "{ip},{}:{port},{ip2}", proto.as_lower());
-}
-
-/// `ip,proto:port,net` (hash:ip,port,net): the network is masked and a host prefix is printed bare, as
-/// `ipset save` shows it.
-pub fn ip_port_net(out: &mut String, ip: IpAddr, proto: Protocol, port: u16, net: IpNet) {
-    let net = net.trunc();
-    let _ = write!(out, "{ip},{}:{port},{}", proto.as_lower(), net.addr());
-    if net.prefix_len() != net.max_prefix_len() {
-        let _ = write!(out, "/{}", net.prefix_len());
-    }
-}
-
-/// Builds one entry with a formatting helper.
-pub fn entry(f: impl FnOnce(&mut String)) -> String {
-    let mut s = String::with_capacity(40);
-    f(&mut s);
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,34 +308,5 @@ mod tests {
             staging_name("KUBE-6-LOAD-BALANCER-SOURCE-CID"),
             "KUBE-6-LOAD-BALANCER-SOURCE-C-G"
         );
-    }
-
-    #[test]
-    fn entries_print_as_ipset_save() {
-        let e = entry(|s| ip_port(s, "10.96.0.1".parse().unwrap(), Protocol::Tcp, 443));
-        assert_eq!(e, "10.96.0.1,tcp:443");
-        let e = entry(|s| {
-            ip_port_net(
-                s,
-                "1.2.3.4".parse().unwrap(),
-                Protocol::Udp,
-                53,
-                "10.1.2.3/8".parse().unwrap(),
-            )
-        });
-        assert_eq!(e, "1.2.3.4,udp:53,10.0.0.0/8");
-        let e = entry(|s| {
-            ip_port_net(
-                s,
-                "2001:db8::1".parse().unwrap(),
-                Protocol::Tcp,
-                80,
-                "2001:db8:0:0::5/128".parse().unwrap(),
-            )
-        });
-        assert_eq!(e, "2001:db8::1,tcp:80,2001:db8::5");
-        let ip: IpAddr = "fd00:0:0::0a".parse().unwrap();
-        let e = entry(|s| ip_port_ip(s, ip, Protocol::Sctp, 9, ip));
-        assert_eq!(e, "fd00::a,sctp:9,fd00::a");
     }
 }

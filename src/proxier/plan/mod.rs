@@ -14,6 +14,7 @@ use crate::cluster::model::{
     SharedEndpoints,
 };
 use crate::cluster::select::{Categorized, categorize};
+use crate::kernel::ipset::entry::IpSetEntry;
 use crate::proxier::desired::{
     DesiredIpSet, DesiredState, DesiredVirtualServer, HealthCheckService, TrafficPolicy,
 };
@@ -23,7 +24,7 @@ use decision::{
     SchedulerSource, ServiceDecision, Unavailable, VsDecision,
 };
 use ipnet::IpNet;
-use ipsets::{PerSet, SetKind, entry, ip_port, ip_port_ip, ip_port_net};
+use ipsets::{PerSet, SetKind};
 use iptables::LbNodeAccess;
 use ipvs::{VsTemplate, destinations};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -186,7 +187,7 @@ struct Context {
 #[derive(Debug, Default, Clone)]
 struct Contribution {
     /// Members per set (duplicates allowed; `IpvsIps` is derived from `bound` at the end).
-    sets: PerSet<Vec<String>>,
+    sets: PerSet<Vec<IpSetEntry>>,
     /// Virtual servers; a later service port writing the same key wins, as upstream.
     virtual_servers: BTreeMap<crate::kernel::ipvs::IpvsServiceKey, Arc<DesiredVirtualServer>>,
     bound: BTreeSet<IpAddr>,
@@ -209,7 +210,7 @@ impl Contribution {
         }
     }
 
-    fn set(&mut self, kind: SetKind, e: String) {
+    fn set(&mut self, kind: SetKind, e: IpSetEntry) {
         self.sets[kind].push(e);
     }
 
@@ -276,6 +277,7 @@ impl Context {
             &without_external_ips
         };
         let eps = endpoints.map_or(&[][..], |e| e.as_slice());
+        let before = acc.sets.map(Vec::len);
         let health_check = self.health_endpoints(acc, svc, eps);
         self.hairpin(acc, svc, eps);
         let (tmpl, scheduler) = self.template(svc);
@@ -296,6 +298,7 @@ impl Context {
             virtual_servers: port.vs.into(),
             scheduler,
             health_check,
+            sets: planned_since(&acc.sets, &before),
         });
     }
 
@@ -313,7 +316,7 @@ impl Context {
             self.node_ports(acc, port, node_port);
         }
         if let Some(hc) = svc.health_check_node_port {
-            acc.set(SetKind::HealthCheckNodePort, hc.to_string());
+            acc.set(SetKind::HealthCheckNodePort, IpSetEntry::Port(hc));
         }
     }
 
@@ -398,7 +401,7 @@ impl Context {
             if IpFamily::of(&ep.ip) == self.family && ep.is_local(&self.node_name) {
                 acc.set(
                     SetKind::LoopBack,
-                    entry(|s| ip_port_ip(s, ep.ip, svc.protocol, ep.port, ep.ip)),
+                    IpSetEntry::IpPortIp(ep.ip, svc.protocol, ep.port, ep.ip),
                 );
             }
         }
@@ -413,7 +416,7 @@ impl Context {
             SetKind::ExternalIp
         };
         for ext in svc.external_ips_of(self.family) {
-            acc.set(kind, entry(|s| ip_port(s, ext, svc.protocol, svc.port)));
+            acc.set(kind, IpSetEntry::IpPort(ext, svc.protocol, svc.port));
             port.external_vs(acc, AddressKind::ExternalIp, ext, svc.port);
             if !self.local_addrs.contains(&ext) {
                 acc.bound.insert(ext);
@@ -431,12 +434,12 @@ impl Context {
             .filter(|r| IpFamily::of_net(r) == self.family)
             .collect();
         for lb in svc.load_balancer_ips_of(self.family) {
-            let e = entry(|s| ip_port(s, lb, svc.protocol, svc.port));
+            let e = IpSetEntry::IpPort(lb, svc.protocol, svc.port);
             if port.etp_local {
-                acc.set(SetKind::LoadBalancerLocal, e.clone());
+                acc.set(SetKind::LoadBalancerLocal, e);
             }
             if !ranges.is_empty() {
-                acc.set(SetKind::LoadBalancerFw, e.clone());
+                acc.set(SetKind::LoadBalancerFw, e);
                 self.source_ranges(acc, svc, lb, &ranges);
             }
             acc.set(SetKind::LoadBalancer, e);
@@ -462,7 +465,7 @@ impl Context {
         for r in ranges {
             acc.set(
                 SetKind::LoadBalancerSourceCidr,
-                entry(|s| ip_port_net(s, lb, proto, port, *r)),
+                IpSetEntry::ip_port_net(lb, proto, port, *r),
             );
             if self.node_ip.is_some_and(|n| r.contains(&n)) {
                 allow_from_node = true;
@@ -471,7 +474,7 @@ impl Context {
         if allow_from_node {
             acc.set(
                 SetKind::LoadBalancerSourceIp,
-                entry(|s| ip_port_ip(s, lb, proto, port, lb)),
+                IpSetEntry::IpPortIp(lb, proto, port, lb),
             );
         }
         if !allow_from_node || self.lb_source_ranges_for_node {
@@ -497,17 +500,17 @@ impl Context {
             Protocol::Udp => (SetKind::NodePortUdp, SetKind::NodePortLocalUdp),
             Protocol::Sctp => (SetKind::NodePortSctp, SetKind::NodePortLocalSctp),
         };
-        let entries: Vec<String> = if proto == Protocol::Sctp {
+        let entries: Vec<IpSetEntry> = if proto == Protocol::Sctp {
             self.node_port_ips
                 .iter()
-                .map(|ip| entry(|s| ip_port(s, *ip, proto, node_port)))
+                .map(|ip| IpSetEntry::IpPort(*ip, proto, node_port))
                 .collect()
         } else {
-            vec![node_port.to_string()]
+            vec![IpSetEntry::Port(node_port)]
         };
         if port.etp_local {
             for e in &entries {
-                acc.set(local, e.clone());
+                acc.set(local, *e);
             }
         }
         for e in entries {
@@ -548,7 +551,7 @@ impl Port<'_> {
         let svc = self.svc;
         acc.set(
             SetKind::ClusterIp,
-            entry(|s| ip_port(s, cluster_ip, svc.protocol, svc.port)),
+            IpSetEntry::IpPort(cluster_ip, svc.protocol, svc.port),
         );
         let only_local = svc.internal_policy_local;
         self.add_vs(
@@ -584,6 +587,26 @@ impl Port<'_> {
         });
         acc.add_vs(service, d);
     }
+}
+
+/// The members added to `sets` since they had the lengths `before`, sorted, each once.
+fn planned_since(
+    sets: &PerSet<Vec<IpSetEntry>>,
+    before: &PerSet<usize>,
+) -> Box<[(SetKind, IpSetEntry)]> {
+    let mut out: Vec<(SetKind, IpSetEntry)> = SetKind::ALL
+        .into_iter()
+        .flat_map(|k| {
+            sets[k]
+                .get(before[k]..)
+                .unwrap_or(&[])
+                .iter()
+                .map(move |e| (k, *e))
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out.into_boxed_slice()
 }
 
 /// Kernel names of this family's sets.
@@ -671,17 +694,21 @@ pub fn plan(
     }
 
     for ip in &b.bound {
-        b.sets[SetKind::IpvsIps].push(ip.to_string());
+        b.sets[SetKind::IpvsIps].push(IpSetEntry::Ip(*ip));
     }
 
     let set_names = set_names(family);
     let set_non_empty = b.sets.map(|s| !s.is_empty());
     let iptables_payload = rules_payload(cfg, &set_names, set_non_empty, &b.lb_node_access);
+    let arp_quiet = match cfg.arp_per_address {
+        true => arp_quiet(&b.bound, EXTERNAL_SETS.iter().flat_map(|k| &b.sets[*k])),
+        false => BTreeSet::new(),
+    };
 
     let mut ipsets = BTreeMap::new();
     for (kind, entries) in b.sets {
         let spec = kind.spec(family);
-        let entries: BTreeSet<String> = entries.into_iter().collect();
+        let entries: BTreeSet<String> = entries.iter().map(IpSetEntry::to_string).collect();
         ipsets.insert(spec.name.clone(), DesiredIpSet::new(spec, entries));
     }
 
@@ -691,10 +718,6 @@ pub fn plan(
         .map(|(service, hc)| health_check(service.clone(), hc))
         .collect();
 
-    let arp_quiet = match cfg.arp_per_address {
-        true => arp_quiet(&b.bound, &ipsets, &set_names),
-        false => BTreeSet::new(),
-    };
     DesiredState {
         family,
         decisions: service_decisions(std::mem::take(&mut b.decisions)),
@@ -709,22 +732,19 @@ pub fn plan(
     }
 }
 
+/// The sets of external IPs (`KUBE-EXTERNAL-IP`, `KUBE-EXTERNAL-IP-LOCAL`).
+const EXTERNAL_SETS: [SetKind; 2] = [SetKind::ExternalIp, SetKind::ExternalIpLocal];
+
 /// The bound addresses the node answers no ARP request for (`--ipvs-arp-per-address`): all but the
-/// external IPs (their entries in `KUBE-EXTERNAL-IP` and `KUBE-EXTERNAL-IP-LOCAL` start with the address).
+/// external IPs (the addresses of the `external` set members).
 /// ClusterIPs are never reached by ARP, and a LoadBalancer IP is announced by whatever gave it (the cloud,
 /// MetalLB's speaker, kube-vip), not by every node; external IPs are the cluster administrator's to route,
 /// and some networks reach them through the nodes' answers, as upstream gives them.
-pub(super) fn arp_quiet(
+pub(super) fn arp_quiet<'a>(
     bound: &BTreeSet<IpAddr>,
-    ipsets: &BTreeMap<String, DesiredIpSet>,
-    names: &PerSet<String>,
+    external: impl Iterator<Item = &'a IpSetEntry>,
 ) -> BTreeSet<IpAddr> {
-    let external: HashSet<IpAddr> = [SetKind::ExternalIp, SetKind::ExternalIpLocal]
-        .into_iter()
-        .filter_map(|k| ipsets.get(&names[k]))
-        .flat_map(|s| s.entries.iter())
-        .filter_map(|e| e.split(',').next()?.parse().ok())
-        .collect();
+    let external: HashSet<IpAddr> = external.filter_map(IpSetEntry::addr).collect();
     bound
         .iter()
         .copied()
