@@ -4,9 +4,8 @@
 use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::config::defaults::apply_defaults;
 use kube_proxy_rs::config::validate::validate;
-use kube_proxy_rs::config::{LocalMode, ProxyConfig};
+use kube_proxy_rs::config::{LocalDetection, LocalMode, ProxyConfig};
 use kube_proxy_rs::gotime::GoDuration;
-use kube_proxy_rs::proxier::plan::LocalDetector;
 
 fn base() -> ProxyConfig {
     let mut c = ProxyConfig {
@@ -388,25 +387,19 @@ fn helpers() {
     );
     assert_eq!(c.local_mode(), Some(LocalMode::ClusterCidr));
     assert_eq!(
-        c.local_detector(IpFamily::V6, &[]),
-        LocalDetector::Cidrs(vec!["fd00:10:244::/56".parse().unwrap()])
+        LocalDetection::from_config(&c),
+        LocalDetection::ClusterCidr(vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:10:244::/56".parse().unwrap()
+        ])
     );
-    c.cluster_cidr = "10.244.0.0/16".into();
-    assert_eq!(c.local_detector(IpFamily::V6, &[]), LocalDetector::None);
     c.detect_local_mode = "NodeCIDR".into();
-    let pod_cidrs = [
-        "10.244.3.0/24".parse().unwrap(),
-        "fd00::/64".parse().unwrap(),
-    ];
-    assert_eq!(
-        c.local_detector(IpFamily::V4, &pod_cidrs),
-        LocalDetector::Cidrs(vec!["10.244.3.0/24".parse().unwrap()])
-    );
+    assert_eq!(LocalDetection::from_config(&c), LocalDetection::NodeCidr);
     c.detect_local_mode = "BridgeInterface".into();
     c.detect_local.bridge_interface = "cbr0".into();
     assert_eq!(
-        c.local_detector(IpFamily::V4, &[]),
-        LocalDetector::BridgeInterface("cbr0".into())
+        LocalDetection::from_config(&c),
+        LocalDetection::BridgeInterface("cbr0".into())
     );
 
     // nodePortAddresses: unset or empty means all; `primary` means the Node's primary IPs; host bits

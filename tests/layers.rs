@@ -7,7 +7,6 @@ use std::process::Command;
 
 /// Circles left to remove (issue 30 §2), as `scripts/layers.py --circles` prints them.
 const KNOWN: &[&str] = &[
-    "files: cluster::service_options, cluster::service_options::kube_router, cluster::service_options::scheduler",
     "files: kernel::ipvs, kernel::ipvs::procfs",
     "files: kernel::ipset, kernel::ipset::cli, kernel::ipset::entry, kernel::ipset::netlink, kernel::ipset::save, kernel::ipset::text, kernel::ipset::types",
     "files: proxier::plan, proxier::plan::incremental, proxier::plan::iptables",
@@ -17,7 +16,6 @@ const KNOWN: &[&str] = &[
     "files: explain, explain::explainer",
     "files: daemon::sync, daemon::sync::drift, daemon::sync::publish",
     "files: logging, logging::json, logging::layer, logging::text",
-    "files: daemon, daemon::watch_config",
 ];
 
 fn root() -> &'static Path {

@@ -9,7 +9,6 @@ use super::types::{ProxyConfig, Quantity};
 use super::validate::{ValidationErrors, parse_cidr, validate};
 use crate::gotime::GoDuration;
 use crate::net::IpFamily;
-use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
@@ -154,12 +153,6 @@ impl ProxyConfig {
             "InterfaceNamePrefix" => Some(LocalMode::InterfaceNamePrefix),
             _ => None,
         }
-    }
-
-    /// The local-traffic detector for one family; `node_pod_cidrs` are the Node's podCIDRs
-    /// (used in NodeCIDR mode). No CIDR of the family gives [`LocalDetector::None`].
-    pub fn local_detector(&self, family: IpFamily, node_pod_cidrs: &[IpNet]) -> LocalDetector {
-        super::settings::LocalDetection::from_config(self).detector(family, node_pod_cidrs)
     }
 
     /// Longest interval between full syncs (`ipvs.syncPeriod`).
@@ -343,7 +336,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     }
     keep_active_mode_only(&mut config);
     validate(&config)?;
-    warnings.extend(crate::component::features::check(&config.feature_gates).unwrap_or_default());
+    warnings.extend(super::features::check(&config.feature_gates).unwrap_or_default());
 
     let node_name = if config.hostname_override.trim().is_empty() {
         hostname().map_err(ConfigError::NodeName)?

@@ -1,11 +1,10 @@
 //! The validated configuration in the types the daemon runs with, built once at start-up: no sync reads
 //! a raw string of the configuration again.
 
+use super::features;
 use super::fixes::IpvsFixes;
 use super::types::ProxyConfig;
-use crate::component::features;
 use crate::net::IpFamily;
-use crate::proxier::plan::LocalDetector;
 use crate::scheduler::Scheduler;
 use ipnet::IpNet;
 use std::net::IpAddr;
@@ -75,29 +74,6 @@ impl LocalDetection {
                 LocalDetection::InterfaceNamePrefix(c.detect_local.interface_name_prefix.clone())
             }
             Some(LocalMode::ClusterCidr) | None => LocalDetection::ClusterCidr(c.cluster_cidrs()),
-        }
-    }
-
-    /// The planner's detector for `family`; `node_pod_cidrs` are the Node's podCIDRs (NodeCIDR mode).
-    /// No CIDR of the family gives [`LocalDetector::None`].
-    pub fn detector(&self, family: IpFamily, node_pod_cidrs: &[IpNet]) -> LocalDetector {
-        let of_family = |nets: &[IpNet]| {
-            let nets: Vec<IpNet> = nets
-                .iter()
-                .copied()
-                .filter(|n| IpFamily::of_net(n) == family)
-                .collect();
-            if nets.is_empty() {
-                LocalDetector::None
-            } else {
-                LocalDetector::Cidrs(nets)
-            }
-        };
-        match self {
-            LocalDetection::ClusterCidr(nets) => of_family(nets),
-            LocalDetection::NodeCidr => of_family(node_pod_cidrs),
-            LocalDetection::BridgeInterface(i) => LocalDetector::BridgeInterface(i.clone()),
-            LocalDetection::InterfaceNamePrefix(p) => LocalDetector::InterfaceNamePrefix(p.clone()),
         }
     }
 }
