@@ -8,7 +8,7 @@
 //! `  -> 0A800001:1F90      Masq    1      0          0` (forwarding method, weight, active and inactive
 //! connections).
 
-use super::{ForwardMethod, IpvsDestination, IpvsServiceKey};
+use super::types::{ForwardMethod, IpvsDestination, IpvsServiceKey};
 use crate::kernel::io_counts::{Backend, Call};
 use crate::net::Protocol;
 use std::collections::BTreeMap;
