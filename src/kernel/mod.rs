@@ -48,6 +48,9 @@ pub enum KernelError {
     Invalid(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// `/proc/net/ip_vs` could not be read or parsed.
+    #[error("invalid: {0}")]
+    ProcView(#[from] ipvs::procfs::ProcViewError),
 }
 
 /// Result of a kernel backend call.
