@@ -48,9 +48,9 @@ pub enum KernelError {
     Invalid(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
-    /// `/proc/net/ip_vs` could not be read or parsed.
+    /// Malformed input or kernel answer, with the backend's typed error as the cause.
     #[error("invalid: {0}")]
-    ProcView(#[from] ipvs::procfs::ProcViewError),
+    InvalidWith(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Result of a kernel backend call.

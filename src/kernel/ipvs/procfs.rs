@@ -354,7 +354,7 @@ mod tests {
         assert_eq!(e.to_string(), "read /proc/net/ip_vs: EIO");
         let source = std::error::Error::source(&e).map(ToString::to_string);
         assert_eq!(source.as_deref(), Some("EIO"));
-        let k = crate::kernel::KernelError::from(e);
+        let k = crate::kernel::KernelError::InvalidWith(Box::new(e));
         assert_eq!(k.to_string(), "invalid: read /proc/net/ip_vs: EIO");
         assert!(std::error::Error::source(&k).is_some());
     }
