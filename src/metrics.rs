@@ -643,14 +643,11 @@ impl Metrics {
 // Metrics every Kubernetes component exposes (component-base), kept apart from kube-proxy's own: see
 // `crate::component`.
 impl Metrics {
-    /// Registers `kubernetes_build_info`, `kubernetes_feature_enabled` (the known gates, set from the
-    /// configured `featureGates`) and `go_goroutines` (tasks alive on the tokio runtime).
-    pub fn register_component(
-        &self,
-        feature_gates: &std::collections::BTreeMap<String, bool>,
-    ) -> Result<(), MetricsError> {
+    /// Registers `kubernetes_build_info` and `go_goroutines` (tasks alive on the tokio runtime);
+    /// `kubernetes_feature_enabled` is registered by the daemon from the configuration
+    /// (`crate::config::features::register`).
+    pub fn register_component(&self) -> Result<(), MetricsError> {
         crate::component::build_info::register(&self.registry)?;
-        crate::component::features::register(&self.registry, feature_gates)?;
         self.registry
             .register(Box::new(crate::component::runtime::TasksCollector::new()?))?;
         Ok(())

@@ -6,7 +6,7 @@ pub mod files;
 use files::tmp_file;
 use kube_proxy_rs::config::defaults::apply_defaults;
 use kube_proxy_rs::config::file::{decode, encode};
-use kube_proxy_rs::config::{Invocation, ProxyConfig, parse_args};
+use kube_proxy_rs::config::{Invocation, LocalDetection, ProxyConfig, ProxySettings, parse_args};
 use kube_proxy_rs::gotime::GoDuration;
 use std::path::PathBuf;
 
@@ -140,8 +140,11 @@ fn kubeadm_config_decodes_strictly_and_defaults_like_upstream() {
     assert_eq!(c.detect_local_mode, "ClusterCIDR");
     assert_eq!(c.logging.format, "text");
     assert_eq!(c.logging.flush_frequency.0.to_string(), "5s");
-    assert_eq!(c.scheduler(), "rr");
-    assert_eq!(c.cluster_cidrs(), vec!["10.244.0.0/16".parse().unwrap()]);
+    assert_eq!(o.settings.scheduler, "rr");
+    assert_eq!(
+        o.settings.local_detection,
+        LocalDetection::ClusterCidr(vec!["10.244.0.0/16".parse().unwrap()])
+    );
 }
 
 #[test]
@@ -334,7 +337,10 @@ conntrack: {tcpBeLiberal: true, udpTimeout: 30s, udpStreamTimeout: 5m}
     assert!(c.winkernel.enable_dsr);
     assert!(c.windows_run_as_service);
     assert_eq!(c.ipvs.udp_timeout.to_string(), "300ms");
-    assert_eq!(c.exclude_cidrs(), vec!["10.0.0.0/8".parse().unwrap()]);
+    assert_eq!(
+        ProxySettings::new(&c).exclude_cidrs,
+        vec!["10.0.0.0/8".parse().unwrap()]
+    );
 }
 
 #[test]

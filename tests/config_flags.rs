@@ -311,7 +311,7 @@ fn every_value_flag_lands_in_the_config() {
     assert_eq!(c.metrics_bind_address, "0.0.0.0:2");
     assert!(c.bind_address_hard_fail && c.enable_profiling);
     assert_eq!(c.show_hidden_metrics_for_version, "1.35");
-    assert_eq!(c.masquerade_bit(), 15);
+    assert_eq!(o.settings.masquerade_bit, 15);
     assert_eq!(c.iptables.localhost_node_ports, Some(false));
     assert_eq!(c.ipvs.sync_period, GoDuration::from_secs(60));
     assert_eq!(c.ipvs.min_sync_period, GoDuration::from_secs(2));
@@ -325,7 +325,7 @@ fn every_value_flag_lands_in_the_config() {
     assert_eq!(c.detect_local_mode, "InterfaceNamePrefix");
     assert_eq!(c.detect_local.interface_name_prefix, "veth");
     assert_eq!(c.detect_local.bridge_interface, "cbr0");
-    let npa = c.node_port_addresses();
+    let npa = &o.settings.node_port_addresses;
     assert!(!npa.primary);
     assert_eq!(npa.cidrs, vec!["10.0.0.0/8".parse().unwrap()]);
     assert_eq!(c.oom_score_adj, Some(-500));

@@ -1,12 +1,11 @@
 //! Validation rules: each bad value is reported with its field path and value, all errors
 //! are collected, and the helpers parse what validation accepts.
 
-use kube_proxy_rs::cluster::model::IpFamily;
 use kube_proxy_rs::config::defaults::apply_defaults;
 use kube_proxy_rs::config::validate::validate;
-use kube_proxy_rs::config::{LocalMode, ProxyConfig};
+use kube_proxy_rs::config::{LocalDetection, ProxyConfig, ProxySettings};
 use kube_proxy_rs::gotime::GoDuration;
-use kube_proxy_rs::proxier::plan::LocalDetector;
+use kube_proxy_rs::net::IpFamily;
 
 fn base() -> ProxyConfig {
     let mut c = ProxyConfig {
@@ -374,58 +373,43 @@ fn all_errors_are_collected() {
     );
 }
 
+/// The typed settings the daemon runs with, parsed once from a validated configuration.
 #[test]
-fn helpers() {
+fn settings() {
     let mut c = base();
     c.cluster_cidr = "10.244.0.0/16, fd00:10:244::/56".into();
+    let local = |c: &ProxyConfig| ProxySettings::new(c).local_detection;
     assert_eq!(
-        c.cluster_cidr_for(IpFamily::V4),
-        Some("10.244.0.0/16".parse().unwrap())
+        local(&c),
+        LocalDetection::ClusterCidr(vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:10:244::/56".parse().unwrap()
+        ])
     );
-    assert_eq!(
-        c.cluster_cidr_for(IpFamily::V6),
-        Some("fd00:10:244::/56".parse().unwrap())
-    );
-    assert_eq!(c.local_mode(), Some(LocalMode::ClusterCidr));
-    assert_eq!(
-        c.local_detector(IpFamily::V6, &[]),
-        LocalDetector::Cidrs(vec!["fd00:10:244::/56".parse().unwrap()])
-    );
-    c.cluster_cidr = "10.244.0.0/16".into();
-    assert_eq!(c.local_detector(IpFamily::V6, &[]), LocalDetector::None);
     c.detect_local_mode = "NodeCIDR".into();
-    let pod_cidrs = [
-        "10.244.3.0/24".parse().unwrap(),
-        "fd00::/64".parse().unwrap(),
-    ];
-    assert_eq!(
-        c.local_detector(IpFamily::V4, &pod_cidrs),
-        LocalDetector::Cidrs(vec!["10.244.3.0/24".parse().unwrap()])
-    );
+    assert_eq!(local(&c), LocalDetection::NodeCidr);
     c.detect_local_mode = "BridgeInterface".into();
     c.detect_local.bridge_interface = "cbr0".into();
-    assert_eq!(
-        c.local_detector(IpFamily::V4, &[]),
-        LocalDetector::BridgeInterface("cbr0".into())
-    );
+    assert_eq!(local(&c), LocalDetection::BridgeInterface("cbr0".into()));
 
     // nodePortAddresses: unset or empty means all; `primary` means the Node's primary IPs; host bits
     // are dropped.
+    let npa_of = |c: &ProxyConfig| ProxySettings::new(c).node_port_addresses;
     for unset in [None, Some(vec![])] {
         c.node_port_addresses = unset;
-        let all = c.node_port_addresses();
+        let all = npa_of(&c);
         assert!(all.allows("203.0.113.9".parse().unwrap(), &[]));
         assert!(all.allows("2001:db8::1".parse().unwrap(), &[]));
         assert!(!all.primary);
     }
     let primary = ["10.0.0.5".parse().unwrap()];
     c.node_port_addresses = Some(vec!["primary".into()]);
-    let npa = c.node_port_addresses();
+    let npa = npa_of(&c);
     assert!(npa.cidrs.is_empty());
     assert!(npa.allows("10.0.0.5".parse().unwrap(), &primary));
     assert!(!npa.allows("10.0.0.6".parse().unwrap(), &primary));
     c.node_port_addresses = Some(vec!["192.168.1.7/24".into()]);
-    let npa = c.node_port_addresses();
+    let npa = npa_of(&c);
     assert_eq!(
         npa.cidrs_for(IpFamily::V4),
         vec!["192.168.1.0/24".parse().unwrap()]
@@ -435,19 +419,20 @@ fn helpers() {
     assert!(!npa.allows("10.0.0.5".parse().unwrap(), &primary));
     // The shorthands expand to their CIDRs: `localhost` to both loopback ranges.
     c.node_port_addresses = Some(vec!["localhost".into()]);
-    let npa = c.node_port_addresses();
+    let npa = npa_of(&c);
     assert_eq!(
         npa.cidrs,
         vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]
     );
     assert!(!npa.allows("10.0.0.5".parse().unwrap(), &primary));
 
-    assert_eq!(c.scheduler(), "rr");
+    assert_eq!(ProxySettings::new(&c).scheduler, "rr");
     c.ipvs.scheduler = "mh".into();
-    assert_eq!(c.scheduler(), "mh");
-    assert_eq!(c.masquerade_bit(), 14);
-    assert_eq!(c.sync_period(), std::time::Duration::from_secs(30));
-    assert_eq!(c.min_sync_period(), std::time::Duration::ZERO);
+    let s = ProxySettings::new(&c);
+    assert_eq!(s.scheduler, "mh");
+    assert_eq!(s.masquerade_bit, 14);
+    assert_eq!(s.sync_period, std::time::Duration::from_secs(30));
+    assert_eq!(s.min_sync_period, std::time::Duration::ZERO);
 }
 
 #[test]

@@ -111,12 +111,13 @@ fn written_files_read_back_to_the_same_text() {
 /// period, a file without `ipvs.minSyncPeriod` gets 0s, and given flags win.
 #[test]
 fn effective_sync_periods_are_upstreams() {
-    let flags_only = options(&["--proxy-mode=ipvs", "--hostname-override=n"]).config;
-    assert_eq!(flags_only.sync_period(), Duration::from_secs(30));
-    assert_eq!(flags_only.min_sync_period(), Duration::from_secs(1));
+    let flags_only = options(&["--proxy-mode=ipvs", "--hostname-override=n"]);
+    let flags_only_s = flags_only.settings;
+    assert_eq!(flags_only_s.sync_period, Duration::from_secs(30));
+    assert_eq!(flags_only_s.min_sync_period, Duration::from_secs(1));
 
-    let no_mode = options(&["--hostname-override=n"]).config;
-    assert_eq!(no_mode.min_sync_period(), Duration::from_secs(1));
+    let no_mode_s = options(&["--hostname-override=n"]).settings;
+    assert_eq!(no_mode_s.min_sync_period, Duration::from_secs(1));
 
     let given = options(&[
         "--proxy-mode=ipvs",
@@ -124,16 +125,18 @@ fn effective_sync_periods_are_upstreams() {
         "--ipvs-sync-period=1m",
         "--ipvs-min-sync-period=0s",
     ])
-    .config;
-    assert_eq!(given.sync_period(), Duration::from_secs(60));
-    assert_eq!(given.min_sync_period(), Duration::ZERO);
+    .settings;
+    assert_eq!(given.sync_period, Duration::from_secs(60));
+    assert_eq!(given.min_sync_period, Duration::ZERO);
 
     let file = tmp("periods.conf");
     std::fs::write(&file, MINIMAL_FILE).unwrap();
     let config = format!("--config={}", file.display());
-    let from_file = options(&[&config, "--hostname-override=n"]).config;
-    assert_eq!(from_file.sync_period(), Duration::from_secs(30));
-    assert_eq!(from_file.min_sync_period(), Duration::ZERO);
+    let from_file = options(&[&config, "--hostname-override=n"]);
+    let from_file_s = from_file.settings;
+    let from_file = from_file.config;
+    assert_eq!(from_file_s.sync_period, Duration::from_secs(30));
+    assert_eq!(from_file_s.min_sync_period, Duration::ZERO);
     // The inactive modes' periods are not kept, as upstream's internal configuration has none.
     assert!(from_file.iptables.sync_period.is_zero());
     assert!(from_file.nftables.min_sync_period.is_zero());

@@ -7,17 +7,11 @@ use std::process::Command;
 
 /// Circles left to remove (issue 30 §2), as `scripts/layers.py --circles` prints them.
 const KNOWN: &[&str] = &[
-    "files: cluster::service_options, cluster::service_options::kube_router, cluster::service_options::scheduler",
-    "files: kernel::ipvs, kernel::ipvs::procfs",
     "files: kernel::ipset, kernel::ipset::cli, kernel::ipset::entry, kernel::ipset::netlink, kernel::ipset::save, kernel::ipset::text, kernel::ipset::types",
     "files: proxier::plan, proxier::plan::incremental, proxier::plan::iptables",
-    "files: proxier::cleanup, proxier::cleanup::iptables_mode, proxier::cleanup::ipvs_mode, proxier::cleanup::nftables_mode",
     "files: proxier::reconcile, proxier::reconcile::drift, proxier::reconcile::ipvs, proxier::report",
-    "files: daemon::events, daemon::events::publisher",
     "files: explain, explain::explainer",
     "files: daemon::sync, daemon::sync::drift, daemon::sync::publish",
-    "files: logging, logging::json, logging::layer, logging::text",
-    "files: daemon, daemon::watch_config",
 ];
 
 fn root() -> &'static Path {

@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube_proxy_rs::cluster::model::{IpFamily, ServiceName};
 use kube_proxy_rs::component::zpages::ZPages;
+use kube_proxy_rs::config::features::{COMPONENT_FLAGZ, COMPONENT_STATUSZ, enabled};
 use kube_proxy_rs::gotime::instant::format_rfc3339_nano;
 use kube_proxy_rs::metrics::{Metrics, TrafficPolicy};
 use kube_proxy_rs::server::{
@@ -733,7 +734,10 @@ async fn zpages_follow_their_feature_gates() {
             metrics: Arc::new(Metrics::new().unwrap()),
             proxy_mode: "ipvs".into(),
             configz: Value::Null,
-            zpages: Arc::new(ZPages::for_process(Default::default()).with_gates(&gates)),
+            zpages: Arc::new(ZPages::for_process(Default::default()).with_pages(
+                enabled(&gates, COMPONENT_STATUSZ),
+                enabled(&gates, COMPONENT_FLAGZ),
+            )),
             explain: None,
         };
         let server = start_metrics_server(loopback0(), state, true, std::future::pending())

@@ -1,11 +1,8 @@
 //! What every Kubernetes component reports about itself, in upstream's shapes: build and version facts
-//! (`kubernetes_build_info`, `Version info`, `/statusz`), feature gates (`kubernetes_feature_enabled`),
-//! a runtime gauge the standard dashboards read (`go_goroutines`), and the `/statusz` and `/flagz`
+//! (`kubernetes_build_info`, `Version info`, `/statusz`), a runtime gauge the standard dashboards read (`go_goroutines`), and the `/statusz` and `/flagz`
 //! pages.
 
 pub mod build_info;
-pub mod features;
-pub mod gate_names;
 pub mod runtime;
 pub mod zpages;
 

@@ -132,7 +132,7 @@ pub struct ZPages {
     pub component: String,
     /// When the process started.
     pub started: SystemTime,
-    /// Every flag's value ([`crate::config::help::flag_values`]).
+    /// Every flag's value, as the daemon read them from its command line.
     pub flags: BTreeMap<String, String>,
     /// Whether `/statusz` is served (the `ComponentStatusz` feature gate; off, the path is not found, as
     /// upstream does not install the page).
@@ -191,8 +191,7 @@ fn uptime_text(up: Duration) -> String {
 
 impl ZPages {
     /// The facts of this process: its start time (from `/proc`), its flags' values as the caller read
-    /// them from the command line (name → value, as `/flagz` shows them); both pages as their gates'
-    /// defaults say.
+    /// them from the command line (name → value, as `/flagz` shows them); both pages served.
     pub fn for_process(flags: BTreeMap<String, String>) -> ZPages {
         ZPages {
             component: super::NAME.to_string(),
@@ -201,14 +200,12 @@ impl ZPages {
             statusz: true,
             flagz: true,
         }
-        .with_gates(&BTreeMap::new())
     }
 
-    /// The pages served as the configured `featureGates` say (`ComponentStatusz`, `ComponentFlagz`).
-    pub fn with_gates(mut self, configured: &BTreeMap<String, bool>) -> ZPages {
-        use super::features::{COMPONENT_FLAGZ, COMPONENT_STATUSZ, enabled};
-        self.statusz = enabled(configured, COMPONENT_STATUSZ);
-        self.flagz = enabled(configured, COMPONENT_FLAGZ);
+    /// Which pages are served: the caller reads the `ComponentStatusz` and `ComponentFlagz` gates.
+    pub fn with_pages(mut self, statusz: bool, flagz: bool) -> ZPages {
+        self.statusz = statusz;
+        self.flagz = flagz;
         self
     }
 
@@ -310,14 +307,12 @@ mod tests {
     }
 
     #[test]
-    fn pages_follow_their_gates() {
+    fn pages_are_served_as_told() {
         let p = pages();
         assert!(p.statusz && p.flagz);
-        let off: BTreeMap<String, bool> = [("ComponentStatusz".to_string(), false)].into();
-        let p = p.with_gates(&off);
+        let p = p.with_pages(false, true);
         assert!(!p.statusz && p.flagz);
-        let off: BTreeMap<String, bool> = [("ComponentFlagz".to_string(), false)].into();
-        let p = p.with_gates(&off);
+        let p = p.with_pages(true, false);
         assert!(p.statusz && !p.flagz);
     }
 

@@ -6,8 +6,8 @@
 //! aligned three spaces after the longest such column, continuation lines indented to it, and
 //! ` (default X)` (`(default "X")` for strings) unless the default is the type's zero value.
 
+use super::features;
 use super::flags::{Flags, LONG_ABOUT, normalize_args};
-use crate::component::features;
 use crate::gotime::GoDuration;
 use clap::CommandFactory;
 use clap::parser::ValueSource;

@@ -8,7 +8,7 @@
 //! - only IPVS mode: an empty `mode` means `ipvs` (with a warning), any other mode is an error;
 //! - error paths are the YAML field paths (`ipvs.syncPeriod`), not Go struct names;
 //! - feature gates: gates added after the followed release are accepted (`KubeProxyIPVS` from 1.37),
-//!   and `KubeProxyIPVS` is on in every release (see [`crate::component::features`]);
+//!   and `KubeProxyIPVS` is on in every release (see [`features`]);
 //! - `ipvs.scheduler` must name a stock kernel scheduler (see [`crate::scheduler`]); upstream has
 //!   accepted any name since 1.27 and fails at start-up when the kernel lacks it;
 //! - `showHiddenMetricsForVersion` is checked for the `<major>.<minor>` form only;
@@ -16,9 +16,11 @@
 //!   with a warning; flags ignored because of `--config` are reported in a warning.
 
 pub mod defaults;
+pub mod features;
 pub mod file;
 pub mod fixes;
 pub mod flags;
+pub mod gate_names;
 pub mod go_yaml;
 pub mod help;
 pub mod options;

@@ -1,19 +1,14 @@
 //! Resolution of flags and configuration file into the [`Options`] the daemon runs with,
-//! with upstream's precedence, plus typed accessors for the daemon.
+//! with upstream's precedence.
 
 use super::defaults::{append_port_if_needed, apply_defaults, keep_active_mode_only};
 use super::file::{self, FileError};
 use super::flags::{Flags, normalize_args, split_list};
-use super::settings::{LocalMode, NodePortAddresses};
 use super::types::{ProxyConfig, Quantity};
-use super::validate::{ValidationErrors, parse_cidr, validate};
+use super::validate::{ValidationErrors, validate};
 use crate::gotime::GoDuration;
-use crate::net::IpFamily;
-use crate::proxier::plan::LocalDetector;
-use crate::scheduler::Scheduler;
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use ipnet::IpNet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -73,104 +68,6 @@ pub struct Options {
     pub node_name: String,
     /// Warnings gathered while parsing, to be logged once logging is set up.
     pub warnings: Vec<String>,
-}
-
-impl ProxyConfig {
-    /// Parsed `clusterCIDR` entries (invalid entries are skipped; validation reports them).
-    pub fn cluster_cidrs(&self) -> Vec<IpNet> {
-        self.cluster_cidr
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .filter_map(parse_cidr)
-            .collect()
-    }
-
-    /// The `clusterCIDR` entry of one family.
-    pub fn cluster_cidr_for(&self, family: IpFamily) -> Option<IpNet> {
-        self.cluster_cidrs()
-            .into_iter()
-            .find(|n| IpFamily::of_net(n) == family)
-    }
-
-    /// Parsed `nodePortAddresses`; unset or empty means every local address (both families' `/0`).
-    pub fn node_port_addresses(&self) -> NodePortAddresses {
-        let mut out = NodePortAddresses::default();
-        let entries = self.node_port_addresses.as_deref().unwrap_or_default();
-        if entries.is_empty() {
-            out.cidrs = vec![
-                IpNet::V4(ipnet::Ipv4Net::default()),
-                IpNet::V6(ipnet::Ipv6Net::default()),
-            ];
-            return out;
-        }
-        for entry in entries {
-            if entry == super::validate::NODE_PORT_PRIMARY {
-                out.primary = true;
-                continue;
-            }
-            let expanded = super::validate::NODE_PORT_SHORTHANDS
-                .iter()
-                .find(|(k, _)| k == entry)
-                .map_or_else(|| vec![entry.as_str()], |(_, cidrs)| cidrs.to_vec());
-            for n in expanded.into_iter().filter_map(parse_cidr) {
-                if !out.cidrs.contains(&n) {
-                    out.cidrs.push(n);
-                }
-            }
-        }
-        out
-    }
-
-    /// Parsed `ipvs.excludeCIDRs`.
-    pub fn exclude_cidrs(&self) -> Vec<IpNet> {
-        self.ipvs
-            .exclude_cidrs
-            .iter()
-            .flatten()
-            .filter_map(|s| parse_cidr(s))
-            .collect()
-    }
-
-    /// IPVS scheduler with the default applied (`""` is `rr`); validation refuses unknown names, so
-    /// the default stands in only for a configuration that was never validated.
-    pub fn scheduler(&self) -> Scheduler {
-        Scheduler::parse_or_default(&self.ipvs.scheduler).unwrap_or_default()
-    }
-
-    /// The SNAT mark bit (`iptables.masqueradeBit`, default 14).
-    pub fn masquerade_bit(&self) -> u32 {
-        self.iptables
-            .masquerade_bit
-            .and_then(|b| u32::try_from(b).ok())
-            .unwrap_or(14)
-    }
-
-    /// `detectLocalMode` (unset means ClusterCIDR); `None` for an unknown value.
-    pub fn local_mode(&self) -> Option<LocalMode> {
-        match self.detect_local_mode.as_str() {
-            "" | "ClusterCIDR" => Some(LocalMode::ClusterCidr),
-            "NodeCIDR" => Some(LocalMode::NodeCidr),
-            "BridgeInterface" => Some(LocalMode::BridgeInterface),
-            "InterfaceNamePrefix" => Some(LocalMode::InterfaceNamePrefix),
-            _ => None,
-        }
-    }
-
-    /// The local-traffic detector for one family; `node_pod_cidrs` are the Node's podCIDRs
-    /// (used in NodeCIDR mode). No CIDR of the family gives [`LocalDetector::None`].
-    pub fn local_detector(&self, family: IpFamily, node_pod_cidrs: &[IpNet]) -> LocalDetector {
-        super::settings::LocalDetection::from_config(self).detector(family, node_pod_cidrs)
-    }
-
-    /// Longest interval between full syncs (`ipvs.syncPeriod`).
-    pub fn sync_period(&self) -> std::time::Duration {
-        self.ipvs.sync_period.to_std()
-    }
-
-    /// Shortest interval between syncs (`ipvs.minSyncPeriod`).
-    pub fn min_sync_period(&self) -> std::time::Duration {
-        self.ipvs.min_sync_period.to_std()
-    }
 }
 
 /// The version line printed by `--version`.
@@ -343,7 +240,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     }
     keep_active_mode_only(&mut config);
     validate(&config)?;
-    warnings.extend(crate::component::features::check(&config.feature_gates).unwrap_or_default());
+    warnings.extend(super::features::check(&config.feature_gates).unwrap_or_default());
 
     let node_name = if config.hostname_override.trim().is_empty() {
         hostname().map_err(ConfigError::NodeName)?

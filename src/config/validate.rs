@@ -221,7 +221,7 @@ pub fn validate(c: &ProxyConfig) -> Result<(), ValidationErrors> {
 /// `featureGates` as upstream's feature gate takes them (unknown names and locked gates refused, with
 /// the map rendered as Go's `%#v`); `KubeProxyIPVS=false` refuses IPVS mode, the only one here.
 fn validate_feature_gates(c: &ProxyConfig, e: &mut Errs) {
-    use crate::component::features;
+    use super::features;
     if let Err(why) = features::check(&c.feature_gates) {
         let pairs: Vec<String> = c
             .feature_gates

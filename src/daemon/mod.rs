@@ -7,14 +7,19 @@ pub mod events;
 pub mod node;
 pub mod prepare;
 pub mod scheduler_modules;
+mod stop;
 pub mod sync;
 pub mod watch_config;
+
+pub use stop::Stop;
+use stop::wait_for_signal;
 
 use crate::cluster::client::{ClientOptions, build_clients};
 use crate::cluster::listwatch::{ApiClient, MediaTypes};
 use crate::cluster::rest_metrics::RestClientMetrics;
 use crate::cluster::watch::{self, NodeInfo, Notifier, Trackers};
-use crate::config::{LocalDetection, Options};
+use crate::component::zpages::ZPages;
+use crate::config::{LocalDetection, Options, ProxyConfig};
 use crate::explain::http::DebugEndpoints;
 use crate::explain::metrics::{ExplainMetrics, StateMetrics};
 use crate::explain::{Explainer, Published};
@@ -40,17 +45,6 @@ use tokio::task::JoinHandle;
 
 /// Hidden environment variable shortening the graceful-termination check interval (Go duration; tests).
 pub const GRACEFUL_INTERVAL_ENV: &str = "KUBE_PROXY_RS_GRACEFUL_CHECK_INTERVAL";
-
-/// Why the daemon stops.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    /// SIGTERM / SIGINT: exit 0, kernel rules stay.
-    Signal(&'static str),
-    /// The Node's IPs or podCIDRs changed: exit non-zero so the DaemonSet restarts us.
-    NodeChanged(String),
-    /// The `--config` file changed.
-    ConfigChanged(String),
-}
 
 /// The graceful-termination check interval ([`GRACEFUL_INTERVAL_ENV`] or one minute).
 pub fn graceful_interval() -> Duration {
@@ -82,21 +76,6 @@ fn set_oom_score(value: Option<i32>) {
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", v.to_string()) {
         // Upstream logs this at V(2) too.
         tracing::debug!(value = v, error = %e, "Failed to apply OOMScore");
-    }
-}
-
-async fn wait_for_signal() -> Stop {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "Cannot install the SIGTERM handler");
-            return std::future::pending().await;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => Stop::Signal("SIGTERM"),
-        _ = tokio::signal::ctrl_c() => Stop::Signal("SIGINT"),
     }
 }
 
@@ -281,17 +260,21 @@ async fn start_servers(
             proxy_mode: "ipvs".to_string(),
             configz: serde_json::to_value(c).unwrap_or_default(),
             explain: Some(explain),
-            zpages: Arc::new(
-                crate::component::zpages::ZPages::for_process(crate::config::help::flag_values(
-                    std::env::args_os(),
-                ))
-                .with_gates(&c.feature_gates),
-            ),
+            zpages: Arc::new(zpages(c)),
         };
         let hard_fail = c.bind_address_hard_fail;
         servers.push(start_metrics_server(addr, state, hard_fail, stopped(stop.clone())).await?);
     }
     Ok(servers)
+}
+
+/// `/statusz` and `/flagz`: this process's flags as given, each page served if its feature gate is on.
+fn zpages(c: &ProxyConfig) -> ZPages {
+    use crate::config::features::{COMPONENT_FLAGZ, COMPONENT_STATUSZ, enabled};
+    ZPages::for_process(crate::config::help::flag_values(std::env::args_os())).with_pages(
+        enabled(&c.feature_gates, COMPONENT_STATUSZ),
+        enabled(&c.feature_gates, COMPONENT_FLAGZ),
+    )
 }
 
 /// The watchers' callbacks: a recorded change marks every family queued and wakes the runner; a
@@ -592,7 +575,9 @@ fn observers(options: &Options, published: &Published) -> anyhow::Result<Observe
     let explain =
         ExplainMetrics::register(&metrics).map_err(|e| anyhow!("creating metrics: {e}"))?;
     metrics
-        .register_component(&options.config.feature_gates)
+        .register_component()
+        .map_err(|e| anyhow!("creating metrics: {e}"))?;
+    crate::config::features::register(metrics.registry(), &options.config.feature_gates)
         .map_err(|e| anyhow!("creating metrics: {e}"))?;
     let health = Arc::new(ProxyHealth::with_system_clock(
         options.settings.sync_period * 2,

@@ -1,7 +1,7 @@
 //! Exit when the `--config` file changes (upstream watches it and exits so the DaemonSet restarts
 //! kube-proxy with the new configuration). A cheap poll of the file's content.
 
-use super::Stop;
+use super::stop::Stop;
 use crate::config::file::{FileError, read_limited};
 use std::path::PathBuf;
 use std::time::Duration;

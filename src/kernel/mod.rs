@@ -48,6 +48,9 @@ pub enum KernelError {
     Invalid(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// Malformed input or kernel answer, with the backend's typed error as the cause.
+    #[error("invalid: {0}")]
+    InvalidWith(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Result of a kernel backend call.

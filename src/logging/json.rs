@@ -3,8 +3,8 @@
 //! non-errors, the key/value pairs, and `err` last for errors. There is no level key: errors are the
 //! lines without `v`.
 
-use super::Record;
 use super::fields::Value;
+use super::record::Record;
 use std::fmt::Write;
 use tracing::Level;
 

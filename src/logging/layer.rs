@@ -1,8 +1,9 @@
 //! The `tracing` layer that writes klog text or component-base JSON lines.
 
 use super::fields::Fields;
+use super::record::{Format, Record};
 use super::verbosity::{Verbosity, default_v};
-use super::{Format, Record, json, text};
+use super::{json, text};
 use crate::gotime::instant as clock;
 use std::io::Write;
 use std::time::SystemTime;

@@ -19,13 +19,14 @@ pub mod fields;
 pub mod json;
 pub mod layer;
 pub mod quote;
+mod record;
 pub mod text;
 pub mod verbosity;
 
 use crate::config::types::LoggingConfig;
 use fields::JSON_MARK;
+pub use record::{Format, Record};
 use std::fmt;
-use tracing::Level;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -33,30 +34,6 @@ pub use verbosity::Verbosity;
 
 /// The environment variable whose `tracing` filter replaces the one `-v` builds.
 pub const FILTER_ENV: &str = "KUBE_PROXY_LOG";
-
-/// `--logging-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// klog's text lines.
-    Text,
-    /// component-base's JSON lines.
-    Json,
-}
-
-/// One event, ready to be formatted.
-#[derive(Debug, Clone, Copy)]
-pub struct Record<'a> {
-    /// The `tracing` level (klog's severity).
-    pub level: Level,
-    /// The V level.
-    pub v: u64,
-    /// Source file of the call site.
-    pub file: &'a str,
-    /// Source line of the call site.
-    pub line: u32,
-    /// Message, error and pairs.
-    pub fields: &'a fields::Fields,
-}
 
 /// How logging is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]

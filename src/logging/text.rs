@@ -1,8 +1,8 @@
 //! klog's text format: `Lmmdd hh:mm:ss.uuuuuu threadid file:line] "message" key=value ...`.
 
-use super::Record;
 use super::fields::Value;
 use super::quote::{go_quote, json_float, klog_string};
+use super::record::Record;
 use crate::gotime::instant::Stamp;
 use std::fmt::Write;
 use tracing::Level;

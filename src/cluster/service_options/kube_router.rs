@@ -2,7 +2,7 @@
 //! `pkg/controllers/proxy/network_services_controller.go`): `service.local` is honoured as kube-router
 //! defines it; the others are reported as not supported, with what happens instead.
 
-use super::{Annotations, OptionParser, ServiceOptions};
+use super::types::{Annotations, OptionParser, ServiceOptions};
 
 /// `"true"`: external traffic only to endpoints on the receiving node (externalTrafficPolicy Local),
 /// internal traffic to every endpoint (internalTrafficPolicy Cluster), whatever the spec says.

@@ -1,7 +1,9 @@
 //! The per-Service IPVS scheduler and its flags, with kube-router's annotations as aliases (ours win when
 //! both are set).
 
-use super::{AnnotationError, Annotations, OptionParser, ProblemKind, ServiceOptions};
+use super::types::{
+    AnnotationError, Annotations, OptionParser, ProblemKind, SchedulerRequest, ServiceOptions,
+};
 use crate::scheduler::Scheduler;
 
 /// The IPVS scheduler of every virtual server of the Service (`rr`, `sh`, `mh`, ...).
@@ -29,15 +31,6 @@ pub(super) const OPTION: OptionParser = OptionParser {
     ],
     parse,
 };
-
-/// A valid per-Service scheduler: this scheduler, with these scheduler flags on top of its default ones
-/// (`mh-port` for `mh`), from scheduler annotation `source` (ours or its alias).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SchedulerRequest {
-    pub scheduler: Scheduler,
-    pub flags: u32,
-    pub source: &'static str,
-}
 
 fn parse(a: Annotations<'_>, options: &mut ServiceOptions) {
     match scheduler_request(a) {

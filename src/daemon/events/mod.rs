@@ -15,8 +15,11 @@
 
 mod correlator;
 mod publisher;
+mod shared;
 
 pub use correlator::{Key, Limits, Recorded, Regarding};
+use shared::Shared;
+pub use shared::{COMPONENT, EVENT_BURST, EVENT_QPS, MAX_NAME_BYTES, MAX_NOTE_BYTES, Settings};
 
 use crate::cluster::convert::ConvertError;
 use crate::cluster::model::ServiceName;
@@ -24,66 +27,9 @@ use crate::metrics::Metrics;
 use crate::truncate::truncate;
 use correlator::Correlator;
 use k8s_openapi::jiff::Timestamp;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-/// Reporting controller of every event.
-pub const COMPONENT: &str = "kube-proxy";
-
-/// The API's limit on `note` (bytes).
-pub const MAX_NOTE_BYTES: usize = 1024;
-
-/// The API's limit on `reason`, `action` and `reportingInstance` (bytes).
-pub const MAX_NAME_BYTES: usize = 128;
-
-/// Writes per second the publisher sends at most, once its burst is spent.
-pub const EVENT_QPS: f64 = 1.0;
-
-/// Writes the publisher may send back to back.
-pub const EVENT_BURST: u32 = 25;
-
-/// How the publisher is bounded.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
-    /// Queue, series and per-object limits.
-    pub limits: Limits,
-    /// Writes per second (`<= 0`: unlimited).
-    pub qps: f64,
-    /// Writes back to back.
-    pub burst: u32,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            limits: Limits::default(),
-            qps: EVENT_QPS,
-            burst: EVENT_BURST,
-        }
-    }
-}
-
-/// What the callers and the publisher share.
-struct Shared {
-    correlator: Mutex<Correlator>,
-    /// Signalled when a write is queued.
-    wake: Notify,
-    metrics: OnceLock<Arc<Metrics>>,
-}
-
-impl Shared {
-    fn correlator(&self) -> MutexGuard<'_, Correlator> {
-        self.correlator.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn count(&self, result: &str, queued: usize) {
-        if let Some(m) = self.metrics.get() {
-            m.inc_event(result);
-            m.set_events_queued(queued);
-        }
-    }
-}
 
 /// Records Events; a background task publishes them. Cheap to clone; never blocks on the API.
 #[derive(Clone)]

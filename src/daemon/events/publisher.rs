@@ -3,7 +3,7 @@
 //! `series`).
 
 use super::correlator::{Outcome, Regarding, Write};
-use super::{COMPONENT, MAX_NAME_BYTES, Settings, Shared};
+use super::shared::{COMPONENT, MAX_NAME_BYTES, Settings, Shared};
 use crate::runner::TokenBucket;
 use crate::truncate::truncate;
 use k8s_openapi::api::core::v1::ObjectReference;

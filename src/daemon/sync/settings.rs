@@ -3,7 +3,7 @@
 
 use crate::config::{LocalDetection, ProxySettings};
 use crate::net::IpFamily;
-use crate::proxier::plan::{PlanConfig, node_port_cidrs};
+use crate::proxier::plan::{LocalDetector, PlanConfig, node_port_cidrs};
 use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -47,7 +47,7 @@ impl SyncSettings {
                     scheduler: settings.scheduler,
                     masquerade_all: settings.masquerade_all,
                     masquerade_bit: settings.masquerade_bit,
-                    local_detector: detection.detector(family, &[]),
+                    local_detector: local_detector(detection, family, &[]),
                     exclude_cidrs: settings
                         .exclude_cidrs
                         .iter()
@@ -79,7 +79,7 @@ impl SyncSettings {
     pub fn plan_config(&self, family: IpFamily, pod_cidrs: &[IpNet]) -> Option<PlanConfig> {
         let mut config = self.plan.get(&family)?.clone();
         if self.local_detection == LocalDetection::NodeCidr {
-            config.local_detector = self.local_detection.detector(family, pod_cidrs);
+            config.local_detector = local_detector(&self.local_detection, family, pod_cidrs);
         }
         Some(config)
     }
@@ -87,5 +87,69 @@ impl SyncSettings {
     /// Whether `nodePortAddresses` selects every address (a zero-length CIDR such as `all`'s).
     pub fn node_ports_everywhere(&self) -> bool {
         self.node_port_cidrs.iter().any(|n| n.prefix_len() == 0)
+    }
+}
+
+/// The planner's local-traffic detector for `family` under `detection` (`detectLocalMode` with its
+/// parameters); `node_pod_cidrs` are the Node's podCIDRs (NodeCIDR mode). No CIDR of the family gives
+/// [`LocalDetector::None`].
+fn local_detector(
+    detection: &LocalDetection,
+    family: IpFamily,
+    node_pod_cidrs: &[IpNet],
+) -> LocalDetector {
+    let of_family = |nets: &[IpNet]| {
+        let nets: Vec<IpNet> = nets
+            .iter()
+            .copied()
+            .filter(|n| IpFamily::of_net(n) == family)
+            .collect();
+        if nets.is_empty() {
+            LocalDetector::None
+        } else {
+            LocalDetector::Cidrs(nets)
+        }
+    };
+    match detection {
+        LocalDetection::ClusterCidr(nets) => of_family(nets),
+        LocalDetection::NodeCidr => of_family(node_pod_cidrs),
+        LocalDetection::BridgeInterface(i) => LocalDetector::BridgeInterface(i.clone()),
+        LocalDetection::InterfaceNamePrefix(p) => LocalDetector::InterfaceNamePrefix(p.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().expect("a CIDR")
+    }
+
+    /// ClusterCIDR keeps the configured ranges of the family (none: no detector); NodeCIDR takes the
+    /// Node's podCIDRs of the family; the interface modes do not depend on the family.
+    #[test]
+    fn the_detector_follows_the_mode_and_family() {
+        let both = LocalDetection::ClusterCidr(vec![net("10.244.0.0/16"), net("fd00:10:244::/56")]);
+        assert_eq!(
+            local_detector(&both, IpFamily::V6, &[]),
+            LocalDetector::Cidrs(vec![net("fd00:10:244::/56")])
+        );
+        let v4 = LocalDetection::ClusterCidr(vec![net("10.244.0.0/16")]);
+        assert_eq!(local_detector(&v4, IpFamily::V6, &[]), LocalDetector::None);
+        let pod_cidrs = [net("10.244.3.0/24"), net("fd00::/64")];
+        assert_eq!(
+            local_detector(&LocalDetection::NodeCidr, IpFamily::V4, &pod_cidrs),
+            LocalDetector::Cidrs(vec![net("10.244.3.0/24")])
+        );
+        assert_eq!(
+            local_detector(&LocalDetection::NodeCidr, IpFamily::V4, &[]),
+            LocalDetector::None
+        );
+        let bridge = LocalDetection::BridgeInterface("cbr0".into());
+        assert_eq!(
+            local_detector(&bridge, IpFamily::V4, &[]),
+            LocalDetector::BridgeInterface("cbr0".into())
+        );
     }
 }

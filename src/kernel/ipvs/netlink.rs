@@ -415,7 +415,10 @@ impl Ipvs for NetlinkIpvs {
     /// `/proc/net/ip_vs`: a few hundred `read`s for the whole table instead of one dump per virtual server.
     fn destination_view(&mut self) -> KernelResult<Option<DestinationView>> {
         match self.proc_view.as_mut() {
-            Some(v) => v.read().map(Some).map_err(KernelError::Invalid),
+            Some(v) => v
+                .read()
+                .map(Some)
+                .map_err(|e| KernelError::InvalidWith(Box::new(e))),
             None => Ok(None),
         }
     }
@@ -432,7 +435,7 @@ impl Ipvs for NetlinkIpvs {
             Some(v) => v
                 .read_slice(max_services)
                 .map(Some)
-                .map_err(KernelError::Invalid),
+                .map_err(|e| KernelError::InvalidWith(Box::new(e))),
             None => Ok(None),
         }
     }

@@ -8,7 +8,7 @@
 //! `  -> 0A800001:1F90      Masq    1      0          0` (forwarding method, weight, active and inactive
 //! connections).
 
-use super::{ForwardMethod, IpvsDestination, IpvsServiceKey};
+use super::types::{ForwardMethod, IpvsDestination, IpvsServiceKey};
 use crate::kernel::io_counts::{Backend, Call};
 use crate::net::Protocol;
 use std::collections::BTreeMap;
@@ -75,8 +75,8 @@ impl ProcView {
     }
 
     /// Reads and parses the whole table, line by line as it is read.
-    pub fn read(&mut self) -> Result<DestinationView, String> {
-        let io = |e: std::io::Error| format!("read /proc/net/ip_vs: {e}");
+    pub fn read(&mut self) -> Result<DestinationView, ProcViewError> {
+        let io = ProcViewError::Read;
         self.file.seek(SeekFrom::Start(0)).map_err(io)?;
         let mut reader = BufReader::with_capacity(READ_CHUNK, Counted(&mut self.file));
         let mut parser = Parser::default();
@@ -86,7 +86,7 @@ impl ProcView {
             if reader.read_until(b'\n', &mut line).map_err(io)? == 0 {
                 break;
             }
-            let text = std::str::from_utf8(&line).map_err(|e| format!("/proc/net/ip_vs: {e}"))?;
+            let text = std::str::from_utf8(&line).map_err(ProcViewError::Utf8)?;
             parser.line(text.trim_end_matches(['\n', '\r']))?;
         }
         self.rewind = true;
@@ -101,8 +101,8 @@ impl ProcView {
     /// table may change between slices (positions shift when virtual servers come or go): a virtual
     /// server can be shown twice or not at all in one pass over the table, which callers that need
     /// every one of them seen make up for.
-    pub fn read_slice(&mut self, max_services: usize) -> Result<ViewSlice, String> {
-        let io = |e: std::io::Error| format!("read /proc/net/ip_vs: {e}");
+    pub fn read_slice(&mut self, max_services: usize) -> Result<ViewSlice, ProcViewError> {
+        let io = ProcViewError::Read;
         let from_start = std::mem::take(&mut self.rewind);
         if from_start {
             self.file.seek(SeekFrom::Start(0)).map_err(io)?;
@@ -118,8 +118,7 @@ impl ProcView {
             carry.extend_from_slice(&buf[..n]);
             let whole_lines = carry.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
             for line in carry[..whole_lines].split(|b| *b == b'\n') {
-                let text =
-                    std::str::from_utf8(line).map_err(|e| format!("/proc/net/ip_vs: {e}"))?;
+                let text = std::str::from_utf8(line).map_err(ProcViewError::Utf8)?;
                 if !text.is_empty() {
                     parser.line(text.trim_end_matches('\r'))?;
                 }
@@ -140,6 +139,24 @@ impl ProcView {
     }
 }
 
+/// Why `/proc/net/ip_vs` could not be read: the cause kept, its text in the message as before.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcViewError {
+    /// Reading the file failed.
+    #[error("read /proc/net/ip_vs: {0}")]
+    Read(#[source] std::io::Error),
+    /// A line is not UTF-8.
+    #[error("/proc/net/ip_vs: {0}")]
+    Utf8(#[source] std::str::Utf8Error),
+    /// A line does not have the shape of a virtual or real server.
+    #[error("/proc/net/ip_vs line {line}: cannot parse {text:?}")]
+    Line {
+        /// Its number, from 1.
+        line: usize,
+        text: String,
+    },
+}
+
 /// The file, with each `read` counted ([`io_counts`](crate::kernel::io_counts)).
 struct Counted<'a>(&'a mut std::fs::File);
 
@@ -153,7 +170,7 @@ impl std::io::Read for Counted<'_> {
 
 /// Parses the text view. Fwmark virtual servers (and their real servers) are skipped: they have no
 /// address key. A line that does not parse is an error naming it.
-pub fn parse(text: &str) -> Result<DestinationView, String> {
+pub fn parse(text: &str) -> Result<DestinationView, ProcViewError> {
     let mut parser = Parser::default();
     for line in text.lines() {
         parser.line(line)?;
@@ -174,9 +191,13 @@ struct Parser {
 }
 
 impl Parser {
-    fn line(&mut self, line: &str) -> Result<(), String> {
+    fn line(&mut self, line: &str) -> Result<(), ProcViewError> {
         self.n += 1;
-        let bad = || format!("/proc/net/ip_vs line {}: cannot parse {line:?}", self.n);
+        let n = self.n;
+        let bad = || ProcViewError::Line {
+            line: n,
+            text: line.to_string(),
+        };
         if let Some(rest) = line.strip_prefix("  -> ") {
             if rest.starts_with("RemoteAddress") || self.current.is_none() {
                 return Ok(());
@@ -311,10 +332,30 @@ mod tests {
                 .is_empty()
         );
         let bad = format!("{SAMPLE}  -> 0A800001:1F90      Bogus   1      0          0\n");
-        assert!(parse(&bad).unwrap_err().contains("line 12"), "{bad}");
+        let e = parse(&bad).unwrap_err();
+        assert!(matches!(e, ProcViewError::Line { line: 12, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("/proc/net/ip_vs line 12: cannot parse \"  -> 0A800001"),
+            "{e}"
+        );
         let bad = format!("{SAMPLE}XYZ  0A600001:0050 rr\n");
         assert!(parse(&bad).is_err());
         assert!(parse_addr_port("0A6000:0050").is_none());
         assert!(parse_addr_port("[::1]:ZZZZ").is_none());
+    }
+
+    /// A read failure keeps the I/O error as its source (a log line shows the chain) and its text in the
+    /// message, as before; the kernel error says `invalid:` as before.
+    #[test]
+    fn errors_keep_their_cause() {
+        let io = std::io::Error::other("EIO");
+        let e = ProcViewError::Read(io);
+        assert_eq!(e.to_string(), "read /proc/net/ip_vs: EIO");
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("EIO"));
+        let k = crate::kernel::KernelError::InvalidWith(Box::new(e));
+        assert_eq!(k.to_string(), "invalid: read /proc/net/ip_vs: EIO");
+        assert!(std::error::Error::source(&k).is_some());
     }
 }

@@ -9,7 +9,7 @@
 //! chains, a chain some other rule still uses is kept (with the chains it jumps to) and reported as a
 //! failure, while the rest goes.
 
-use super::{CleanupReport, declared_chains, delete_jump};
+use super::report::{CleanupReport, declared_chains, delete_jump};
 use crate::kernel::iptables::Iptables;
 use crate::kernel::iptables::rules::{target, tokenize};
 use crate::net::IpFamily;

@@ -4,7 +4,7 @@
 //! The only place that flushes the IPVS table. Order: IPVS flush, kube-ipvs0, built-in-chain jumps, our
 //! chains (flushed and deleted, referrers first), then our ipsets (they can only go once no rule uses them).
 
-use super::{CleanupError, CleanupReport, declared_chains, delete_jump};
+use super::report::{CleanupError, CleanupReport, declared_chains, delete_jump};
 use crate::kernel::KernelError;
 use crate::kernel::ipset::IpSets;
 use crate::kernel::iptables::Iptables;

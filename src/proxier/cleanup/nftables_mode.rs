@@ -7,7 +7,7 @@
 //! [`CleanupReport::kept`]. The delete goes by the handle read with the comment, so a table recreated
 //! in between by someone else is not the one deleted.
 
-use super::CleanupReport;
+use super::report::CleanupReport;
 use crate::kernel::KernelError;
 use crate::kernel::nftables::{NfTables, family_keyword};
 use crate::net::IpFamily;

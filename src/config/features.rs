@@ -13,8 +13,8 @@
 //! (`test/compatibility_lifecycle/reference/feature_list.md`), component-base's zpages, logging and
 //! metrics gates, KEP-5707 (`AllowServiceExternalIPs`) and KEP-5495 (`KubeProxyIPVS`).
 
-use super::KUBERNETES_MINOR_NUMBER;
 use super::gate_names::OTHER_GATES;
+use crate::component::KUBERNETES_MINOR_NUMBER;
 use prometheus::{GaugeVec, Opts, Registry};
 use std::collections::BTreeMap;
 
