@@ -18,31 +18,62 @@ pub const DETECT_LOCAL_MODE: &str = "ClusterCIDR";
 /// Default `clientConnection.contentType`.
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
 
+/// Why text is not `host:port`; the messages are Go's `net.SplitHostPort` wording.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("address {address}: {problem}")]
+pub struct HostPortError {
+    /// The text given.
+    pub address: String,
+    /// What is wrong with it.
+    pub problem: HostPortProblem,
+}
+
+/// What is wrong with a `host:port` text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HostPortProblem {
+    /// `[` without `]`.
+    #[error("missing ']' in address")]
+    MissingBracket,
+    /// No `:port`.
+    #[error("missing port in address")]
+    MissingPort,
+    /// An unbracketed IPv6 host or a second port.
+    #[error("too many colons in address")]
+    TooManyColons,
+    /// A bracket in an unbracketed host.
+    #[error("unexpected '[' or ']' in address")]
+    UnexpectedBracket,
+}
+
 /// Split `host:port` like Go's `net.SplitHostPort` (IPv6 hosts must be bracketed).
-pub fn split_host_port(input: &str) -> Result<(&str, &str), String> {
+pub fn split_host_port(input: &str) -> Result<(&str, &str), HostPortError> {
+    let fail = |problem| HostPortError {
+        address: input.to_string(),
+        problem,
+    };
     if let Some(rest) = input.strip_prefix('[') {
         let end = rest
             .find(']')
-            .ok_or_else(|| format!("address {input}: missing ']' in address"))?;
+            .ok_or_else(|| fail(HostPortProblem::MissingBracket))?;
         let host = &rest[..end];
         let after = &rest[end + 1..];
         let port = after
             .strip_prefix(':')
-            .ok_or_else(|| format!("address {input}: missing port in address"))?;
+            .ok_or_else(|| fail(HostPortProblem::MissingPort))?;
         if port.contains(':') || port.contains('[') || port.contains(']') {
-            return Err(format!("address {input}: too many colons in address"));
+            return Err(fail(HostPortProblem::TooManyColons));
         }
         return Ok((host, port));
     }
     let idx = input
         .rfind(':')
-        .ok_or_else(|| format!("address {input}: missing port in address"))?;
+        .ok_or_else(|| fail(HostPortProblem::MissingPort))?;
     let (host, port) = (&input[..idx], &input[idx + 1..]);
     if host.contains(':') {
-        return Err(format!("address {input}: too many colons in address"));
+        return Err(fail(HostPortProblem::TooManyColons));
     }
     if host.contains('[') || host.contains(']') {
-        return Err(format!("address {input}: unexpected '[' or ']' in address"));
+        return Err(fail(HostPortProblem::UnexpectedBracket));
     }
     Ok((host, port))
 }
@@ -190,6 +221,10 @@ mod tests {
         assert!(split_host_port("1.2.3.4").is_err());
         assert!(split_host_port("::1:80").is_err());
         assert!(split_host_port("[::1]").is_err());
+        assert_eq!(
+            split_host_port("::1:80").unwrap_err().to_string(),
+            "address ::1:80: too many colons in address"
+        );
     }
 
     #[test]

@@ -38,20 +38,66 @@ pub enum FileError {
     )]
     TooLarge { path: String, limit: u64 },
     /// The content is not a valid KubeProxyConfiguration.
-    #[error("failed to decode config file{}: {message}", path_suffix(.path))]
+    #[error("failed to decode config file{}: {source}", path_suffix(.path))]
     Decode {
         path: Option<String>,
-        message: String,
+        #[source]
+        source: YamlError,
     },
     /// Wrong or missing `apiVersion`/`kind`.
-    #[error("config file{}: {message}", path_suffix(.path))]
+    #[error("config file{}: {source}", path_suffix(.path))]
     TypeMeta {
         path: Option<String>,
-        message: String,
+        #[source]
+        source: TypeMetaError,
+    },
+    /// The configuration could not be turned into YAML (`path` is empty from [`encode`]).
+    #[error("failed to write config to {path}: {source}")]
+    Encode {
+        path: String,
+        #[source]
+        source: serde_json::Error,
     },
     /// The configuration could not be written.
-    #[error("failed to write config to {path}: {message}")]
-    Write { path: String, message: String },
+    #[error("failed to write config to {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why YAML did not decode as a configuration: the field it stopped at (`a.b`), an operator's
+/// message, and the parser's own error as the cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{message}", field_prefix(.field))]
+pub struct YamlError {
+    /// The path of the field decoding stopped at, if known.
+    pub field: Option<String>,
+    /// What went wrong, as printed.
+    pub message: String,
+    #[source]
+    source: Box<serde_saphyr::Error>,
+}
+
+fn field_prefix(field: &Option<String>) -> String {
+    field.as_ref().map(|f| format!("{f}: ")).unwrap_or_default()
+}
+
+/// Wrong or missing `apiVersion` or `kind`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypeMetaError {
+    /// No `apiVersion`.
+    #[error("Object 'apiVersion' is missing")]
+    MissingApiVersion,
+    /// No `kind`.
+    #[error("Object 'Kind' is missing")]
+    MissingKind,
+    /// Another type than a KubeProxyConfiguration.
+    #[error(
+        "no kind \"{kind}\" is registered for version \"{api_version}\": expected apiVersion \"{API_VERSION}\" and kind \"{KIND}\""
+    )]
+    Unregistered { kind: String, api_version: String },
 }
 
 fn path_suffix(path: &Option<String>) -> String {
@@ -90,7 +136,10 @@ fn yaml_options(duplicates: DuplicateKeyPolicy) -> Options {
 }
 
 /// Decode `T` and describe a failure as `field.path: message (with line/column)`.
-fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) -> Result<T, String> {
+fn decode_as<T: DeserializeOwned>(
+    yaml: &str,
+    duplicates: DuplicateKeyPolicy,
+) -> Result<T, YamlError> {
     let options = yaml_options(duplicates);
     let failed_path: RefCell<Option<String>> = RefCell::new(None);
     let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options, |de| {
@@ -117,9 +166,13 @@ fn decode_as<T: DeserializeOwned>(yaml: &str, duplicates: DuplicateKeyPolicy) ->
                  events, {MAX_ALIAS_REPLAYED_EVENTS} through aliases): {message}"
             );
         }
-        match failed_path.into_inner() {
-            Some(path) if path != "." && !path.is_empty() => format!("{path}: {message}"),
-            _ => message,
+        let field = failed_path
+            .into_inner()
+            .filter(|path| path != "." && !path.is_empty());
+        YamlError {
+            field,
+            message,
+            source: Box::new(err),
         }
     })
 }
@@ -161,10 +214,10 @@ fn decode_inner(yaml: &str, path: Option<&str>) -> Result<Decoded, FileError> {
     let strict_result = decode_as::<strict::ProxyConfig>(yaml, DuplicateKeyPolicy::Error);
     let config = match decode_as::<ProxyConfig>(yaml, DuplicateKeyPolicy::LastWins) {
         Ok(config) => config,
-        Err(message) => {
+        Err(source) => {
             return Err(FileError::Decode {
                 path: path_owned,
-                message,
+                source,
             });
         }
     };
@@ -173,25 +226,25 @@ fn decode_inner(yaml: &str, path: Option<&str>) -> Result<Decoded, FileError> {
             "Using lenient decoding as strict decoding failed: {strict_error}"
         ));
     }
-    check_type_meta(&config).map_err(|message| FileError::TypeMeta {
+    check_type_meta(&config).map_err(|source| FileError::TypeMeta {
         path: path_owned,
-        message,
+        source,
     })?;
     Ok(Decoded { config, warnings })
 }
 
-fn check_type_meta(config: &ProxyConfig) -> Result<(), String> {
+fn check_type_meta(config: &ProxyConfig) -> Result<(), TypeMetaError> {
     if config.api_version.is_empty() {
-        return Err("Object 'apiVersion' is missing".to_string());
+        return Err(TypeMetaError::MissingApiVersion);
     }
     if config.kind.is_empty() {
-        return Err("Object 'Kind' is missing".to_string());
+        return Err(TypeMetaError::MissingKind);
     }
     if config.api_version != API_VERSION || config.kind != KIND {
-        return Err(format!(
-            "no kind \"{}\" is registered for version \"{}\": expected apiVersion \"{API_VERSION}\" and kind \"{KIND}\"",
-            config.kind, config.api_version
-        ));
+        return Err(TypeMetaError::Unregistered {
+            kind: config.kind.clone(),
+            api_version: config.api_version.clone(),
+        });
     }
     Ok(())
 }
@@ -234,9 +287,9 @@ pub fn encode(config: &ProxyConfig) -> Result<String, FileError> {
     let mut config = config.clone();
     config.api_version = API_VERSION.to_string();
     config.kind = KIND.to_string();
-    let value = serde_json::to_value(&config).map_err(|e| FileError::Write {
+    let value = serde_json::to_value(&config).map_err(|source| FileError::Encode {
         path: String::new(),
-        message: e.to_string(),
+        source,
     })?;
     Ok(super::go_yaml::to_string(&value))
 }
@@ -244,14 +297,53 @@ pub fn encode(config: &ProxyConfig) -> Result<String, FileError> {
 /// Write a configuration as YAML to `path` (`/dev/stdout` works).
 pub fn write(config: &ProxyConfig, path: &Path) -> Result<(), FileError> {
     let text = encode(config).map_err(|e| match e {
-        FileError::Write { message, .. } => FileError::Write {
+        FileError::Encode { source, .. } => FileError::Encode {
             path: path.display().to_string(),
-            message,
+            source,
         },
         other => other,
     })?;
-    std::fs::write(path, text).map_err(|e| FileError::Write {
+    std::fs::write(path, text).map_err(|source| FileError::Write {
         path: path.display().to_string(),
-        message: e.to_string(),
+        source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn decode_errors_keep_the_parser_error_as_their_cause() {
+        let yaml = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nipvs:\n  strictARP: maybe\n";
+        let e = decode(yaml).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("failed to decode config file: ipvs.strictARP: "),
+            "{text}"
+        );
+        let yaml_error = e.source().and_then(|c| c.downcast_ref::<YamlError>());
+        assert_eq!(
+            yaml_error.and_then(|y| y.field.as_deref()),
+            Some("ipvs.strictARP")
+        );
+        let parser = yaml_error.and_then(Error::source);
+        assert!(parser.is_some_and(|p| p.is::<Box<serde_saphyr::Error>>()));
+    }
+
+    #[test]
+    fn type_meta_and_read_errors_name_their_cause() {
+        let e = decode("apiVersion: v1\nkind: ConfigMap\n").unwrap_err();
+        let cause = e.source().and_then(|c| c.downcast_ref::<TypeMetaError>());
+        assert!(
+            matches!(cause, Some(TypeMetaError::Unregistered { kind, .. }) if kind == "ConfigMap")
+        );
+        assert!(
+            e.to_string()
+                .starts_with("config file: no kind \"ConfigMap\"")
+        );
+        let e = load(Path::new("/nonexistent/kube-proxy.yaml")).unwrap_err();
+        assert!(e.source().is_some_and(|c| c.is::<std::io::Error>()));
+    }
 }

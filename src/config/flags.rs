@@ -4,26 +4,74 @@
 //! "was it given?" is known (pflag's `Changed`).
 
 use super::types::VModuleItem;
-use crate::gotime::GoDuration;
+use crate::gotime::{DurationError, GoDuration};
 use clap::{ArgAction, Parser};
 use std::ffi::OsString;
+use std::num::ParseIntError;
 use std::path::PathBuf;
 
+/// Why a flag's value could not be parsed; each message is the text the flag error shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagValueError {
+    /// Not a Go boolean.
+    #[error("strconv.ParseBool: parsing {0:?}: invalid syntax")]
+    Bool(String),
+    /// Not a Go duration.
+    #[error("{0}")]
+    Duration(#[source] DurationError),
+    /// A `--feature-gates` pair without `=`.
+    #[error("missing bool value for {0}")]
+    GateWithoutValue(String),
+    /// A `--feature-gates` pair without a name.
+    #[error("missing feature gate name in {0:?}")]
+    GateWithoutName(String),
+    /// A `--feature-gates` value that is not a Go boolean.
+    #[error("invalid value of {name}={value}, err: {source}")]
+    GateValue {
+        name: String,
+        value: String,
+        #[source]
+        source: Box<FlagValueError>,
+    },
+    /// A `--vmodule` item without `=`.
+    #[error("{0:?} does not have the pattern=N format")]
+    VmoduleFormat(String),
+    /// A `--vmodule` item with an empty pattern or a second `=`.
+    #[error("invalid vmodule pattern {0:?}")]
+    VmodulePattern(String),
+    /// A `--vmodule` level that is not a number.
+    #[error("parsing verbosity in {item:?}: invalid number")]
+    VmoduleLevel {
+        item: String,
+        #[source]
+        source: ParseIntError,
+    },
+    /// A proxy mode other than IPVS.
+    #[error("this binary implements only IPVS mode; use --proxy-mode=ipvs (got {0:?})")]
+    ProxyMode(String),
+    /// A log format other than text or json.
+    #[error("unsupported log format {0:?}: must be \"text\" or \"json\"")]
+    LoggingFormat(String),
+    /// A port that is not an `int32`.
+    #[error("{0}")]
+    Port(#[source] ParseIntError),
+}
+
 /// Parse a boolean like Go's `strconv.ParseBool`.
-pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+pub fn parse_go_bool(s: &str) -> Result<bool, FlagValueError> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("strconv.ParseBool: parsing {s:?}: invalid syntax")),
+        _ => Err(FlagValueError::Bool(s.to_string())),
     }
 }
 
-fn parse_duration(s: &str) -> Result<GoDuration, String> {
-    GoDuration::parse(s).map_err(|e| e.to_string())
+fn parse_duration(s: &str) -> Result<GoDuration, FlagValueError> {
+    GoDuration::parse(s).map_err(FlagValueError::Duration)
 }
 
 /// One `--feature-gates` argument: comma-separated `Name=bool` pairs.
-pub fn parse_feature_gates(s: &str) -> Result<Vec<(String, bool)>, String> {
+pub fn parse_feature_gates(s: &str) -> Result<Vec<(String, bool)>, FlagValueError> {
     let mut out = Vec::new();
     for pair in s.split(',') {
         let pair = pair.trim();
@@ -32,20 +80,23 @@ pub fn parse_feature_gates(s: &str) -> Result<Vec<(String, bool)>, String> {
         }
         let (name, value) = pair
             .split_once('=')
-            .ok_or_else(|| format!("missing bool value for {pair}"))?;
+            .ok_or_else(|| FlagValueError::GateWithoutValue(pair.to_string()))?;
         let name = name.trim();
         if name.is_empty() {
-            return Err(format!("missing feature gate name in {pair:?}"));
+            return Err(FlagValueError::GateWithoutName(pair.to_string()));
         }
-        let value = parse_go_bool(value.trim())
-            .map_err(|e| format!("invalid value of {name}={value}, err: {e}"))?;
+        let value = parse_go_bool(value.trim()).map_err(|e| FlagValueError::GateValue {
+            name: name.to_string(),
+            value: value.to_string(),
+            source: Box::new(e),
+        })?;
         out.push((name.to_string(), value));
     }
     Ok(out)
 }
 
 /// One `--vmodule` argument: comma-separated `pattern=N` pairs.
-pub fn parse_vmodule(s: &str) -> Result<Vec<VModuleItem>, String> {
+pub fn parse_vmodule(s: &str) -> Result<Vec<VModuleItem>, FlagValueError> {
     let mut out = Vec::new();
     for pair in s.split(',') {
         if pair.is_empty() {
@@ -53,13 +104,16 @@ pub fn parse_vmodule(s: &str) -> Result<Vec<VModuleItem>, String> {
         }
         let (pattern, level) = pair
             .split_once('=')
-            .ok_or_else(|| format!("{pair:?} does not have the pattern=N format"))?;
+            .ok_or_else(|| FlagValueError::VmoduleFormat(pair.to_string()))?;
         if pattern.is_empty() || pattern.contains('=') {
-            return Err(format!("invalid vmodule pattern {pair:?}"));
+            return Err(FlagValueError::VmodulePattern(pair.to_string()));
         }
         let verbosity = level
             .parse::<u32>()
-            .map_err(|_| format!("parsing verbosity in {pair:?}: invalid number"))?;
+            .map_err(|source| FlagValueError::VmoduleLevel {
+                item: pair.to_string(),
+                source,
+            })?;
         out.push(VModuleItem {
             file_pattern: pattern.to_string(),
             verbosity,
@@ -68,26 +122,22 @@ pub fn parse_vmodule(s: &str) -> Result<Vec<VModuleItem>, String> {
     Ok(out)
 }
 
-fn parse_proxy_mode(s: &str) -> Result<String, String> {
+fn parse_proxy_mode(s: &str) -> Result<String, FlagValueError> {
     match s {
         "" | "ipvs" => Ok(s.to_string()),
-        _ => Err(format!(
-            "this binary implements only IPVS mode; use --proxy-mode=ipvs (got {s:?})"
-        )),
+        _ => Err(FlagValueError::ProxyMode(s.to_string())),
     }
 }
 
-fn parse_logging_format(s: &str) -> Result<String, String> {
+fn parse_logging_format(s: &str) -> Result<String, FlagValueError> {
     match s {
         "text" | "json" => Ok(s.to_string()),
-        _ => Err(format!(
-            "unsupported log format {s:?}: must be \"text\" or \"json\""
-        )),
+        _ => Err(FlagValueError::LoggingFormat(s.to_string())),
     }
 }
 
-fn parse_port(s: &str) -> Result<i32, String> {
-    s.parse::<i32>().map_err(|e| e.to_string())
+fn parse_port(s: &str) -> Result<i32, FlagValueError> {
+    s.parse::<i32>().map_err(FlagValueError::Port)
 }
 
 /// Rewrite `--some_flag[=v]` to `--some-flag[=v]` (pflag's word-separator normalisation).
@@ -551,5 +601,29 @@ mod tests {
         assert_eq!(v[0].verbosity, 4);
         assert!(parse_vmodule("x").is_err());
         assert!(parse_vmodule("x=y").is_err());
+    }
+
+    #[test]
+    fn flag_value_errors_keep_their_cause() {
+        use std::error::Error;
+        let e = parse_feature_gates("Foo=maybe").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid value of Foo=maybe, err: strconv.ParseBool: parsing \"maybe\": invalid syntax"
+        );
+        let cause = e.source().map(ToString::to_string);
+        assert_eq!(
+            cause.as_deref(),
+            Some("strconv.ParseBool: parsing \"maybe\": invalid syntax")
+        );
+        let e = parse_vmodule("x=y").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "parsing verbosity in \"x=y\": invalid number"
+        );
+        assert!(e.source().is_some_and(|c| c.is::<ParseIntError>()));
+        let e = parse_duration("5 parsecs").unwrap_err();
+        assert!(e.source().is_some_and(|c| c.is::<DurationError>()));
+        assert!(parse_go_bool("yes").unwrap_err().source().is_none());
     }
 }

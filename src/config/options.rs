@@ -26,7 +26,21 @@ pub enum ConfigError {
     Invalid(#[from] ValidationErrors),
     /// `--hostname-override` is blank, or the host name cannot be determined.
     #[error("{0}")]
-    NodeName(String),
+    NodeName(#[source] NodeNameError),
+}
+
+/// Why this node's name is unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeNameError {
+    /// `--hostname-override` is blank.
+    #[error("empty hostname-override is invalid")]
+    BlankOverride,
+    /// The host name could not be read.
+    #[error("couldn't determine hostname: {0}")]
+    Unreadable(#[source] std::io::Error),
+    /// The host name is empty.
+    #[error("empty hostname is invalid")]
+    Empty,
 }
 
 /// What the command line asks for.
@@ -105,12 +119,11 @@ fn clap_error_text(err: &clap::Error) -> String {
 }
 
 /// The lower-cased host name of this machine.
-pub fn hostname() -> Result<String, String> {
-    let buf =
-        crate::sys::process::hostname().map_err(|e| format!("couldn't determine hostname: {e}"))?;
+pub fn hostname() -> Result<String, NodeNameError> {
+    let buf = crate::sys::process::hostname().map_err(NodeNameError::Unreadable)?;
     let name = String::from_utf8_lossy(&buf).trim().to_lowercase();
     if name.is_empty() {
-        return Err("empty hostname is invalid".to_string());
+        return Err(NodeNameError::Empty);
     }
     Ok(name)
 }
@@ -221,9 +234,7 @@ pub fn resolve(flags: Flags) -> Result<Options, ConfigError> {
     if let Some(h) = flags.hostname_override.as_deref().filter(|h| !h.is_empty()) {
         let h = h.trim();
         if h.is_empty() {
-            return Err(ConfigError::NodeName(
-                "empty hostname-override is invalid".to_string(),
-            ));
+            return Err(ConfigError::NodeName(NodeNameError::BlankOverride));
         }
         config.hostname_override = h.to_lowercase();
     }
@@ -491,5 +502,23 @@ fn apply_logging_flags(f: &Flags, c: &mut ProxyConfig) {
     }
     if let Some(v) = &f.log_text_info_buffer_size {
         l.options.text.info_buffer_size = Quantity(v.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn node_name_errors_keep_their_cause() {
+        let e = parse_args(["kube-proxy", "--hostname-override= "]).unwrap_err();
+        assert_eq!(e.to_string(), "empty hostname-override is invalid");
+        let cause = e.source().and_then(|c| c.downcast_ref::<NodeNameError>());
+        assert!(matches!(cause, Some(NodeNameError::BlankOverride)));
+        let unreadable =
+            ConfigError::NodeName(NodeNameError::Unreadable(std::io::Error::other("x")));
+        let io = unreadable.source().and_then(Error::source);
+        assert!(io.is_some_and(|c| c.is::<std::io::Error>()));
     }
 }
