@@ -80,7 +80,7 @@ impl IpsetCli {
             };
             match self.types.check(op) {
                 Ok(entry) => lines.push((format!("{verb} {set} {entry}"), op.clone())),
-                Err(why) => report.rejected.push((op.clone(), why)),
+                Err(why) => report.rejected.push((op.clone(), why.to_string())),
             }
         }
         lines

@@ -9,6 +9,74 @@ use ipnet::IpNet;
 use std::fmt;
 use std::net::IpAddr;
 
+/// Why text is not a member of a set of a given type and family, as the kernel would refuse it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// Nothing but whitespace.
+    #[error("empty entry")]
+    Empty,
+    /// Whitespace inside the member.
+    #[error("entry {0:?} contains whitespace")]
+    Whitespace(String),
+    /// Another number of comma-separated parts than the set type has.
+    #[error("entry {entry:?} has {found} comma-separated parts, the set type needs {needed}")]
+    Parts {
+        entry: String,
+        found: usize,
+        needed: usize,
+    },
+    /// Not an IP address.
+    #[error("{text:?} is not an IP address")]
+    Address {
+        text: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    /// An address of the other family.
+    #[error("{text} is not an {} address", family_name(*.family))]
+    Family { text: String, family: IpFamily },
+    /// Not digits.
+    #[error("{0:?} is not a port number")]
+    Port(String),
+    /// Digits past 65535.
+    #[error("port {text} out of range 0-65535")]
+    PortRange {
+        text: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    /// No `:` between protocol and port.
+    #[error("{0:?} is not proto:port")]
+    ProtoPort(String),
+    /// Not tcp, udp or sctp.
+    #[error("unsupported protocol {0:?}")]
+    Protocol(String),
+    /// A prefix length that is not digits.
+    #[error("{0:?}: bad prefix length")]
+    Prefix(String),
+    /// A prefix length longer than the family's addresses.
+    #[error("{0:?}: prefix length out of range")]
+    PrefixRange(String),
+    /// A `/0` network.
+    #[error("{0:?}: ipset does not accept a /0 network")]
+    ZeroPrefix(String),
+    /// A network `ipnet` refuses.
+    #[error("{text:?}: {source}")]
+    Network {
+        text: String,
+        #[source]
+        source: ipnet::PrefixLenError,
+    },
+}
+
+fn family_name(family: IpFamily) -> &'static str {
+    if family == IpFamily::V4 {
+        "IPv4"
+    } else {
+        "IPv6"
+    }
+}
+
 /// A member of one of the set types kube-proxy uses (the variant is the set type). Networks are kept
 /// masked, as the kernel keeps them, so two spellings of one member compare equal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -63,13 +131,13 @@ impl IpSetEntry {
 
     /// Parses `text` as a member of a set of type `set_type` and `family`, or says why the kernel would
     /// refuse it.
-    pub fn parse(set_type: IpSetType, family: IpFamily, text: &str) -> Result<Self, String> {
+    pub fn parse(set_type: IpSetType, family: IpFamily, text: &str) -> Result<Self, EntryError> {
         let text = text.trim();
         if text.is_empty() {
-            return Err("empty entry".into());
+            return Err(EntryError::Empty);
         }
         if text.chars().any(|c| c.is_whitespace()) {
-            return Err(format!("entry {text:?} contains whitespace"));
+            return Err(EntryError::Whitespace(text.to_string()));
         }
         let parts = |n| split_n(text, n);
         Ok(match set_type {
@@ -123,61 +191,61 @@ pub fn canonical_entry(
     set_type: IpSetType,
     family: IpFamily,
     entry: &str,
-) -> Result<String, String> {
+) -> Result<String, EntryError> {
     IpSetEntry::parse(set_type, family, entry).map(|e| e.to_string())
 }
 
-fn split_n(entry: &str, n: usize) -> Result<Vec<&str>, String> {
+fn split_n(entry: &str, n: usize) -> Result<Vec<&str>, EntryError> {
     let parts: Vec<&str> = entry.split(',').collect();
     if parts.len() != n {
-        return Err(format!(
-            "entry {entry:?} has {} comma-separated parts, the set type needs {n}",
-            parts.len()
-        ));
+        return Err(EntryError::Parts {
+            entry: entry.to_string(),
+            found: parts.len(),
+            needed: n,
+        });
     }
     Ok(parts)
 }
 
-fn parse_ip(s: &str, family: IpFamily) -> Result<IpAddr, String> {
-    let ip: IpAddr = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not an IP address"))?;
+fn parse_ip(s: &str, family: IpFamily) -> Result<IpAddr, EntryError> {
+    let ip: IpAddr = s.parse().map_err(|source| EntryError::Address {
+        text: s.to_string(),
+        source,
+    })?;
     if IpFamily::of(&ip) != family {
-        return Err(format!(
-            "{s} is not an {} address",
-            if family == IpFamily::V4 {
-                "IPv4"
-            } else {
-                "IPv6"
-            }
-        ));
+        return Err(EntryError::Family {
+            text: s.to_string(),
+            family,
+        });
     }
     Ok(ip)
 }
 
-fn parse_port(s: &str) -> Result<u16, String> {
+fn parse_port(s: &str) -> Result<u16, EntryError> {
     if s.is_empty() || s.len() > 5 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{s:?} is not a port number"));
+        return Err(EntryError::Port(s.to_string()));
     }
-    s.parse::<u16>()
-        .map_err(|_| format!("port {s} out of range 0-65535"))
+    s.parse::<u16>().map_err(|source| EntryError::PortRange {
+        text: s.to_string(),
+        source,
+    })
 }
 
-fn parse_proto_port(s: &str) -> Result<(Protocol, u16), String> {
+fn parse_proto_port(s: &str) -> Result<(Protocol, u16), EntryError> {
     let (proto, port) = s
         .split_once(':')
-        .ok_or_else(|| format!("{s:?} is not proto:port"))?;
+        .ok_or_else(|| EntryError::ProtoPort(s.to_string()))?;
     let proto = match proto {
         "tcp" => Protocol::Tcp,
         "udp" => Protocol::Udp,
         "sctp" => Protocol::Sctp,
-        other => return Err(format!("unsupported protocol {other:?}")),
+        other => return Err(EntryError::Protocol(other.to_string())),
     };
     Ok((proto, parse_port(port)?))
 }
 
 /// A network `ip/prefix` (host bits masked like the kernel does; no prefix: a host).
-fn parse_net(s: &str, family: IpFamily) -> Result<IpNet, String> {
+fn parse_net(s: &str, family: IpFamily) -> Result<IpNet, EntryError> {
     let (ip, len) = match s.split_once('/') {
         Some((ip, len)) => (ip, Some(len)),
         None => (s, None),
@@ -188,18 +256,21 @@ fn parse_net(s: &str, family: IpFamily) -> Result<IpNet, String> {
         None => max,
         Some(l) => {
             if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("{s:?}: bad prefix length"));
+                return Err(EntryError::Prefix(s.to_string()));
             }
             l.parse()
                 .ok()
                 .filter(|l| *l <= max)
-                .ok_or_else(|| format!("{s:?}: prefix length out of range"))?
+                .ok_or_else(|| EntryError::PrefixRange(s.to_string()))?
         }
     };
     if len == 0 {
-        return Err(format!("{s:?}: ipset does not accept a /0 network"));
+        return Err(EntryError::ZeroPrefix(s.to_string()));
     }
-    let net = IpNet::new(ip, len).map_err(|e| format!("{s:?}: {e}"))?;
+    let net = IpNet::new(ip, len).map_err(|source| EntryError::Network {
+        text: s.to_string(),
+        source,
+    })?;
     Ok(net.trunc())
 }
 
@@ -208,6 +279,26 @@ mod tests {
     use super::*;
     use IpFamily::{V4, V6};
     use IpSetType::*;
+
+    #[test]
+    fn entry_errors_keep_their_cause() {
+        use std::error::Error;
+        let e = IpSetEntry::parse(HashIpPort, V4, "10.0.0.x,tcp:80").unwrap_err();
+        assert_eq!(e.to_string(), "\"10.0.0.x\" is not an IP address");
+        assert!(
+            e.source()
+                .is_some_and(|c| c.is::<std::net::AddrParseError>())
+        );
+        let e = IpSetEntry::parse(BitmapPort, V4, "70000").unwrap_err();
+        assert_eq!(e.to_string(), "port 70000 out of range 0-65535");
+        assert!(
+            e.source()
+                .is_some_and(|c| c.is::<std::num::ParseIntError>())
+        );
+        let e = IpSetEntry::parse(HashIp, V4, "fd00::1").unwrap_err();
+        assert_eq!(e.to_string(), "fd00::1 is not an IPv4 address");
+        assert!(e.source().is_none());
+    }
 
     #[test]
     fn canonical_forms() {

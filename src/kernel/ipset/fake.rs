@@ -242,7 +242,7 @@ impl IpSets for FakeIpSets {
             };
             match canonical_entry(s.set_type, s.family, entry) {
                 Ok(canon) => valid.push((op, set.clone(), canon, add)),
-                Err(why) => report.rejected.push((op.clone(), why)),
+                Err(why) => report.rejected.push((op.clone(), why.to_string())),
             }
         }
         if valid.is_empty() {

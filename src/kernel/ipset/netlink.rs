@@ -14,7 +14,7 @@ use super::codec::{
 };
 use super::save::{SavedSets, SetHeader, parse_type};
 use super::text::{elem_of, render};
-use super::types::{SetTypes, op_set};
+use super::types::{CheckError, SetTypes, op_set};
 use super::{ApplyReport, IpSetOp, IpSetSize, IpSetSpec, IpSetType, IpSets};
 use crate::kernel::io_counts::Backend;
 use crate::kernel::netlink::{NlError, NlSocket, NoPayload};
@@ -280,14 +280,14 @@ where
             Some(req)
         }
         Err(why) => {
-            report.rejected.push((op.clone(), why));
+            report.rejected.push((op.clone(), why.to_string()));
             None
         }
     })
 }
 
 /// The ADD/DEL request of one op, or why the op is invalid.
-fn request(types: &SetTypes, op: &IpSetOp) -> Result<Request, String> {
+fn request(types: &SetTypes, op: &IpSetOp) -> Result<Request, CheckError> {
     let elem = elem_of(&types.check(op)?);
     let c = if matches!(op, IpSetOp::Add { .. }) {
         cmd::ADD

@@ -1,7 +1,7 @@
 //! What a backend knows about existing sets (type and family, or a foreign type name), and the check of
 //! one op against it: the same validation for the CLI and the netlink backends.
 
-use super::entry::IpSetEntry;
+use super::entry::{EntryError, IpSetEntry};
 use super::save::parse_type;
 use super::{IpSetOp, IpSetSpec, IpSetType};
 use crate::net::IpFamily;
@@ -75,16 +75,67 @@ impl SetTypes {
     }
 
     /// The op's entry parsed for its set's type and family, or why the kernel would refuse it.
-    pub fn check(&self, op: &IpSetOp) -> Result<IpSetEntry, String> {
+    pub fn check(&self, op: &IpSetOp) -> Result<IpSetEntry, CheckError> {
         let (IpSetOp::Add { set, entry } | IpSetOp::Del { set, entry }) = op;
         match self.known.get(set) {
-            Some((t, fam)) => IpSetEntry::parse(*t, fam.unwrap_or(IpFamily::V4), entry),
+            Some((t, fam)) => Ok(IpSetEntry::parse(*t, fam.unwrap_or(IpFamily::V4), entry)?),
             None => match self.foreign.get(set) {
-                Some(t) => Err(format!(
-                    "set {set} has type {t}, which kube-proxy does not manage"
-                )),
-                None => Err(format!("The set with the given name does not exist: {set}")),
+                Some(t) => Err(CheckError::Foreign {
+                    set: set.clone(),
+                    type_name: t.clone(),
+                }),
+                None => Err(CheckError::NoSuchSet(set.clone())),
             },
         }
+    }
+}
+
+/// Why an op was refused before it reached the kernel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// The member does not fit the set's type and family.
+    #[error(transparent)]
+    Entry(#[from] EntryError),
+    /// The set has a type kube-proxy does not use.
+    #[error("set {set} has type {type_name}, which kube-proxy does not manage")]
+    Foreign { set: String, type_name: String },
+    /// No such set (the kernel's wording).
+    #[error("The set with the given name does not exist: {0}")]
+    NoSuchSet(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn check_errors_keep_the_entry_error_and_its_cause() {
+        let mut types = SetTypes::default();
+        types.known.insert(
+            "KUBE-CLUSTER-IP".into(),
+            (IpSetType::HashIpPort, Some(IpFamily::V4)),
+        );
+        types.foreign.insert("theirs".into(), "list:set".into());
+        let op = |set: &str, entry: &str| IpSetOp::Add {
+            set: set.into(),
+            entry: entry.into(),
+        };
+        let e = types
+            .check(&op("KUBE-CLUSTER-IP", "10.0.0.1,tcp:99999"))
+            .unwrap_err();
+        assert_eq!(e.to_string(), "port 99999 out of range 0-65535");
+        assert!(matches!(e, CheckError::Entry(EntryError::PortRange { .. })));
+        assert!(
+            e.source()
+                .is_some_and(|c| c.is::<std::num::ParseIntError>())
+        );
+        let e = types.check(&op("theirs", "x")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "set theirs has type list:set, which kube-proxy does not manage"
+        );
+        let e = types.check(&op("gone", "x")).unwrap_err();
+        assert_eq!(e, CheckError::NoSuchSet("gone".into()));
     }
 }
