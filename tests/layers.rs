@@ -7,7 +7,6 @@ use std::process::Command;
 
 /// Circles left to remove (issue 30 §2), as `scripts/layers.py --circles` prints them.
 const KNOWN: &[&str] = &[
-    "files: kernel::ipset, kernel::ipset::cli, kernel::ipset::entry, kernel::ipset::netlink, kernel::ipset::save, kernel::ipset::text, kernel::ipset::types",
     "files: proxier::plan, proxier::plan::incremental, proxier::plan::iptables",
     "files: proxier::reconcile, proxier::reconcile::drift, proxier::reconcile::ipvs, proxier::report",
     "files: explain, explain::explainer",
