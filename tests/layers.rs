@@ -9,7 +9,6 @@ use std::process::Command;
 const KNOWN: &[&str] = &[
     "files: proxier::plan, proxier::plan::incremental, proxier::plan::iptables",
     "files: proxier::reconcile, proxier::reconcile::drift, proxier::reconcile::ipvs, proxier::report",
-    "files: daemon::sync, daemon::sync::drift, daemon::sync::publish",
 ];
 
 fn root() -> &'static Path {

@@ -1,51 +1,16 @@
 //! After each full sync: its drift repairs counted by kind, attributed to the Services they touched
 //! (published for the explanation), and a Warning Event on the Node when repairs recur in
-//! [`RECURRING`] consecutive full syncs: another tool is fighting kube-proxy on this node.
+//! [`RECURRING`](super::streak::RECURRING) consecutive full syncs: another tool is fighting kube-proxy on this node.
 
-use super::SyncLoop;
+use super::state::SyncLoop;
 use crate::explain::drift::attribute;
 use crate::proxier::SyncReport;
-use crate::proxier::reconcile::drift::{DriftKind, DriftReport};
+use crate::proxier::reconcile::drift::DriftKind;
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-/// Consecutive full syncs with repairs that raise the Warning Event.
-pub const RECURRING: u32 = 3;
-
 /// Reason of the Warning Event on the Node.
 pub const EVENT_REASON: &str = "RecurringDrift";
-
-/// The current streak of full syncs that had to repair drift.
-#[derive(Debug, Default)]
-pub struct DriftStreak {
-    syncs: u32,
-    kinds: BTreeSet<DriftKind>,
-    /// Kinds already named in a Warning Event during this streak.
-    warned: BTreeSet<DriftKind>,
-}
-
-impl DriftStreak {
-    /// Adds one full sync's repairs; returns the kinds to warn about when the streak reached
-    /// [`RECURRING`] and has kinds not warned about yet (a clean sync ends the streak).
-    pub fn observe(&mut self, drift: &DriftReport) -> Option<BTreeSet<DriftKind>> {
-        if drift.is_empty() {
-            *self = DriftStreak::default();
-            return None;
-        }
-        self.syncs += 1;
-        self.kinds.extend(drift.counts.keys().copied());
-        if self.syncs < RECURRING || self.kinds.is_subset(&self.warned) {
-            return None;
-        }
-        self.warned.clone_from(&self.kinds);
-        Some(self.kinds.clone())
-    }
-
-    /// Full syncs in a row that had repairs.
-    pub fn syncs(&self) -> u32 {
-        self.syncs
-    }
-}
 
 /// The Event's note for repairs of `kinds` recurring over `syncs` full syncs.
 pub fn note(kinds: &BTreeSet<DriftKind>, syncs: u32) -> String {
@@ -96,7 +61,9 @@ impl SyncLoop {
 
 #[cfg(test)]
 mod tests {
+    use super::super::streak::DriftStreak;
     use super::*;
+    use crate::proxier::reconcile::drift::DriftReport;
 
     fn drift(kinds: &[DriftKind]) -> DriftReport {
         let mut d = DriftReport::default();

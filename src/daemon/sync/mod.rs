@@ -8,18 +8,21 @@ mod job;
 mod publish;
 mod settings;
 mod snapshot;
+mod state;
+mod streak;
 mod usage;
 
 pub use job::Outcome;
 pub use publish::failure_backend;
 pub use settings::SyncSettings;
 pub use snapshot::{LocalAddresses, Maps, selectable, snapshots, split_dummy};
+pub use state::{RETRY_DELAY, SyncLoop};
 pub use usage::{CostMeter, ProcessUsage, SyncCost};
 
 use super::annotations;
 use super::events::Events;
 use super::scheduler_modules::{self, SchedulerModules};
-use crate::cluster::model::{EndpointsMap, ServiceMap, ServiceName};
+use crate::cluster::model::ServiceName;
 use crate::cluster::tracker::{EndpointsUpdateResult, ServiceUpdateResult};
 use crate::cluster::watch::{NodeInfo, Synced, Trackers};
 use crate::explain::Published;
@@ -32,11 +35,9 @@ use crate::server::{ProxyHealth, ServiceHealthServer};
 use job::{SyncJob, lock};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
+use streak::DriftStreak;
 use tokio::sync::watch;
-
-/// Delay before retrying a sync that had failures.
-pub const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Everything the sync loop works with, handed over once at start-up.
 pub struct SyncParts {
@@ -53,34 +54,6 @@ pub struct SyncParts {
     /// Where the decision records, drift and drains are published.
     pub published: Published,
     pub state_metrics: Arc<StateMetrics>,
-}
-
-/// The sync loop's state; one per process, driven by the bounded-frequency runner.
-pub struct SyncLoop {
-    settings: Arc<SyncSettings>,
-    trackers: Arc<Trackers>,
-    synced: Synced,
-    node: watch::Receiver<Option<Arc<NodeInfo>>>,
-    proxier: Arc<Mutex<Proxier>>,
-    metrics: Arc<Metrics>,
-    health: Arc<ProxyHealth>,
-    service_health: Arc<ServiceHealthServer>,
-    runner: RunnerHandle,
-    events: Events,
-    published: Published,
-    state_metrics: Arc<StateMetrics>,
-    drift_streak: drift::DriftStreak,
-    services: Arc<ServiceMap>,
-    endpoints: Arc<EndpointsMap>,
-    /// Services changed since the last sync that reached the proxier (`None`: unknown, replan all).
-    pending_changed: Option<BTreeSet<ServiceName>>,
-    last_full: Option<Instant>,
-    service_total: u64,
-    endpoint_total: u64,
-    /// Conntrack hints of syncs that did not get to clean conntrack (kept for the next sync).
-    pending_hints: ConntrackHints,
-    /// Modules of the schedulers Services ask for by annotation (loaded on first use).
-    schedulers: Arc<Mutex<SchedulerModules>>,
 }
 
 /// What a sync keeps on its side while the job runs: to hand back on failure, and to publish after.
@@ -129,7 +102,7 @@ impl SyncLoop {
             events: p.events,
             published: p.published,
             state_metrics: p.state_metrics,
-            drift_streak: drift::DriftStreak::default(),
+            drift_streak: DriftStreak::default(),
             services: Arc::default(),
             endpoints: Arc::default(),
             pending_changed: None,

@@ -2,7 +2,7 @@
 //! programming latency observed, and a retry scheduled when it had failures.
 
 use super::job::Outcome;
-use super::{RETRY_DELAY, SyncLoop};
+use super::state::{RETRY_DELAY, SyncLoop};
 use crate::cluster::model::{ServiceName, ports_of};
 use crate::metrics::{Metrics, TrafficPolicy};
 use crate::net::IpFamily;

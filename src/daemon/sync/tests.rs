@@ -1,6 +1,7 @@
 //! Unit tests of the sync loop's settings, snapshots and conntrack hints.
 
 use super::*;
+use crate::cluster::model::{EndpointsMap, ServiceMap};
 use crate::config::{Invocation, Options, parse_args};
 use crate::net::IpFamily;
 use crate::proxier::plan::LocalDetector;
