@@ -8,6 +8,7 @@ use crate::cluster::model::{EndpointsMap, ServiceMap, ServiceName};
 use crate::cluster::watch::NodeInfo;
 use crate::daemon::scheduler_modules::SchedulerModules;
 use crate::explain::Published;
+use crate::kernel::KernelError;
 use crate::metrics::TrafficPolicy;
 use crate::net::IpFamily;
 use crate::proxier::plan::decision::DecisionChanges;
@@ -54,9 +55,17 @@ pub struct SyncJob {
     pub published: Published,
 }
 
+/// Why a sync job planned nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The node's local addresses could not be read.
+    #[error("listing local addresses: {0}")]
+    LocalAddresses(#[source] KernelError),
+}
+
 impl SyncJob {
     /// Runs the sync; an error when the node's addresses cannot be read (nothing was planned).
-    pub fn run(self) -> Result<Outcome, String> {
+    pub fn run(self) -> Result<Outcome, JobError> {
         let meter = CostMeter::start();
         let unavailable = {
             let mut m = lock(&self.schedulers);
@@ -65,8 +74,8 @@ impl SyncJob {
         };
         let mut p = lock(&self.proxier);
         let read_start = Instant::now();
-        let local = local_addresses(&mut p, &self.settings, self.full)
-            .map_err(|e| format!("listing local addresses: {e}"))?;
+        let local =
+            local_addresses(&mut p, &self.settings, self.full).map_err(JobError::LocalAddresses)?;
         let local_read = read_start.elapsed();
         let maps = Maps {
             services: &self.services,
@@ -117,4 +126,20 @@ fn health_and_no_local(p: &Proxier, families: &[IpFamily]) -> (HealthChecks, NoL
         }
     }
     (health_checks, no_local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn a_job_error_keeps_the_kernel_error() {
+        let e = JobError::LocalAddresses(KernelError::Unsupported("rtnetlink".into()));
+        assert_eq!(
+            e.to_string(),
+            "listing local addresses: unsupported: rtnetlink"
+        );
+        assert!(e.source().is_some_and(|c| c.is::<KernelError>()));
+    }
 }

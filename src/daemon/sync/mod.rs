@@ -183,7 +183,7 @@ impl SyncLoop {
     /// (scheduled soon) and `None` is returned.
     fn settle(
         &mut self,
-        result: Result<Result<Outcome, String>, tokio::task::JoinError>,
+        result: Result<Result<Outcome, job::JobError>, tokio::task::JoinError>,
         kept: &Kept,
     ) -> Option<Outcome> {
         let outcome = match result {
