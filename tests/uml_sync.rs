@@ -187,6 +187,7 @@ fn desired(family: IpFamily) -> DesiredState {
     DesiredState {
         family,
         decisions: Default::default(),
+        shared: Default::default(),
         virtual_servers,
         ipsets: ipsets_from(&reference("ipset-save.txt"), family),
         iptables_payload: payload_from(&save),
@@ -696,6 +697,7 @@ fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredSta
     DesiredState {
         family: IpFamily::V4,
         decisions: Default::default(),
+        shared: Default::default(),
         virtual_servers: BTreeMap::from([(tk, tvs), (uk, uvs)]),
         ipsets: sets,
         iptables_payload: "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n".into(),
