@@ -160,10 +160,10 @@ impl OnBodyEnd for PendingAttempt {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::response_layer::BoxFuture;
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
     use tower::{Layer, Service, ServiceExt, service_fn};
-    use crate::cluster::response_layer::BoxFuture;
 
     fn text(registry: &Registry) -> String {
         use prometheus::Encoder;

@@ -226,12 +226,7 @@ mod tests {
 
     /// Service `n`'s port 80: its own ClusterIP and the external IP every Service here shares.
     fn port(n: &str, cluster_ip: &str) -> (ServicePortName, Arc<ServicePort>) {
-        let spn = ServicePortName {
-            namespace: "ns".into(),
-            name: n.into(),
-            port_name: Default::default(),
-            protocol: Protocol::Tcp,
-        };
+        let spn = ServicePortName::tcp("ns", n, "");
         let sp = ServicePort {
             external_ips: vec![ip("203.0.113.9")],
             ..ServicePort::new(spn.clone(), vec![ip(cluster_ip)], 80)
