@@ -13,7 +13,6 @@ mod uml;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol, ServiceMap, ServicePort, ServicePortName};
 use kube_proxy_rs::kernel::ipvs::netlink::NetlinkIpvs;
 use kube_proxy_rs::kernel::ipvs::{Ipvs, IpvsOp, IpvsService, IpvsServiceKey};
-use kube_proxy_rs::proxier::plan::decision::DecisionChanges;
 use kube_proxy_rs::proxier::plan::{NodeFacts, PlanConfig, plan};
 use kube_proxy_rs::traffic::TrafficMetrics;
 use std::fmt::Write as _;
@@ -126,7 +125,7 @@ fn measure(n: usize) -> Row {
             &node,
             &PlanConfig::new(IpFamily::V4),
         );
-        let all = DecisionChanges::All(planned.decisions);
+        let all = planned.decision_changes();
         index.write().unwrap().apply(IpFamily::V4, all);
         let t = TrafficMetrics::new(Box::new(NetlinkIpvs::new().unwrap()), index);
         let mut times = Vec::new();

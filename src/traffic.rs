@@ -177,7 +177,6 @@ mod tests {
     use crate::kernel::KernelError;
     use crate::kernel::ipvs::IpvsService;
     use crate::kernel::ipvs::fake::FakeIpvs;
-    use crate::proxier::plan::decision::DecisionChanges;
     use crate::proxier::plan::{NodeFacts, PlanConfig, plan};
     use std::collections::BTreeSet;
     use std::net::IpAddr;
@@ -256,7 +255,7 @@ mod tests {
         for family in [IpFamily::V4, IpFamily::V6] {
             let d = planned(family);
             let mut w = index.write().unwrap();
-            w.apply(family, DecisionChanges::All(d.decisions));
+            w.apply(family, d.decision_changes());
         }
     }
 

@@ -5,7 +5,9 @@
 //! - Service Events land in the Service's namespace, Node Events in `default`;
 //! - the publisher keeps its own rate: in any stretch of T seconds at most burst + qps × T writes;
 //! - the queue is bounded: what does not fit is dropped, and what was queued is all published.
-mod common;
+mod common {
+    pub mod apiserver;
+}
 #[path = "common/wait.rs"]
 pub mod wait;
 

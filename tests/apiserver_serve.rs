@@ -14,7 +14,9 @@
 //! - `KPRS_APISERVER_SECONDS`: stop after this many seconds (default: run until killed).
 //!
 //! Prints `listening on <url>` once serving, and one line per sync.
-mod common;
+mod common {
+    pub mod apiserver;
+}
 
 use common::apiserver::TestApiServer;
 use std::io::Write;

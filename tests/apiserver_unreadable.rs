@@ -5,7 +5,9 @@
 //! read, and objects that truly cannot be read. No list is repeated (no relist), the good objects
 //! around the bad ones arrive, and each unreadable object is counted, reported to the metric and
 //! published as a Warning Event.
-mod common;
+mod common {
+    pub mod apiserver;
+}
 #[path = "common/fixtures.rs"]
 pub mod fixtures;
 #[path = "common/wait.rs"]

@@ -1,7 +1,9 @@
 //! The test API server against the real kube-rs client and watcher (host-side, no UML): initial list,
 //! events, selectors as kube-proxy uses them, bookmarks, reconnect after dropped watches, relist after 410,
 //! pagination, Events recording, YAML loading, and use from a plain thread.
-mod common;
+mod common {
+    pub mod apiserver;
+}
 #[path = "common/fixtures.rs"]
 pub mod fixtures;
 #[path = "common/wait.rs"]

@@ -7,7 +7,9 @@
 //! - a stalled watch (stops sending without closing) is noticed after the idle limit and re-watched from
 //!   its resourceVersion: a change made during the stall reaches the trackers, with no relist;
 //! - the request metrics carry component-base's names, labels and buckets.
-mod common;
+mod common {
+    pub mod apiserver;
+}
 #[path = "common/fixtures.rs"]
 pub mod fixtures;
 

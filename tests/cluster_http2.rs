@@ -9,7 +9,9 @@
 //!   written) is noticed by the HTTP/2 health pings (1 s + 1 s here, client-go's 30 s + 15 s in the
 //!   daemon), well before the watch idle limit, and the watches resume on a new connection from their
 //!   resourceVersion.
-mod common;
+mod common {
+    pub mod apiserver;
+}
 #[path = "common/fixtures.rs"]
 pub mod fixtures;
 

@@ -38,6 +38,30 @@ fn svc(name: &str, vip: &str, proto: &str, port: u16, node_port: u16, spec: Valu
     s
 }
 
+/// ClusterIP Service `web` (10.96.0.10:80/TCP).
+fn web() -> Value {
+    svc("web", "10.96.0.10", "TCP", 80, 0, json!({}))
+}
+
+/// NodePort Service `np` (10.96.0.20:80/TCP, node port 30080).
+fn np() -> Value {
+    svc(
+        "np",
+        "10.96.0.20",
+        "TCP",
+        80,
+        30080,
+        json!({"type": "NodePort"}),
+    )
+}
+
+/// An `externalTrafficPolicy: Local` LoadBalancer Service with health-check port `health` and one
+/// ingress IP.
+fn local_lb(name: &str, vip: &str, node_port: u16, health: u16, ingress: &str) -> Value {
+    let spec = json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": health});
+    lb(name, vip, node_port, spec, json!([{ "ip": ingress }]))
+}
+
 /// A LoadBalancer Service with `ingress` (a list of `{"ip": ..}` objects) in its status.
 fn lb(name: &str, vip: &str, node_port: u16, spec: Value, ingress: Value) -> Value {
     let mut s = svc(
@@ -85,7 +109,7 @@ fn matrix_objects(c: &Cluster) -> Vec<Value> {
     let ds = json!({"ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"],
                     "clusterIPs": ["10.96.0.12", "fd00:96::12"], "type": "NodePort"});
     vec![
-        svc("web", "10.96.0.10", "TCP", 80, 0, json!({})),
+        web(),
         c.slice("web", "TCP", &["b1", "c1"]),
         svc("self", "10.96.0.11", "TCP", 80, 0, json!({})),
         c.slice("self", "TCP", &["a1"]),
@@ -94,22 +118,9 @@ fn matrix_objects(c: &Cluster) -> Vec<Value> {
         c.slice_v6("dual", "TCP", &["b1", "c1"]),
         svc("sctp", "10.96.0.13", "SCTP", 99, 0, json!({})),
         c.slice("sctp", "SCTP", &["b1", "c1"]),
-        svc(
-            "np",
-            "10.96.0.20",
-            "TCP",
-            80,
-            30080,
-            json!({"type": "NodePort"}),
-        ),
+        np(),
         c.slice("np", "TCP", &["b1", "c1"]),
-        lb(
-            "etp",
-            "10.96.0.40",
-            30090,
-            json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 32090}),
-            json!([{"ip": "192.168.99.40"}]),
-        ),
+        local_lb("etp", "10.96.0.40", 30090, 32090, "192.168.99.40"),
         c.slice("etp", "TCP", &["b1", "b2"]),
         svc(
             "itp",
@@ -751,13 +762,7 @@ fn nodes_objects(c: &Cluster, maglev_pods: &[&str]) -> Vec<Value> {
     vec![
         maglev,
         c.slice("maglev", "TCP", maglev_pods),
-        lb(
-            "etpx",
-            "10.96.0.95",
-            30095,
-            json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 32095}),
-            json!([{"ip": "192.168.99.60"}]),
-        ),
+        local_lb("etpx", "10.96.0.95", 30095, 32095, "192.168.99.60"),
         c.slice("etpx", "TCP", &["b1"]),
         svc("unknown", "10.96.0.91", "TCP", 80, 0, json!({})),
         unknown,
@@ -987,16 +992,9 @@ uml_test!(
         for (n, pod) in [(0, "a1"), (1, "b1"), (2, "c1")] {
             c.add_pod(n, pod);
         }
-        c.apply(svc("web", "10.96.0.10", "TCP", 80, 0, json!({})));
+        c.apply(web());
         c.apply(c.slice("web", "TCP", &["a1", "b1", "c1"]));
-        c.apply(svc(
-            "np",
-            "10.96.0.20",
-            "TCP",
-            80,
-            30080,
-            json!({"type": "NodePort"}),
-        ));
+        c.apply(np());
         c.apply(c.slice("np", "TCP", &["a1", "b1", "c1"]));
         c.start_all();
         c.wait_all("web and np programmed", |n| {

@@ -16,7 +16,10 @@
 //! Not covered here, nor anywhere without an arm64 kernel: the arm64 binary's netlink, iptables and ipset
 //! writes to a kernel (qemu-user passes only NETLINK_ROUTE sockets through) and the image under containerd on
 //! an arm64 node. The amd64 image runs under containerd in tests/e2e_image.rs.
-mod common;
+mod common {
+    pub mod image;
+    pub mod uml;
+}
 
 use common::image::{
     self, ARCHS, elf_machine, image_required, machine_of, run, text, unpack_archive,

@@ -13,7 +13,10 @@
 //!   cargo-auditable's `.dep-v0`) is in the SBOM, every linked crate is found, and the Debian packages it finds
 //!   are the SBOM's. The SBOM file passes the SPDX project's validator (`pyspdxtools`, PyPI spdx-tools) and
 //!   syft reads back every package of it.
-mod common;
+mod common {
+    pub mod image;
+    pub mod uml;
+}
 
 use common::image::{
     ARCHS, blob, image_dir, image_required, json_file, platform_entry, run, tool, unpack_archive,

@@ -3,7 +3,9 @@
 //! rules must accept upstream's own output), then on the lines the built `kube-proxy` writes to stderr
 //! when it starts without an API server (it fails at the client, before touching the kernel).
 
-mod common;
+mod common {
+    pub mod klog;
+}
 
 use common::klog::{Kind, Line, entries, parse};
 use std::process::{Command, Stdio};

@@ -1,7 +1,9 @@
 //! The planner's output for kube-proxy-rs's fixes of upstream IPVS-mode behaviour (issue 32), each off by
 //! default (upstream's output, as `planner_upstream_cases.rs` checks) and on with its option. The kernel
 //! side of each fix is tested end to end (`e2e_semantics.rs`).
-mod common;
+mod common {
+    pub mod planner;
+}
 
 use common::planner::{cfg, chain, ep, lb, maps, node, svc};
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};

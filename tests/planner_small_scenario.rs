@@ -1,6 +1,8 @@
 //! Golden test: the plan for the small reference scenario (tests/planner_data/small-scenario, captured from
 //! upstream kube-proxy v1.36.2 in IPVS mode) must reproduce what upstream programmed, rule for rule.
-mod common;
+mod common {
+    pub mod planner;
+}
 
 use common::planner::*;
 use kube_proxy_rs::cluster::model::IpFamily;

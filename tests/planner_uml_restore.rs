@@ -1,7 +1,10 @@
 //! The plan's ipsets and iptables payload, loaded into a real kernel (UML): `ipset restore` and
 //! `iptables-restore --noflush` accept them, and `ipset save` / `iptables-save` print back exactly the
 //! planned members and rules (mark syntax aside).
-mod common;
+mod common {
+    pub mod planner;
+    pub mod uml;
+}
 
 use common::planner::*;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};

@@ -1,7 +1,9 @@
 //! Cases taken from upstream pkg/proxy/ipvs/proxier_test.go (and the behaviour of syncProxyRules /
 //! writeIptablesRules they pin down), replayed through the pure planner: one table of cases ([`CASES`],
 //! each naming the upstream test it replays) and one runner.
-mod common;
+mod common {
+    pub mod planner;
+}
 
 use common::planner::{
     HOST, chain, chain_jumps, entries, ip, maps, node, non_empty_sets, port_name, vs_summary,

@@ -66,6 +66,7 @@ fn plan(extra_endpoint_on: Option<u32>) -> DesiredState {
     DesiredState {
         family: IpFamily::V4,
         decisions: Default::default(),
+        shared: Default::default(),
         bound_addresses: virtual_servers.keys().map(|k| k.addr).collect(),
         arp_quiet: Default::default(),
         virtual_servers,

@@ -14,7 +14,10 @@
 //! - `release_binary_carries_its_crate_list`: the host's release binary of scripts/build-release.sh has the
 //!   `.dep-v0` section cargo-auditable writes, and a scanner (syft) lists this crate and its dependencies from
 //!   it. (Per image and architecture, with the SBOM: tests/image_sbom.rs.)
-mod common;
+mod common {
+    pub mod image;
+    pub mod uml;
+}
 
 use common::image::{run, target_dir, text, tool};
 use std::path::{Path, PathBuf};

@@ -11,7 +11,9 @@
 //!   the rest of the host's `/tmp`;
 //! - the demo (`target/<profile>/examples/demo` and `kube-proxy` beside it, as `cargo test` builds
 //!   them): it prints PASS.
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::{self, BootOptions};
 use std::path::{Path, PathBuf};

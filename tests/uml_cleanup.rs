@@ -3,7 +3,9 @@
 //! foreign rules. A chain a foreign rule still jumps to is kept with what it jumps to, and named; the rest
 //! goes. (The nftables mode's tables need nf_tables' `ip` family, which this kernel lacks: see
 //! tests/hostns_leftovers.rs.)
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::sh;
 use kube_proxy_rs::kernel::ipset::netlink::NetlinkIpSets;

@@ -1,5 +1,7 @@
 //! The ctnetlink conntrack backend against a real kernel (UML): a UDP flow through IPVS is dumped and deleted.
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::{IpFamily, Protocol};

@@ -1,7 +1,9 @@
 //! The UML harness itself: a missing kernel fails a UML test unless `KPRS_SKIP_UML=1` opts out, and the
 //! opt-out says loudly that nothing was tested. Runs this binary's `probe` test in a child process with
 //! the kernel path pointed at a file that does not exist (no kernel boots).
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::{self, BootOptions};
 use std::process::{Command, Output};

@@ -2,7 +2,9 @@
 //! daemon uses) and the `ipset` tool (fallback): every kube-proxy set type in both families, a
 //! 20,000-entry batch, rejection of bad entries (before writing and by the kernel) while the rest
 //! applies, a mixed add/delete diff, read-back equal to `ipset save`, foreign sets untouched.
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::IpFamily;

@@ -2,7 +2,9 @@
 //! restored twice, jumps ensured twice, foreign rules kept, broken payloads rejected with their line,
 //! `-m ipvs` / `-m set`, ip6tables, deletes, backend detection; and the fake replaying the same calls ends
 //! with the same chains and rules as the kernel.
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::sh;
 use kube_proxy_rs::cluster::model::IpFamily;

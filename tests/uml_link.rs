@@ -1,5 +1,7 @@
 //! The rtnetlink link backend against a real kernel (UML): kube-ipvs0, its addresses, local addresses.
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::sh;
 use kube_proxy_rs::kernel::KernelError;

@@ -1,5 +1,7 @@
 //! Smoke test of the UML harness: the guest has IPVS, ipset, dummy links and legacy iptables.
-mod common;
+mod common {
+    pub mod uml;
+}
 
 uml_test!(guest_has_ipvs_ipset_iptables, {
     let v = common::uml::sh("cat /proc/net/ip_vs");

@@ -187,6 +187,7 @@ fn desired(family: IpFamily) -> DesiredState {
     DesiredState {
         family,
         decisions: Default::default(),
+        shared: Default::default(),
         virtual_servers,
         ipsets: ipsets_from(&reference("ipset-save.txt"), family),
         iptables_payload: payload_from(&save),
@@ -696,6 +697,7 @@ fn graceful_plan(tcp_eps: &[(&str, u16)], udp_eps: &[(&str, u16)]) -> DesiredSta
     DesiredState {
         family: IpFamily::V4,
         decisions: Default::default(),
+        shared: Default::default(),
         virtual_servers: BTreeMap::from([(tk, tvs), (uk, uvs)]),
         ipsets: sets,
         iptables_payload: "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n".into(),
@@ -1270,5 +1272,68 @@ while not os.path.exists("/tmp/probe-stop"):
         assert_eq!(r.ipsets_grown, 0, "{r:#?}");
         assert!(set_header("KUBE-CLUSTER-IP").0.contains("maxelem 131072"));
         assert_eq!(sync(&mut p, &small, &v6, true).writes(), 0);
+    }
+);
+
+/// The IPVS reads among `calls` (`ipvs.services` for the netlink dump, `ipvs.services ipv4` for the
+/// one-call IPv4 read).
+fn services_reads(calls: &[String]) -> Vec<String> {
+    calls
+        .iter()
+        .filter_map(|c| c.strip_prefix("R "))
+        .filter(|c| c.starts_with("ipvs.services"))
+        .map(|c| c.trim_end().to_string())
+        .collect()
+}
+
+uml_test!(
+    dual_stack_full_sync_reads_ipv4_in_one_call_until_ipv6_matters,
+    {
+        use kube_proxy_rs::proxier::reconcile::drift::ForeignKind;
+        let log = Arc::new(Mutex::new(Log::default()));
+        let mut p = direct_proxier(&log);
+        let (v4, v6) = (desired(IpFamily::V4), desired(IpFamily::V6));
+        let full = |p: &mut Applier| {
+            let from = calls(&log).len();
+            let r = sync(p, &v4, &v6, true);
+            (r, services_reads(&calls(&log)[from..]))
+        };
+        let dump = vec!["ipvs.services".to_string()];
+        let ipv4 = vec!["ipvs.services ipv4".to_string()];
+        assert_eq!(
+            full(&mut p).1,
+            dump,
+            "the first full sync dumps every family"
+        );
+        let (r, reads) = full(&mut p);
+        assert_eq!((reads, r.writes()), (ipv4.clone(), 0), "{r:#?}");
+        let foreign = |r: &SyncReport| {
+            r.foreign
+                .as_ref()
+                .and_then(|f| f.get(&ForeignKind::VirtualServer))
+                .copied()
+        };
+
+        // Behind our back: one of our IPv4 virtual servers goes, a foreign IPv6 one comes. The real-server
+        // view (one slice here) shows the IPv6 one, so this full sync dumps: it repairs ours, counts the
+        // foreign one and leaves it.
+        sh("ipvsadm -D -t 10.96.100.20:80 && ipvsadm -A -t [fd00::99]:80 -s rr");
+        let (r, reads) = full(&mut p);
+        assert_eq!(reads, dump);
+        assert_eq!(r.ipvs_services.added, 1, "{r:#?}");
+        assert_eq!(foreign(&r), Some(1), "{r:#?}");
+        let table = sh("ipvsadm -Sn");
+        assert!(table.contains("-A -t 10.96.100.20:80 -s rr"), "{table}");
+        assert!(table.contains("-A -t [fd00::99]:80 -s rr"), "{table}");
+
+        // It goes too: the next full sync's view shows no IPv6 virtual server, so it reads IPv4 alone and
+        // reports no foreign one; an IPv4 deletion is still repaired from the one-call read.
+        sh("ipvsadm -D -t [fd00::99]:80 && ipvsadm -D -t 10.96.100.20:80");
+        let (r, reads) = full(&mut p);
+        assert_eq!(reads, ipv4);
+        assert_eq!(r.ipvs_services.added, 1, "{r:#?}");
+        assert_eq!(foreign(&r), Some(0), "{r:#?}");
+        let (r, reads) = full(&mut p);
+        assert_eq!((reads, r.writes()), (ipv4, 0), "{r:#?}");
     }
 );

@@ -1,7 +1,9 @@
 //! The procfs sysctl backend against a real kernel (UML): the IPVS and ARP sysctls kube-proxy sets,
 //! read back independently with `sysctl -n`; `ensure` writes only on change; the running kernel's version
 //! and the conn_reuse_mode rule.
-mod common;
+mod common {
+    pub mod uml;
+}
 
 use common::uml::sh;
 use kube_proxy_rs::kernel::KernelError;

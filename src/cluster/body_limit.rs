@@ -12,6 +12,7 @@
 //! separately (`deadline.rs`).
 
 use super::deadline::RequestKind;
+use super::response_layer::{WrapLayer, WrapResponse, Wrapped};
 use hyper::body::{Body, Buf, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
@@ -38,72 +39,53 @@ pub struct TooLarge(pub usize);
 
 /// Tower layer capping the body of every response that is neither a watch nor marked
 /// [`ReadIncrementally`] at `max` bytes.
+pub type BodyLimitLayer = WrapLayer<BodyLimit>;
+
+/// Service produced by [`BodyLimitLayer`].
+pub type BodyLimited<S> = Wrapped<BodyLimit, S>;
+
+/// What [`BodyLimitLayer`] does: bodies capped at `max` bytes.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimitLayer {
+pub struct BodyLimit {
     max: usize,
 }
 
 impl BodyLimitLayer {
     /// Bodies capped at `max` bytes.
     pub fn new(max: usize) -> Self {
-        Self { max }
+        WrapLayer(BodyLimit { max })
     }
 }
 
-impl Default for BodyLimitLayer {
+impl Default for BodyLimit {
     fn default() -> Self {
-        Self::new(MAX_OBJECT_BYTES)
-    }
-}
-
-impl<S> tower::Layer<S> for BodyLimitLayer {
-    type Service = BodyLimited<S>;
-
-    fn layer(&self, inner: S) -> BodyLimited<S> {
-        BodyLimited {
-            inner,
-            max: self.max,
+        BodyLimit {
+            max: MAX_OBJECT_BYTES,
         }
     }
 }
 
-/// Service produced by [`BodyLimitLayer`].
-#[derive(Debug, Clone)]
-pub struct BodyLimited<S> {
-    inner: S,
-    max: usize,
-}
+impl WrapResponse for BodyLimit {
+    type Body<B> = LimitedBody<B>;
+    /// The limit of this response's body (`None`: read within the caller's own bounds).
+    type Ticket = Option<usize>;
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
-
-impl<S, ReqBody, ResBody> tower::Service<hyper::Request<ReqBody>> for BodyLimited<S>
-where
-    S: tower::Service<hyper::Request<ReqBody>, Response = hyper::Response<ResBody>>,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = hyper::Response<LimitedBody<ResBody>>;
-    type Error = BoxError;
-    type Future = BoxFuture<Self::Response>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: hyper::Request<ReqBody>) -> Self::Future {
+    fn request<B>(&self, req: &mut hyper::Request<B>) -> Option<usize> {
         let unbounded = req.extensions().get::<ReadIncrementally>().is_some()
             || RequestKind::of(req.uri()) != RequestKind::Plain;
-        let max = (!unbounded).then_some(self.max);
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            let response = response.await.map_err(Into::into)?;
-            Ok(response.map(|inner| LimitedBody {
-                inner,
-                left: max,
-                max: max.unwrap_or(0),
-                failed: false,
-            }))
-        })
+        (!unbounded).then_some(self.max)
+    }
+
+    async fn response<B>(
+        max: Option<usize>,
+        response: impl Future<Output = Result<hyper::Response<B>, BoxError>> + Send,
+    ) -> Result<hyper::Response<LimitedBody<B>>, BoxError> {
+        Ok(response.await?.map(|inner| LimitedBody {
+            inner,
+            left: max,
+            max: max.unwrap_or(0),
+            failed: false,
+        }))
     }
 }
 

@@ -16,6 +16,7 @@
 //! ([`CONNECT_TIMEOUT`]) and the TCP connections carry keepalive probes ([`KEEPALIVE_IDLE`]), which end a
 //! connection whose peer is gone (a half-open flow) even while nothing is being read.
 
+use super::response_layer::{WrapLayer, WrapResponse, Wrapped};
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_util::client::legacy::connect::{CaptureConnection, capture_connection};
 use std::future::Future;
@@ -135,68 +136,52 @@ impl RequestKind {
 }
 
 /// Tower layer applying [`Deadlines`] to every request.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DeadlineLayer {
-    deadlines: Deadlines,
-}
+pub type DeadlineLayer = WrapLayer<Deadlines>;
+
+/// Service produced by [`DeadlineLayer`].
+pub type Deadlined<S> = Wrapped<Deadlines, S>;
 
 impl DeadlineLayer {
     /// A layer with these limits.
     pub fn new(deadlines: Deadlines) -> Self {
-        DeadlineLayer { deadlines }
+        WrapLayer(deadlines)
     }
 }
 
-impl<S> tower::Layer<S> for DeadlineLayer {
-    type Service = Deadlined<S>;
+/// What a request keeps for its response: its kind, limits, start and connection.
+pub struct DeadlineTicket {
+    kind: RequestKind,
+    deadlines: Deadlines,
+    start: Instant,
+    connection: CaptureConnection,
+}
 
-    fn layer(&self, inner: S) -> Deadlined<S> {
-        Deadlined {
-            inner,
-            deadlines: self.deadlines,
+impl WrapResponse for Deadlines {
+    type Body<B> = DeadlineBody<B>;
+    type Ticket = DeadlineTicket;
+
+    fn request<B>(&self, req: &mut hyper::Request<B>) -> DeadlineTicket {
+        DeadlineTicket {
+            kind: RequestKind::of(req.uri()),
+            deadlines: *self,
+            start: Instant::now(),
+            connection: capture_connection(req),
         }
     }
-}
 
-/// Service produced by [`DeadlineLayer`].
-#[derive(Debug, Clone)]
-pub struct Deadlined<S> {
-    inner: S,
-    deadlines: Deadlines,
-}
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
-
-impl<S, ReqBody, ResBody> tower::Service<hyper::Request<ReqBody>> for Deadlined<S>
-where
-    S: tower::Service<hyper::Request<ReqBody>, Response = hyper::Response<ResBody>>,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = hyper::Response<DeadlineBody<ResBody>>;
-    type Error = BoxError;
-    type Future = BoxFuture<Self::Response>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, mut req: hyper::Request<ReqBody>) -> Self::Future {
-        let kind = RequestKind::of(req.uri());
-        let d = self.deadlines;
-        let start = Instant::now();
-        let connection = capture_connection(&mut req);
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            let response = match tokio::time::timeout(d.request, response).await {
-                Ok(r) => r.map_err(Into::into)?,
-                Err(_) => {
-                    retire(&connection);
-                    return Err(TimedOut::Response(d.request).into());
-                }
-            };
-            Ok(response.map(|body| DeadlineBody::new(body, kind, d, start, connection)))
-        })
+    async fn response<B>(
+        t: DeadlineTicket,
+        response: impl Future<Output = Result<hyper::Response<B>, BoxError>> + Send,
+    ) -> Result<hyper::Response<DeadlineBody<B>>, BoxError> {
+        let d = t.deadlines;
+        let response = match tokio::time::timeout(d.request, response).await {
+            Ok(r) => r?,
+            Err(_) => {
+                retire(&t.connection);
+                return Err(TimedOut::Response(d.request).into());
+            }
+        };
+        Ok(response.map(|body| DeadlineBody::new(body, t.kind, d, t.start, t.connection)))
     }
 }
 

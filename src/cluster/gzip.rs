@@ -10,6 +10,7 @@
 //! is held here; what reads the body bounds the total (`body_limit.rs`), so a gzip bomb costs at most the
 //! reader's cap. The decoder is `flate2` on its pure-Rust `miniz_oxide` back end.
 
+use super::response_layer::{WrapLayer, WrapResponse};
 use bytes::{Buf, Bytes};
 use flate2::write::GzDecoder;
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue};
@@ -36,76 +37,52 @@ pub enum GzipError {
 
 /// Tower layer asking for gzip (when `enabled`) and decoding gzip responses (always: a server that
 /// compresses unasked is still read).
+pub type GzipLayer = WrapLayer<Gzip>;
+
+/// What [`GzipLayer`] does.
 #[derive(Debug, Clone, Copy)]
-pub struct GzipLayer {
+pub struct Gzip {
     enabled: bool,
 }
 
 impl GzipLayer {
     /// `enabled = false` is the kubeconfig's `disable-compression: true`.
     pub fn new(enabled: bool) -> Self {
-        Self { enabled }
+        WrapLayer(Gzip { enabled })
     }
 }
 
-impl<S> tower::Layer<S> for GzipLayer {
-    type Service = Gzip<S>;
+impl WrapResponse for Gzip {
+    type Body<B> = GunzipBody<B>;
+    type Ticket = ();
 
-    fn layer(&self, inner: S) -> Gzip<S> {
-        Gzip {
-            inner,
-            enabled: self.enabled,
-        }
-    }
-}
-
-/// Service produced by [`GzipLayer`].
-#[derive(Debug, Clone)]
-pub struct Gzip<S> {
-    inner: S,
-    enabled: bool,
-}
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
-
-impl<S, ReqBody, ResBody> tower::Service<hyper::Request<ReqBody>> for Gzip<S>
-where
-    S: tower::Service<hyper::Request<ReqBody>, Response = hyper::Response<ResBody>>,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = hyper::Response<GunzipBody<ResBody>>;
-    type Error = BoxError;
-    type Future = BoxFuture<Self::Response>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, mut req: hyper::Request<ReqBody>) -> Self::Future {
+    fn request<B>(&self, req: &mut hyper::Request<B>) {
         if self.enabled && !req.headers().contains_key(ACCEPT_ENCODING) {
             req.headers_mut()
                 .insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
         }
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            let mut response = response.await.map_err(Into::into)?;
-            let encoding = response.headers().get(CONTENT_ENCODING).map(|v| {
-                String::from_utf8_lossy(v.as_bytes())
-                    .trim()
-                    .to_ascii_lowercase()
-            });
-            let gzip = match encoding.as_deref() {
-                None | Some("" | "identity") => false,
-                Some("gzip" | "x-gzip") => true,
-                Some(other) => return Err(GzipError::Unsupported(other.to_string()).into()),
-            };
-            if gzip {
-                response.headers_mut().remove(CONTENT_ENCODING);
-                response.headers_mut().remove(CONTENT_LENGTH);
-            }
-            Ok(response.map(|inner| GunzipBody::new(inner, gzip)))
-        })
+    }
+
+    async fn response<B>(
+        _: (),
+        response: impl Future<Output = Result<hyper::Response<B>, BoxError>> + Send,
+    ) -> Result<hyper::Response<GunzipBody<B>>, BoxError> {
+        let mut response = response.await?;
+        let encoding = response.headers().get(CONTENT_ENCODING).map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        });
+        let gzip = match encoding.as_deref() {
+            None | Some("" | "identity") => false,
+            Some("gzip" | "x-gzip") => true,
+            Some(other) => return Err(GzipError::Unsupported(other.to_string()).into()),
+        };
+        if gzip {
+            response.headers_mut().remove(CONTENT_ENCODING);
+            response.headers_mut().remove(CONTENT_LENGTH);
+        }
+        Ok(response.map(|inner| GunzipBody::new(inner, gzip)))
     }
 }
 

@@ -13,6 +13,7 @@ pub mod model;
 pub mod observed_body;
 pub mod proto;
 pub mod rate_limit;
+pub mod response_layer;
 pub mod rest_metrics;
 pub mod select;
 pub mod service_options;

@@ -119,6 +119,19 @@ pub struct ServicePortName {
     pub protocol: Protocol,
 }
 
+#[cfg(test)]
+impl ServicePortName {
+    /// Port `port_name` (TCP) of Service `namespace/name`: the unit tests' usual fixture.
+    pub(crate) fn tcp(namespace: &str, name: &str, port_name: &str) -> Self {
+        ServicePortName {
+            namespace: namespace.into(),
+            name: name.into(),
+            port_name: port_name.into(),
+            protocol: Protocol::Tcp,
+        }
+    }
+}
+
 impl ServicePortName {
     /// Namespace/name of the owning service.
     pub fn service(&self) -> ServiceName {

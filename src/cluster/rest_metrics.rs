@@ -10,10 +10,9 @@
 
 use super::deadline::RequestKind;
 use super::observed_body::{BodyEnd, ObservedBody, OnBodyEnd};
+use super::response_layer::{WrapLayer, WrapResponse, Wrapped};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Instant;
 use tower::BoxError;
 
@@ -59,43 +58,30 @@ impl RestClientMetrics {
 
     /// A layer counting the requests of a client of the API server at `host` (`host:port`).
     pub fn layer(&self, host: &str) -> RestMetricsLayer {
-        RestMetricsLayer {
+        WrapLayer(Meter {
             metrics: self.clone(),
             host: host.to_string(),
-        }
+        })
     }
 }
 
 /// Tower layer recording [`RestClientMetrics`] for every request.
-#[derive(Clone)]
-pub struct RestMetricsLayer {
-    metrics: RestClientMetrics,
-    host: String,
-}
-
-impl<S> tower::Layer<S> for RestMetricsLayer {
-    type Service = Metered<S>;
-
-    fn layer(&self, inner: S) -> Metered<S> {
-        Metered {
-            inner,
-            metrics: self.metrics.clone(),
-            host: self.host.clone(),
-        }
-    }
-}
+pub type RestMetricsLayer = WrapLayer<Meter>;
 
 /// Service produced by [`RestMetricsLayer`].
+pub type Metered<S> = Wrapped<Meter, S>;
+
+/// What [`RestMetricsLayer`] does: counts and times the requests of a client of the API server at
+/// `host`.
 #[derive(Clone)]
-pub struct Metered<S> {
-    inner: S,
+pub struct Meter {
     metrics: RestClientMetrics,
     host: String,
 }
 
 /// One request in flight: counted once (status code or `<error>`), timed once. Whatever is not recorded
 /// when it is dropped is recorded then (a request abandoned by a deadline counts as `<error>`).
-struct Attempt {
+pub struct Attempt {
     metrics: RestClientMetrics,
     host: String,
     method: String,
@@ -125,44 +111,37 @@ impl Drop for Attempt {
     }
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
+impl WrapResponse for Meter {
+    type Body<B> = MeteredBody<B>;
+    /// Whether the request is a watch, and its attempt.
+    type Ticket = (bool, Attempt);
 
-impl<S, ReqBody, ResBody> tower::Service<hyper::Request<ReqBody>> for Metered<S>
-where
-    S: tower::Service<hyper::Request<ReqBody>, Response = hyper::Response<ResBody>>,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = hyper::Response<MeteredBody<ResBody>>;
-    type Error = BoxError;
-    type Future = BoxFuture<Self::Response>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: hyper::Request<ReqBody>) -> Self::Future {
+    fn request<B>(&self, req: &mut hyper::Request<B>) -> (bool, Attempt) {
         let watch = matches!(RequestKind::of(req.uri()), RequestKind::Watch { .. });
-        let mut attempt = Attempt {
+        let attempt = Attempt {
             metrics: self.metrics.clone(),
             host: self.host.clone(),
             method: req.method().as_str().to_string(),
             start: Instant::now(),
             counted: false,
         };
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            let response = response.await.map_err(Into::into)?;
-            attempt.count(response.status().as_str());
-            // A watch is timed to its headers (dropping the attempt records it); anything else to its end.
-            let pending = if watch {
-                drop(attempt);
-                None
-            } else {
-                Some(attempt)
-            };
-            Ok(response.map(|inner| ObservedBody::new(inner, PendingAttempt(pending))))
-        })
+        (watch, attempt)
+    }
+
+    async fn response<B>(
+        (watch, mut attempt): (bool, Attempt),
+        response: impl Future<Output = Result<hyper::Response<B>, BoxError>> + Send,
+    ) -> Result<hyper::Response<MeteredBody<B>>, BoxError> {
+        let response = response.await?;
+        attempt.count(response.status().as_str());
+        // A watch is timed to its headers (dropping the attempt records it); anything else to its end.
+        let pending = if watch {
+            drop(attempt);
+            None
+        } else {
+            Some(attempt)
+        };
+        Ok(response.map(|inner| ObservedBody::new(inner, PendingAttempt(pending))))
     }
 }
 
@@ -181,6 +160,7 @@ impl OnBodyEnd for PendingAttempt {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::response_layer::BoxFuture;
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
     use tower::{Layer, Service, ServiceExt, service_fn};

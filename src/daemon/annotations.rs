@@ -63,7 +63,7 @@ mod tests {
     use crate::cluster::service_options::{KUBE_ROUTER_SCHEDULER, SCHEDULER, ServiceOptions};
     use crate::daemon::scheduler_modules::wanted;
     use crate::net::{IpFamily, Protocol};
-    use crate::proxier::plan::decision::{DecisionChanges, Unavailable};
+    use crate::proxier::plan::decision::Unavailable;
     use crate::proxier::plan::{NodeFacts, PlanConfig, plan};
     use crate::scheduler::Scheduler;
     use std::sync::Arc;
@@ -124,7 +124,7 @@ mod tests {
             .chain(d.decisions.keys().cloned())
             .collect();
         let before = problems_of(index, &all);
-        let touched = index.apply(IpFamily::V4, DecisionChanges::All(d.decisions));
+        let touched = index.apply(IpFamily::V4, d.decision_changes());
         to_report(&before, problems_of(index, &touched), updated)
     }
 

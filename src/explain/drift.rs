@@ -107,7 +107,6 @@ mod tests {
     use crate::cluster::model::{
         Endpoint, EndpointsMap, Protocol, ServiceMap, ServicePort, ServicePortName, Topology,
     };
-    use crate::proxier::plan::decision::DecisionChanges;
     use crate::proxier::plan::{NodeFacts, PlanConfig, plan};
     use std::sync::Arc;
 
@@ -149,7 +148,7 @@ mod tests {
         };
         let d = plan(&services, &endpoints, &node, &PlanConfig::new(IpFamily::V4));
         let mut index = DecisionIndex::new();
-        index.apply(IpFamily::V4, DecisionChanges::All(d.decisions));
+        index.apply(IpFamily::V4, d.decision_changes());
         index
     }
 

@@ -187,7 +187,6 @@ mod tests {
     use crate::kernel::KernelResult;
     use crate::kernel::ipvs::fake::FakeIpvs;
     use crate::kernel::ipvs::{IpvsDestination, IpvsService, IpvsTimeouts};
-    use crate::proxier::plan::decision::DecisionChanges;
     use crate::proxier::plan::{NodeFacts, PlanConfig, plan};
     use std::net::IpAddr;
     use std::sync::Arc;
@@ -232,7 +231,7 @@ mod tests {
         }
         let published = Published::default();
         let mut index = published.index.write().unwrap();
-        index.apply(IpFamily::V4, DecisionChanges::All(d.decisions));
+        index.apply(IpFamily::V4, d.decision_changes());
         drop(index);
         published
     }

@@ -4,8 +4,9 @@ use crate::cluster::model::ServiceName;
 use crate::kernel::ipset::IpSetSpec;
 use crate::kernel::ipvs::{ForwardMethod, IpvsDestination, IpvsService, IpvsServiceKey};
 use crate::net::IpFamily;
-use crate::proxier::plan::decision::ServiceDecision;
+use crate::proxier::plan::decision::{DecisionChanges, ServiceDecision};
 use crate::proxier::plan::ipsets::size_for;
+use crate::proxier::plan::owners::Owners;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -169,6 +170,10 @@ pub struct DesiredState {
     pub decisions: BTreeMap<ServiceName, Arc<ServiceDecision>>,
     /// Shared values: the reconciler keeps the same `Arc`s as what it applied.
     pub virtual_servers: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
+    /// The virtual servers several Services plan, with their claimants in name order: the last owns it
+    /// (its real servers are planned, as upstream's last write). Any other virtual server is owned by
+    /// the one record that lists it. Usually empty.
+    pub shared: BTreeMap<IpvsServiceKey, Owners>,
     /// Every ipset of this family (empty sets included: they are always created).
     pub ipsets: BTreeMap<String, DesiredIpSet>,
     /// Full `iptables-restore --noflush` payload (nat then filter, as upstream writes it), built-in-chain jumps excluded.
@@ -185,6 +190,17 @@ pub struct DesiredState {
     /// Service ports that fell back to cluster endpoints because they had no local one, by traffic policy,
     /// for the no-local-endpoints metric.
     pub no_local_endpoints: BTreeMap<TrafficPolicy, u64>,
+}
+
+impl DesiredState {
+    /// Everything this state publishes for readers, as the changes from nothing (records and claimants
+    /// are shared values: cheap to clone).
+    pub fn decision_changes(&self) -> DecisionChanges {
+        DecisionChanges::All {
+            records: self.decisions.clone(),
+            shared: self.shared.clone(),
+        }
+    }
 }
 
 /// A traffic policy set to Local (the `traffic_policy` label of

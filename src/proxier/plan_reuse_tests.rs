@@ -26,12 +26,7 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn port_name(svc: &str) -> ServicePortName {
-    ServicePortName {
-        namespace: "ns".into(),
-        name: svc.into(),
-        port_name: "http".into(),
-        protocol: Protocol::Tcp,
-    }
+    ServicePortName::tcp("ns", svc, "http")
 }
 
 fn key(addr: &str, port: u16) -> IpvsServiceKey {

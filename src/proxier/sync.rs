@@ -98,9 +98,9 @@ impl Proxier {
             let (state, mut delta) =
                 planner.update(&f.services, &f.endpoints, &f.node, &f.config, changed);
             let decisions = if first {
-                DecisionChanges::All(state.decisions.clone())
+                state.decision_changes()
             } else {
-                DecisionChanges::Changed(std::mem::take(&mut delta.decisions))
+                delta.take_decision_changes()
             };
             self.decision_changes.push((f.config.family, decisions));
             deltas.insert(f.config.family, delta);

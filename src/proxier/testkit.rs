@@ -81,9 +81,9 @@ impl<T: Ipvs> Ipvs for Rec<T> {
         self.r("ipvs.service", key.to_string())?;
         self.inner.service(key)
     }
-    /// Recorded as a services read too (`ipvs.services`): one per full sync.
+    /// Recorded as a services read too (`ipvs.services ipv4`): one per full sync.
     fn ipv4_services(&mut self) -> KernelResult<Option<Vec<IpvsService>>> {
-        self.r("ipvs.services", String::new())?;
+        self.r("ipvs.services", "ipv4".into())?;
         self.inner.ipv4_services()
     }
     fn add_service(&mut self, svc: &IpvsService) -> KernelResult<()> {

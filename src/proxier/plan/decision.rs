@@ -12,6 +12,7 @@ use crate::kernel::ipset::entry::IpSetEntry;
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::net::IpFamily;
 use crate::proxier::plan::ipsets::SetKind;
+use crate::proxier::plan::owners::Owners;
 use crate::scheduler::Scheduler;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -319,21 +320,28 @@ impl ServiceDecision {
     }
 }
 
-/// What one family's sync changed in the records.
+/// What one family's sync changed in the records and in the claimants of shared virtual servers
+/// ([`DesiredState::shared`](crate::proxier::desired::DesiredState::shared)).
 #[derive(Debug, Clone)]
 pub enum DecisionChanges {
-    /// Every record of the family (the first plan of the family).
-    All(BTreeMap<ServiceName, Arc<ServiceDecision>>),
-    /// The records that changed: the new one, or `None` when the Service has none any more.
-    Changed(BTreeMap<ServiceName, Option<Arc<ServiceDecision>>>),
+    /// Every record and shared virtual server of the family (the first plan of the family).
+    All {
+        records: BTreeMap<ServiceName, Arc<ServiceDecision>>,
+        shared: BTreeMap<IpvsServiceKey, Owners>,
+    },
+    /// What changed: the new record or claimants, or `None` when there are none any more.
+    Changed {
+        records: BTreeMap<ServiceName, Option<Arc<ServiceDecision>>>,
+        shared: BTreeMap<IpvsServiceKey, Option<Owners>>,
+    },
 }
 
 impl DecisionChanges {
     /// The Services these changes name.
     pub fn names(&self) -> Vec<ServiceName> {
         match self {
-            DecisionChanges::All(m) => m.keys().cloned().collect(),
-            DecisionChanges::Changed(m) => m.keys().cloned().collect(),
+            DecisionChanges::All { records, .. } => records.keys().cloned().collect(),
+            DecisionChanges::Changed { records, .. } => records.keys().cloned().collect(),
         }
     }
 }

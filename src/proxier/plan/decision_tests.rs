@@ -11,12 +11,7 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn name(svc: &str) -> ServicePortName {
-    ServicePortName {
-        namespace: "ns".into(),
-        name: svc.into(),
-        port_name: "http".into(),
-        protocol: Protocol::Tcp,
-    }
+    ServicePortName::tcp("ns", svc, "http")
 }
 
 fn ep(addr: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {

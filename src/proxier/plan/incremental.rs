@@ -5,7 +5,7 @@
 //!
 //! [`plan`]: super::plan
 
-use super::decision::ServiceDecision;
+use super::decision::{DecisionChanges, ServiceDecision};
 use super::ipsets::{PerSet, SetKind};
 use super::iptables::LbNodeAccess;
 use super::owners::Owners;
@@ -40,6 +40,9 @@ pub struct DesiredDelta {
     pub vs_changed: BTreeMap<IpvsServiceKey, Arc<DesiredVirtualServer>>,
     /// Virtual servers that went away.
     pub vs_removed: BTreeSet<IpvsServiceKey>,
+    /// Virtual servers whose claimants changed while several Services plan them (see
+    /// [`DesiredState::shared`]): the new claimants, or `None` when one or none is left.
+    pub shared: BTreeMap<IpvsServiceKey, Option<Owners>>,
     /// Entries to add, by set name.
     pub set_adds: BTreeMap<String, BTreeSet<String>>,
     /// Entries to delete, by set name.
@@ -68,6 +71,7 @@ impl DesiredDelta {
         self.vs_added.is_empty()
             && self.vs_changed.is_empty()
             && self.vs_removed.is_empty()
+            && self.shared.is_empty()
             && self.set_adds.values().all(BTreeSet::is_empty)
             && self.set_dels.values().all(BTreeSet::is_empty)
             && self.addresses_added.is_empty()
@@ -78,6 +82,14 @@ impl DesiredDelta {
             && self.health_checks.is_none()
             && self.no_local_endpoints.is_none()
             && self.decisions.is_empty()
+    }
+
+    /// Takes the changes to the records and to the claimants of shared virtual servers, for readers.
+    pub fn take_decision_changes(&mut self) -> DecisionChanges {
+        DecisionChanges::Changed {
+            records: std::mem::take(&mut self.decisions),
+            shared: std::mem::take(&mut self.shared),
+        }
     }
 
     /// Number of virtual server, set entry and address changes (for logs and metrics).
@@ -118,6 +130,7 @@ impl DesiredDelta {
                 d.vs_removed.insert(*k);
             }
         }
+        d.shared = shared_between(&old.shared, &new.shared);
         for (name, set) in &new.ipsets {
             let before = old.ipsets.get(name).map(|s| &s.entries);
             let adds: BTreeSet<String> = set
@@ -172,6 +185,12 @@ impl DesiredDelta {
         }
         for (k, v) in self.vs_added.iter().chain(&self.vs_changed) {
             state.virtual_servers.insert(*k, v.clone());
+        }
+        for (k, o) in &self.shared {
+            match o {
+                Some(o) => state.shared.insert(*k, o.clone()),
+                None => state.shared.remove(k),
+            };
         }
         for (name, dels) in &self.set_dels {
             if let Some(s) = state.ipsets.get_mut(name) {
@@ -236,12 +255,32 @@ fn decisions_between(
     out
 }
 
+/// The claimants of shared virtual servers that differ from `old` to `new`.
+fn shared_between(
+    old: &BTreeMap<IpvsServiceKey, Owners>,
+    new: &BTreeMap<IpvsServiceKey, Owners>,
+) -> BTreeMap<IpvsServiceKey, Option<Owners>> {
+    let mut out = BTreeMap::new();
+    for (k, o) in new {
+        if old.get(k) != Some(o) {
+            out.insert(*k, Some(o.clone()));
+        }
+    }
+    for k in old.keys() {
+        if !new.contains_key(k) {
+            out.insert(*k, None);
+        }
+    }
+    out
+}
+
 /// A state with every set of `family` created but empty, nothing else (no payload, no jumps).
 pub fn empty_state(family: IpFamily) -> DesiredState {
     DesiredState {
         family,
         decisions: BTreeMap::new(),
         virtual_servers: BTreeMap::new(),
+        shared: BTreeMap::new(),
         ipsets: SetKind::ALL
             .iter()
             .map(|k| {
@@ -508,6 +547,12 @@ impl Planned {
             self.absorb_planned(n, c, &mut t, &mut records);
         }
         self.state.decisions = records.into_iter().collect();
+        self.state.shared = self
+            .vs_owners
+            .iter()
+            .filter(|(_, o)| o.is_shared())
+            .map(|(k, o)| (*k, o.clone()))
+            .collect();
         // A full replan records nothing: its caller diffs the states.
         let mut d = DesiredDelta::default();
         self.resolve_sets(t.entries, t.bound, false, &mut d);
@@ -735,6 +780,7 @@ impl Planned {
         d: &mut DesiredDelta,
     ) {
         for k in &touched {
+            self.publish_shared(k, record, d);
             let winner = self.vs_owners.get(k).and_then(|o| o.last()).cloned();
             let Some(winner) = winner else {
                 if self.state.virtual_servers.remove(k).is_some() && record {
@@ -768,6 +814,21 @@ impl Planned {
                 }
                 Some(_) => {}
             }
+        }
+    }
+
+    /// Publishes the claimants of `k` in the state when several Services plan it (else none).
+    fn publish_shared(&mut self, k: &IpvsServiceKey, record: bool, d: &mut DesiredDelta) {
+        let now = self.vs_owners.get(k).filter(|o| o.is_shared());
+        if self.state.shared.get(k) == now {
+            return;
+        }
+        match now {
+            Some(o) => self.state.shared.insert(*k, o.clone()),
+            None => self.state.shared.remove(k),
+        };
+        if record {
+            d.shared.insert(*k, now.cloned());
         }
     }
 

@@ -352,12 +352,7 @@ fn shared_external_ip_stays_bound_until_last_user_goes() {
     let mut sm = ServiceMap::new();
     let em = EndpointsMap::new();
     let mk = |name: &str, cip: &str| {
-        let spn = ServicePortName {
-            namespace: "default".into(),
-            name: name.into(),
-            port_name: Default::default(),
-            protocol: Protocol::Tcp,
-        };
+        let spn = ServicePortName::tcp("default", name, "");
         let sp = ServicePort {
             node_port: Some(30080),
             external_ips: vec![ip("203.0.113.9")],

@@ -672,6 +672,18 @@ fn service_decisions(ports: Vec<PortDecision>) -> BTreeMap<ServiceName, Arc<Serv
     out.into_iter().collect()
 }
 
+/// Every (Service, virtual server) pair the records list.
+fn claims(
+    records: &BTreeMap<ServiceName, Arc<ServiceDecision>>,
+) -> impl Iterator<Item = (&ServiceName, crate::kernel::ipvs::IpvsServiceKey)> + Clone {
+    records.iter().flat_map(|(name, d)| {
+        d.ports
+            .iter()
+            .flat_map(|p| p.virtual_servers.iter())
+            .map(move |vs| (name, vs.key))
+    })
+}
+
 /// Computes everything upstream's IPVS proxier programs for `cfg.family` from the service and endpoint
 /// maps and the node's facts. Pure: the same input always gives the same output.
 pub fn plan(
@@ -718,9 +730,11 @@ pub fn plan(
         .map(|(service, hc)| health_check(service.clone(), hc))
         .collect();
 
+    let decisions = service_decisions(std::mem::take(&mut b.decisions));
     DesiredState {
         family,
-        decisions: service_decisions(std::mem::take(&mut b.decisions)),
+        shared: owners::shared_of(claims(&decisions), b.virtual_servers.len()),
+        decisions,
         virtual_servers: b.virtual_servers,
         ipsets,
         iptables_payload,

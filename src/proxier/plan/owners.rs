@@ -1,6 +1,11 @@
 //! The Services that contribute one virtual server, sorted by name: almost always one, kept inline then.
+//! The planner publishes the claimants of every virtual server several Services plan
+//! ([`DesiredState::shared`](crate::proxier::desired::DesiredState::shared)): readers look the owner up.
 
 use crate::cluster::model::ServiceName;
+use crate::kernel::ipvs::IpvsServiceKey;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 /// Sorted, each name once, never empty; inline when there is one (a map entry per virtual server: a
 /// `Vec` would cost an allocation each, ~0.5 MiB at 10k Services).
@@ -16,6 +21,19 @@ impl Owners {
         match self {
             Owners::One(n) => Some(n),
             Owners::Many(v) => v.last(),
+        }
+    }
+
+    /// Whether several Services plan this virtual server.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Owners::Many(v) if v.len() > 1)
+    }
+
+    /// Every claimant, in name order (the owner last).
+    pub fn iter(&self) -> impl Iterator<Item = &ServiceName> {
+        match self {
+            Owners::One(n) => std::slice::from_ref(n).iter(),
+            Owners::Many(v) => v.iter(),
         }
     }
 
@@ -51,6 +69,29 @@ impl Owners {
             }
         }
     }
+}
+
+/// The claimants of every virtual server claimed by more than one Service, from every claim (a Service
+/// and a key it plans, in any order) of a whole plan that programs `planned` virtual servers. No map is
+/// built when no key is claimed twice.
+pub(super) fn shared_of<'a>(
+    claims: impl Iterator<Item = (&'a ServiceName, IpvsServiceKey)> + Clone,
+    planned: usize,
+) -> BTreeMap<IpvsServiceKey, Owners> {
+    if claims.clone().count() == planned {
+        return BTreeMap::new();
+    }
+    let mut claimants: HashMap<IpvsServiceKey, Owners> = HashMap::new();
+    for (name, key) in claims {
+        match claimants.entry(key) {
+            Entry::Occupied(mut o) => o.get_mut().insert(name),
+            Entry::Vacant(v) => {
+                v.insert(Owners::One(name.clone()));
+            }
+        }
+    }
+    claimants.retain(|_, o| o.is_shared());
+    claimants.into_iter().collect()
 }
 
 #[cfg(test)]

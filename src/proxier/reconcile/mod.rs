@@ -25,6 +25,7 @@ mod iptables;
 mod iptables_jumps;
 mod ipvs;
 pub mod ownership;
+mod services_read;
 
 use crate::kernel::conntrack::Conntrack;
 use crate::kernel::ipset::save::SetHeader;
@@ -141,24 +142,8 @@ pub(crate) struct Snapshot {
     /// positions shifted as others came and went): their real servers are dumped one by one.
     pub unverified: BTreeSet<IpvsServiceKey>,
     pub addresses: Option<BTreeSet<IpAddr>>,
-}
-
-/// Every virtual server of the families synced: with IPv4 alone, through the backend's cheaper IPv4
-/// read when it has one (the dump if that read fails), else one dump.
-fn read_services(
-    k: &mut Backends,
-    families: &[FamilyInput<'_>],
-) -> crate::kernel::KernelResult<Vec<IpvsService>> {
-    if families.iter().all(|f| f.desired.family == IpFamily::V4) {
-        match k.ipvs.ipv4_services() {
-            Ok(Some(s)) => return Ok(s),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "IPv4 virtual servers not read in one call; dumping")
-            }
-        }
-    }
-    k.ipvs.services()
+    /// `services` holds the IPv6 virtual servers (else it holds none: they were not read).
+    pub ipv6_read: bool,
 }
 
 /// Virtual servers by family and key.
@@ -188,6 +173,8 @@ pub struct Reconciler {
     view_pass: BTreeSet<IpvsServiceKey>,
     /// kube-ipvs0's addresses as the caller read them for this full sync ([`Reconciler::preset_addresses`]).
     preset_addresses: Option<BTreeSet<IpAddr>>,
+    /// IPv6 virtual servers between the full syncs that read them ([`services_read`]).
+    ipv6: services_read::Ipv6Watch,
 }
 
 /// Virtual servers whose real servers one full sync reads, at least: a full sync reads the next slice of
@@ -209,6 +196,7 @@ impl Default for Reconciler {
             view_slice: VIEW_SLICE,
             view_pass: BTreeSet::new(),
             preset_addresses: None,
+            ipv6: services_read::Ipv6Watch::default(),
         }
     }
 }
@@ -334,13 +322,14 @@ impl Reconciler {
     /// What changed behind our back in each family synced before, and the foreign objects left alone,
     /// from the full sync's dumps (before anything is written).
     fn measure_drift(
-        &self,
+        &mut self,
         families: &[FamilyInput<'_>],
         snap: &Snapshot,
         report: &mut SyncReport,
     ) {
         use drift::{ForeignKind, Measure};
         let mut foreign = BTreeMap::from([(ForeignKind::Ipset, drift::foreign_sets(snap))]);
+        let mut ipv6_foreign = None;
         for f in families {
             let family = f.desired.family;
             let Some(applied) = self.applied.get(&family) else {
@@ -355,10 +344,20 @@ impl Reconciler {
                 own: &own,
                 exclude: &f.config.exclude_cidrs,
             };
-            *foreign.entry(ForeignKind::VirtualServer).or_default() += m.foreign_virtual_servers();
+            let counted = match family == IpFamily::V6 && !snap.ipv6_read {
+                true => self.ipv6.foreign,
+                false => m.foreign_virtual_servers(),
+            };
+            *foreign.entry(ForeignKind::VirtualServer).or_default() += counted;
+            if family == IpFamily::V6 && snap.ipv6_read {
+                ipv6_foreign = Some(counted);
+            }
             if self.baseline.contains(&family) {
                 m.drift(&mut report.drift);
             }
+        }
+        if let Some(n) = ipv6_foreign {
+            self.ipv6.foreign = n;
         }
         report.foreign = Some(foreign);
     }
@@ -386,6 +385,7 @@ impl Reconciler {
             self.view_pass.clear();
         }
         self.view_pass.extend(view.shown.keys().copied());
+        self.ipv6.observe(view);
         if view.at_end && !view.is_whole() {
             let applied = self.applied.values().flat_map(|a| a.virtual_servers.keys());
             snap.unverified = applied
@@ -422,18 +422,24 @@ impl Reconciler {
             }
         }
         report.add_shared_step(SyncStep::DumpIpsets, t.elapsed());
+        // The view first: a slice that shows an IPv6 virtual server makes this sync read them.
         let t = std::time::Instant::now();
-        match read_services(k, families) {
-            Ok(s) => snap.services = Some(by_family(s)),
+        self.read_view(k, families, &mut snap);
+        report.add_shared_step(SyncStep::DumpIpvsView, t.elapsed());
+        let t = std::time::Instant::now();
+        let ipv6 = services_read::ipv6_needed(families, &self.baseline, &self.applied, &self.ipv6);
+        match services_read::read_services(k, families, ipv6) {
+            Ok(read) => {
+                snap.services = Some(by_family(read.services));
+                snap.ipv6_read = read.ipv6_read;
+                self.ipv6.seen &= !read.ipv6_read;
+            }
             Err(e) => {
                 tracing::error!(error = %e, "Failed to get IPVS services");
                 report.fail(FailureKind::KernelDump);
             }
         }
         report.add_shared_step(SyncStep::DumpIpvs, t.elapsed());
-        let t = std::time::Instant::now();
-        self.read_view(k, families, &mut snap);
-        report.add_shared_step(SyncStep::DumpIpvsView, t.elapsed());
         let t = std::time::Instant::now();
         self.ensure_dummy(k, report);
         let preset = self.preset_addresses.take();

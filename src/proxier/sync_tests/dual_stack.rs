@@ -170,3 +170,110 @@ fn dual_stack_reports_each_familys_own_figures() {
     let own: std::time::Duration = r.families.values().map(|f| f.duration).sum();
     assert!(own <= r.duration, "{own:?} > {:?}", r.duration);
 }
+
+/// The IPVS reads of the last sync: `ipvs.services ` (the dump, every family) or `ipvs.services ipv4`.
+fn services_reads(k: &Kit) -> Vec<String> {
+    let reads = k.reads();
+    k.clear_logs();
+    reads
+        .into_iter()
+        .filter(|l| l.starts_with("ipvs.services"))
+        .map(|l| l.trim_end().to_string())
+        .collect()
+}
+
+/// A dual-stack node that plans no IPv6 virtual server reads IPv4 with the one-call read after its
+/// first full sync; the dump comes back when an IPv6 virtual server is planned or the real-server view
+/// shows one behind our back, and the foreign IPv6 count a dump took is reported between dumps.
+#[test]
+fn dual_stack_dumps_ipvs_only_when_ipv6_virtual_servers_can_matter() {
+    use crate::proxier::reconcile::drift::ForeignKind;
+    let k = Kit::new();
+    let mut p = proxier(&k);
+    p.reconciler.set_view_slice(2);
+    let v4 = small();
+    let (c4, mut c6) = (config(), config());
+    c6.family = IpFamily::V6;
+    let nips = node_ips();
+    let both = |p: &mut Applier, v6: &DesiredState| {
+        let input = |desired, config, node_port_ips| FamilyInput {
+            desired,
+            delta: None,
+            config,
+            node_port_ips,
+        };
+        let r = p.apply(
+            &[input(&v4, &c4, &nips), input(v6, &c6, &[])],
+            true,
+            &ConntrackHints::default(),
+        );
+        assert_eq!(r.failure_count(), 0, "{r:?}");
+        r
+    };
+    let dump = vec!["ipvs.services".to_string()];
+    let ipv4 = vec!["ipvs.services ipv4".to_string()];
+    let none6 = desired_v6(&[]);
+    both(&mut p, &none6);
+    assert_eq!(
+        services_reads(&k),
+        dump,
+        "the first full sync reads everything"
+    );
+    for _ in 0..3 {
+        let r = both(&mut p, &none6);
+        assert_eq!(r.writes(), 0, "{r:?}");
+        assert_eq!(services_reads(&k), ipv4);
+    }
+    // A foreign IPv6 virtual server appears: the view's pass shows it within a few full syncs (slices
+    // of 2 over 5 virtual servers), and that sync dumps and counts it; later syncs report the count.
+    let mut ipvs = k.ipvs.clone();
+    ipvs.add_service(&svc("fd00::99", 80, Protocol::Tcp, "rr"))
+        .unwrap();
+    let foreign = |r: &SyncReport| {
+        r.foreign
+            .as_ref()
+            .and_then(|f| f.get(&ForeignKind::VirtualServer))
+            .copied()
+    };
+    let mut dumped_at = None;
+    for i in 0..4 {
+        let r = both(&mut p, &none6);
+        if services_reads(&k) == dump {
+            assert_eq!(foreign(&r), Some(1), "{r:?}");
+            dumped_at = Some(i);
+            break;
+        }
+    }
+    assert!(
+        dumped_at.is_some(),
+        "no full sync of a pass dumped the IPv6 virtual server"
+    );
+    let r = both(&mut p, &none6);
+    assert_eq!(services_reads(&k), ipv4);
+    assert_eq!(foreign(&r), Some(1), "{r:?}");
+    // Gone again: a pass over the view that shows no IPv6 virtual server ends the count, undumped.
+    ipvs.delete_service(&key("fd00::99", 80, Protocol::Tcp))
+        .unwrap();
+    let mut last = None;
+    for _ in 0..4 {
+        last = foreign(&both(&mut p, &none6));
+        assert_eq!(services_reads(&k), ipv4);
+    }
+    assert_eq!(last, Some(0));
+    // Planned IPv6 virtual servers: every full sync dumps, and verifies them.
+    let v6 = desired_v6(&[("fd00::10", 80, &[("fd01::11", 8080)])]);
+    let r = both(&mut p, &v6);
+    assert_eq!(r.ipvs_services.added, 1, "{r:?}");
+    assert_eq!(services_reads(&k), dump);
+    ipvs.delete_service(&key("fd00::10", 80, Protocol::Tcp))
+        .unwrap();
+    let r = both(&mut p, &v6);
+    assert_eq!(r.ipvs_services.added, 1, "drift repaired: {r:?}");
+    assert_eq!(services_reads(&k), dump);
+    // Emptied: the sync that removes the last one still dumps (it was applied), the next does not.
+    both(&mut p, &none6);
+    assert_eq!(services_reads(&k), dump);
+    let r = both(&mut p, &none6);
+    assert_eq!(services_reads(&k), ipv4);
+    assert_eq!(foreign(&r), Some(0), "{r:?}");
+}

@@ -112,6 +112,7 @@ fn desired(services: &[Svc<'_>], node_ports: &[u16]) -> DesiredState {
     DesiredState {
         family: IpFamily::V4,
         decisions: Default::default(),
+        shared: Default::default(),
         virtual_servers: vs.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
         ipsets,
         iptables_payload: payload,

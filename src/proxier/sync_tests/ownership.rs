@@ -1,6 +1,19 @@
 //! Never touching what is not ours: foreign objects and excluded CIDRs survive syncs and `--cleanup`.
 
 use super::*;
+use crate::proxier::cleanup::{CleanupError, CleanupReport, cleanup_leftovers};
+
+/// `kube-proxy --cleanup` (IPv4) on `k`'s kernel.
+fn cleanup_v4(k: &Kit) -> Result<CleanupReport, CleanupError> {
+    let mut b = k.backends();
+    cleanup_leftovers(
+        b.ipvs.as_mut(),
+        b.links.as_mut(),
+        b.iptables.as_mut(),
+        b.ipsets.as_mut(),
+        &[IpFamily::V4],
+    )
+}
 
 /// Populates objects another tool owns, plus leftovers of ours from a previous run.
 fn seed_foreign_and_leftovers(k: &Kit) {
@@ -112,15 +125,7 @@ fn cleanup_removes_only_ours() {
     // A foreign jump in a built-in chain to a foreign chain.
     seed_chain(&k, "nat", "FOREIGN-NAT", &["-j", "RETURN"]);
     seed_chain(&k, "nat", "PREROUTING", &["-j", "FOREIGN-NAT"]);
-    let mut b = k.backends();
-    let r = crate::proxier::cleanup::cleanup_leftovers(
-        b.ipvs.as_mut(),
-        b.links.as_mut(),
-        b.iptables.as_mut(),
-        b.ipsets.as_mut(),
-        &[IpFamily::V4],
-    )
-    .expect("cleanup failed");
+    let r = cleanup_v4(&k).expect("cleanup failed");
     assert!(
         r.removed.iter().any(|x| x == "ipset KUBE-CLUSTER-IP"),
         "{:?}",
@@ -152,15 +157,7 @@ fn cleanup_reports_failures() {
     let mut p = proxier(&k);
     apply(&mut p, &small(), true);
     k.set_fail("ipset.destroy", true);
-    let mut b = k.backends();
-    let e = crate::proxier::cleanup::cleanup_leftovers(
-        b.ipvs.as_mut(),
-        b.links.as_mut(),
-        b.iptables.as_mut(),
-        b.ipsets.as_mut(),
-        &[IpFamily::V4],
-    )
-    .expect_err("cleanup must fail");
+    let e = cleanup_v4(&k).expect_err("cleanup must fail");
     // Every set of both families and its staging name (an unfinished grow's): 2 x 17 x 2 destroys failed.
     assert_eq!(e.0.failures.len(), 68, "{:?}", e.0.failures);
     assert!(e.to_string().contains("KUBE-CLUSTER-IP"));

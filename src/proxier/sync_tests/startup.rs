@@ -9,6 +9,19 @@ use crate::kernel::ipvs::IpvsTimeouts;
 use crate::kernel::sysctl::fake::FakeSysctl;
 use std::time::Duration;
 
+/// Prepares a node with `sys`'s sysctls, a large conntrack table and the default configuration.
+fn prepare_default(
+    sys: &FakeSysctl,
+) -> Result<crate::daemon::prepare::StartupReport, crate::daemon::prepare::StartupError> {
+    let mut ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
+    let cfg = StartupConfig {
+        kernel_release: "6.1.0".into(),
+        cpus: 1,
+        ..Default::default()
+    };
+    prepare_node(&mut sys.clone(), &mut Hash(1 << 20, false), &mut ipvs, &cfg)
+}
+
 struct Hash(i64, bool);
 impl ConntrackHashsize for Hash {
     fn get(&mut self) -> KernelResult<i64> {
@@ -133,15 +146,7 @@ fn strict_arp_old_kernel_timeouts_and_high_existing_max() {
 fn missing_br_netfilter_is_a_warning() {
     let sys = FakeSysctl::with_defaults();
     sys.insert("net/bridge/bridge-nf-call-iptables", 0);
-    let mut s = sys.clone();
-    let mut ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
-    let mut h = Hash(1 << 20, false);
-    let cfg = StartupConfig {
-        kernel_release: "6.1.0".into(),
-        cpus: 1,
-        ..Default::default()
-    };
-    let r = prepare_node(&mut s, &mut h, &mut ipvs, &cfg).unwrap();
+    let r = prepare_default(&sys).unwrap();
     assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     assert!(r.warnings[0].contains("bridge-nf-call-iptables"));
     assert_eq!(
@@ -155,14 +160,6 @@ fn missing_br_netfilter_is_a_warning() {
 fn required_sysctl_failure_is_an_error() {
     let sys = FakeSysctl::with_defaults();
     sys.make_read_only("net/ipv4/vs/conntrack");
-    let mut s = sys.clone();
-    let mut ipvs = crate::kernel::ipvs::fake::FakeIpvs::new();
-    let mut h = Hash(1 << 20, false);
-    let cfg = StartupConfig {
-        kernel_release: "6.1.0".into(),
-        cpus: 1,
-        ..Default::default()
-    };
-    let e = prepare_node(&mut s, &mut h, &mut ipvs, &cfg).unwrap_err();
+    let e = prepare_default(&sys).unwrap_err();
     assert!(e.to_string().contains("net/ipv4/vs/conntrack"), "{e}");
 }
