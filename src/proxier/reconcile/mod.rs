@@ -401,6 +401,20 @@ impl Reconciler {
         }
     }
 
+    /// What decides whether this full sync reads the IPv6 virtual servers.
+    fn ipv6_inputs(&self, families: &[FamilyInput<'_>]) -> services_read::Ipv6Inputs {
+        let v6 = families.iter().find(|f| f.desired.family == IpFamily::V6);
+        services_read::Ipv6Inputs {
+            synced: v6.is_some(),
+            read_before: self.baseline.contains(&IpFamily::V6),
+            planned: v6.is_some_and(|f| !f.desired.virtual_servers.is_empty()),
+            applied: self
+                .applied
+                .get(&IpFamily::V6)
+                .is_some_and(|a| !a.virtual_servers.is_empty()),
+        }
+    }
+
     fn snapshot(
         &mut self,
         k: &mut Backends,
@@ -427,8 +441,9 @@ impl Reconciler {
         self.read_view(k, families, &mut snap);
         report.add_shared_step(SyncStep::DumpIpvsView, t.elapsed());
         let t = std::time::Instant::now();
-        let ipv6 = services_read::ipv6_needed(families, &self.baseline, &self.applied, &self.ipv6);
-        match services_read::read_services(k, families, ipv6) {
+        let ipv6 = services_read::ipv6_needed(&self.ipv6_inputs(families), &self.ipv6);
+        let has_v4 = families.iter().any(|f| f.desired.family == IpFamily::V4);
+        match services_read::read_services(k.ipvs.as_mut(), has_v4, ipv6) {
             Ok(read) => {
                 snap.services = Some(by_family(read.services));
                 snap.ipv6_read = read.ipv6_read;

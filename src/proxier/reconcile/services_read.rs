@@ -4,13 +4,9 @@
 //! more than linear time (about 0.3 s at 10,000 virtual servers, about a minute at 100,000): a
 //! dual-stack node that plans no IPv6 virtual server should not pay it on every full sync.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use super::{Applied, Backends, FamilyInput};
 use crate::kernel::KernelResult;
-use crate::kernel::ipvs::IpvsService;
 use crate::kernel::ipvs::procfs::ViewSlice;
-use crate::net::IpFamily;
+use crate::kernel::ipvs::{Ipvs, IpvsService};
 
 /// What the reconciler keeps between full syncs about IPv6 virtual servers it did not read.
 #[derive(Debug, Default)]
@@ -47,37 +43,33 @@ pub(super) struct ServicesRead {
     pub ipv6_read: bool,
 }
 
-/// Whether this full sync must read the IPv6 virtual servers: the node syncs IPv6 and either no full
-/// sync has read them yet, the family plans or has applied a virtual server, or the view showed one.
-pub(super) fn ipv6_needed(
-    families: &[FamilyInput<'_>],
-    baseline: &BTreeSet<IpFamily>,
-    applied: &BTreeMap<IpFamily, Applied>,
-    watch: &Ipv6Watch,
-) -> bool {
-    families
-        .iter()
-        .filter(|f| f.desired.family == IpFamily::V6)
-        .any(|f| {
-            watch.seen
-                || !baseline.contains(&IpFamily::V6)
-                || !f.desired.virtual_servers.is_empty()
-                || applied
-                    .get(&IpFamily::V6)
-                    .is_some_and(|a| !a.virtual_servers.is_empty())
-        })
+/// What decides whether a full sync reads the IPv6 virtual servers.
+pub(super) struct Ipv6Inputs {
+    /// The node syncs IPv6.
+    pub synced: bool,
+    /// A full sync has read and applied IPv6 before.
+    pub read_before: bool,
+    /// The IPv6 plan has a virtual server.
+    pub planned: bool,
+    /// An IPv6 virtual server was applied.
+    pub applied: bool,
 }
 
-/// Every virtual server the families need: the dump when `ipv6` is needed (or the node syncs no
-/// IPv4), else the backend's IPv4 read (the dump if it has none or it fails).
+/// Whether this full sync must read the IPv6 virtual servers: the node syncs IPv6 and either no full
+/// sync has read them yet, the family plans or has applied a virtual server, or the view showed one.
+pub(super) fn ipv6_needed(i: &Ipv6Inputs, watch: &Ipv6Watch) -> bool {
+    i.synced && (watch.seen || !i.read_before || i.planned || i.applied)
+}
+
+/// Every virtual server the sync needs: the dump when `ipv6` is needed (or the node syncs no IPv4),
+/// else the backend's IPv4 read (the dump if it has none or it fails).
 pub(super) fn read_services(
-    k: &mut Backends,
-    families: &[FamilyInput<'_>],
+    ipvs: &mut dyn Ipvs,
+    has_v4: bool,
     ipv6: bool,
 ) -> KernelResult<ServicesRead> {
-    let has_v4 = families.iter().any(|f| f.desired.family == IpFamily::V4);
     if has_v4 && !ipv6 {
-        match k.ipvs.ipv4_services() {
+        match ipvs.ipv4_services() {
             Ok(Some(services)) => {
                 return Ok(ServicesRead {
                     services,
@@ -91,7 +83,7 @@ pub(super) fn read_services(
         }
     }
     Ok(ServicesRead {
-        services: k.ipvs.services()?,
+        services: ipvs.services()?,
         ipv6_read: true,
     })
 }
