@@ -118,8 +118,7 @@ fn watch_node(
 /// The media types lists and watches ask for (`clientConnection.contentType`, `.acceptContentTypes`).
 fn media_types(c: &crate::config::ProxyConfig) -> anyhow::Result<MediaTypes> {
     let cc = &c.client_connection;
-    let media = MediaTypes::from_config(&cc.content_type, &cc.accept_content_types)
-        .map_err(anyhow::Error::msg)?;
+    let media = MediaTypes::from_config(&cc.content_type, &cc.accept_content_types)?;
     tracing::info!(
         accept = media.accept(),
         "lists and watches ask for these media types"

@@ -61,8 +61,19 @@ pub struct Head {
     pub chunked: bool,
 }
 
+/// Why a head is not an HTTP answer's.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    /// No `HTTP/1.x NNN` status line.
+    #[error("not an HTTP answer")]
+    NotHttp,
+    /// A `Content-Length` that is not a number.
+    #[error("a bad Content-Length")]
+    ContentLength(#[source] std::num::ParseIntError),
+}
+
 /// Reads a head (status line and headers, without the blank line).
-pub fn parse_head(head: &[u8]) -> Result<Head, String> {
+pub fn parse_head(head: &[u8]) -> Result<Head, HeadError> {
     let text = String::from_utf8_lossy(head);
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
@@ -74,7 +85,7 @@ pub fn parse_head(head: &[u8]) -> Result<Head, String> {
         .filter(|c| c.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|c| c.parse::<u16>().ok())
         .filter(|c| (100..600).contains(c))
-        .ok_or("not an HTTP answer")?;
+        .ok_or(HeadError::NotHttp)?;
     let mut out = Head {
         status,
         content_length: None,
@@ -88,7 +99,7 @@ pub fn parse_head(head: &[u8]) -> Result<Head, String> {
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" => {
-                let n = value.parse().map_err(|_| "a bad Content-Length")?;
+                let n = value.parse().map_err(HeadError::ContentLength)?;
                 out.content_length = Some(n);
             }
             "retry-after" => out.retry_after = Some(sanitize_str(value, 32)),
@@ -289,7 +300,7 @@ pub fn read_answer(
     limits: AnswerLimits,
 ) -> Result<(), AnswerError> {
     let (head, first) = read_head(r, limits.head)?;
-    let head = parse_head(&head).map_err(fail)?;
+    let head = parse_head(&head).map_err(|e| fail(e.to_string()))?;
     if head.chunked {
         return Err(fail(
             "the answer is chunked, which an answer to HTTP/1.0 cannot be",
@@ -371,5 +382,17 @@ mod tests {
         let chunked =
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
         assert!(read(chunked, l).unwrap_err().contains("chunked"));
+    }
+
+    #[test]
+    fn a_bad_content_length_keeps_the_number_error() {
+        use std::error::Error;
+        let e = parse_head(b"HTTP/1.0 200 OK\r\nContent-Length: x").unwrap_err();
+        assert_eq!(e.to_string(), "a bad Content-Length");
+        assert!(
+            e.source()
+                .is_some_and(|c| c.is::<std::num::ParseIntError>())
+        );
+        assert!(matches!(parse_head(b"SMTP 220"), Err(HeadError::NotHttp)));
     }
 }

@@ -7,9 +7,9 @@ use crate::cluster::model::ServiceName;
 use crate::kernel::ipset::entry::IpSetEntry;
 use crate::kernel::ipvs::IpvsServiceKey;
 use crate::net::IpFamily;
+use crate::proxier::drift_report::{DriftKind, DriftReport};
 use crate::proxier::plan::decision::{AddressKind, PortDecision};
 use crate::proxier::plan::ipsets::SetKind;
-use crate::proxier::reconcile::drift::{DriftKind, DriftReport};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::SystemTime;
 

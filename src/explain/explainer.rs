@@ -131,7 +131,7 @@ impl Explainer {
         let (name, decisions) = c.services.first()?;
         let (view, error) = match self.kernel.keys(&keys(std::iter::once(decisions))) {
             Ok(v) => (v, None),
-            Err(e) => (KernelView::new(), Some(e)),
+            Err(e) => (KernelView::new(), Some(e.to_string())),
         };
         let mut out = self.context(&c, &view).service(name, decisions);
         out.kernel_error = error;
@@ -143,7 +143,7 @@ impl Explainer {
         let c = self.copy_all();
         let (view, error) = match self.kernel.full() {
             Ok(v) => (v, None),
-            Err(e) => (Default::default(), Some(e)),
+            Err(e) => (Default::default(), Some(e.to_string())),
         };
         let cx = self.context(&c, &view);
         NodeExplanation {

@@ -77,7 +77,18 @@ pub fn read_keys(ipvs: &mut dyn Ipvs, keys: &BTreeSet<IpvsServiceKey>) -> Kernel
 }
 
 /// The full table, or why it could not be read.
-type Shared = Result<Arc<KernelView>, String>;
+type Shared = Result<Arc<KernelView>, Arc<IpvsReadError>>;
+
+/// Why the kernel's IPVS table could not be read for an explanation.
+#[derive(Debug, thiserror::Error)]
+pub enum IpvsReadError {
+    /// The daemon has no IPVS handle.
+    #[error("IPVS could not be opened")]
+    Unavailable,
+    /// The read failed.
+    #[error("reading IPVS: {0}")]
+    Read(#[source] KernelError),
+}
 
 /// The explainer's IPVS socket and the shared full read.
 pub struct KernelSource {
@@ -97,12 +108,15 @@ impl KernelSource {
         }
     }
 
-    fn with_ipvs<T>(&self, f: impl FnOnce(&mut dyn Ipvs) -> KernelResult<T>) -> Result<T, String> {
+    fn with_ipvs<T>(
+        &self,
+        f: impl FnOnce(&mut dyn Ipvs) -> KernelResult<T>,
+    ) -> Result<T, IpvsReadError> {
         let Some(ipvs) = &self.ipvs else {
-            return Err("IPVS could not be opened".into());
+            return Err(IpvsReadError::Unavailable);
         };
         let mut ipvs = ipvs.lock().unwrap_or_else(|p| p.into_inner());
-        f(ipvs.as_mut()).map_err(|e| format!("reading IPVS: {e}"))
+        f(ipvs.as_mut()).map_err(IpvsReadError::Read)
     }
 
     /// The whole table: at most one read at a time, shared by the requests that wait for it and reused
@@ -110,13 +124,32 @@ impl KernelSource {
     pub fn full(&self) -> Shared {
         self.full.get(|| {
             self.metrics.kernel_reads("dump", 1);
-            self.with_ipvs(read_all).map(Arc::new)
+            self.with_ipvs(read_all).map(Arc::new).map_err(Arc::new)
         })
     }
 
     /// The virtual servers in `keys`, read now (one GET each).
-    pub fn keys(&self, keys: &BTreeSet<IpvsServiceKey>) -> Result<KernelView, String> {
+    pub fn keys(&self, keys: &BTreeSet<IpvsServiceKey>) -> Result<KernelView, IpvsReadError> {
         self.metrics.kernel_reads("get", keys.len() as u64);
         self.with_ipvs(|ipvs| read_keys(ipvs, keys))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn a_failed_read_keeps_the_kernel_error() {
+        let e = IpvsReadError::Read(KernelError::Unsupported("ipvs".into()));
+        assert_eq!(e.to_string(), "reading IPVS: unsupported: ipvs");
+        assert!(e.source().is_some_and(|c| c.is::<KernelError>()));
+        let metrics = ExplainMetrics::unregistered().expect("metrics");
+        let none = KernelSource::new(None, Duration::ZERO, metrics);
+        assert!(matches!(
+            none.keys(&BTreeSet::new()),
+            Err(IpvsReadError::Unavailable)
+        ));
     }
 }

@@ -4,8 +4,8 @@
 
 use crate::metrics::{EXTRA_NAMESPACE, Metrics, MetricsError};
 use crate::net::IpFamily;
+use crate::proxier::drift_report::{DriftKind, DriftReport, ForeignKind};
 use crate::proxier::graceful::DrainQueue;
-use crate::proxier::reconcile::drift::{DriftKind, DriftReport, ForeignKind};
 use prometheus::core::Collector;
 use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 use std::collections::BTreeMap;

@@ -57,9 +57,20 @@ fn hex(b: u8) -> Option<u8> {
     (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
+/// Why percent-encoded text could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum PercentError {
+    /// A `%` not followed by two hex digits.
+    #[error("a % not followed by two hex digits")]
+    Escape,
+    /// Escapes that decode to bytes that are not UTF-8.
+    #[error("escapes that are not UTF-8")]
+    Utf8(#[source] std::string::FromUtf8Error),
+}
+
 /// Percent-decodes `s` (`+` is a space in a query, `plus_is_space`); an error for a broken escape or
 /// bytes that are not UTF-8.
-fn decode(s: &str, plus_is_space: bool) -> Result<String, String> {
+fn decode(s: &str, plus_is_space: bool) -> Result<String, PercentError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -69,7 +80,7 @@ fn decode(s: &str, plus_is_space: bool) -> Result<String, String> {
                 let v = b
                     .get(i + 1..i + 3)
                     .and_then(|h| Some((hex(h[0])? << 4) | hex(h[1])?))
-                    .ok_or("a % not followed by two hex digits")?;
+                    .ok_or(PercentError::Escape)?;
                 out.push(v);
                 i += 3;
             }
@@ -83,7 +94,7 @@ fn decode(s: &str, plus_is_space: bool) -> Result<String, String> {
             }
         }
     }
-    String::from_utf8(out).map_err(|_| "escapes that are not UTF-8".to_string())
+    String::from_utf8(out).map_err(PercentError::Utf8)
 }
 
 /// Percent-encodes every byte of `s` outside RFC 3986's unreserved characters.
@@ -250,5 +261,17 @@ mod tests {
             "x\r\nHost: evil"
         );
         assert_eq!(path_of(None, Form::Json), "/debug/services?format=json");
+    }
+
+    #[test]
+    fn a_broken_escape_says_why_and_keeps_the_utf8_error() {
+        use std::error::Error;
+        assert!(matches!(decode("a%2", false), Err(PercentError::Escape)));
+        let e = decode("%ff", false).unwrap_err();
+        assert_eq!(e.to_string(), "escapes that are not UTF-8");
+        assert!(
+            e.source()
+                .is_some_and(|c| c.is::<std::string::FromUtf8Error>())
+        );
     }
 }

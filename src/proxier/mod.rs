@@ -2,6 +2,7 @@
 
 pub mod cleanup;
 pub mod desired;
+pub mod drift_report;
 pub mod graceful;
 pub mod plan;
 #[cfg(test)]

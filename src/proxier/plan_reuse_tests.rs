@@ -7,10 +7,10 @@ use crate::cluster::model::{
 };
 use crate::cluster::service_options::{SCHEDULER, ServiceOptions};
 use crate::kernel::ipvs::IpvsServiceKey;
+use crate::proxier::drift_report::DriftKind;
 use crate::proxier::plan::decision::Unavailable;
 use crate::proxier::plan::{LocalDetector, NodeFacts, PlanConfig};
 use crate::proxier::reconcile::ConntrackHints;
-use crate::proxier::reconcile::drift::DriftKind;
 use crate::proxier::report::SyncReport;
 use crate::proxier::sync::{FamilySnapshot, Proxier, SyncInput};
 use crate::proxier::testkit::Kit;

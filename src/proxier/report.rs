@@ -131,9 +131,9 @@ pub struct SyncReport {
     /// them as unavailable from the next sync on.
     pub refused_schedulers: BTreeSet<String>,
     /// What a full sync found changed behind its back (empty on event-driven syncs and first syncs).
-    pub drift: crate::proxier::reconcile::drift::DriftReport,
+    pub drift: crate::proxier::drift_report::DriftReport,
     /// Foreign objects a full sync found and left alone, by kind (`None`: not a full sync).
-    pub foreign: Option<BTreeMap<crate::proxier::reconcile::drift::ForeignKind, u64>>,
+    pub foreign: Option<BTreeMap<crate::proxier::drift_report::ForeignKind, u64>>,
     /// Families whose last plan was reused as is: none of its inputs changed since (no Service or
     /// EndpointSlice changed, same node facts and configuration), so the planner did not run.
     pub plans_reused: BTreeSet<IpFamily>,

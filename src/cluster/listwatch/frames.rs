@@ -7,6 +7,7 @@
 //! examined once however the line is split, so a long line costs linear time and at most the cap in
 //! memory.
 
+use super::body_error::BodyError;
 use super::media::Encoding;
 use super::response::RequestError;
 use bytes::Bytes;
@@ -97,16 +98,17 @@ impl Framer {
         self.buf.len() - self.start
     }
 
-    fn too_long(&mut self, len: usize) -> Option<Result<Vec<u8>, String>> {
+    fn too_long(&mut self, len: usize) -> Option<Result<Vec<u8>, BodyError>> {
         self.broken = true;
         let what = match self.framing {
             Framing::Lines => "line",
             Framing::LengthPrefixed => "frame",
         };
-        Some(Err(format!(
-            "watch {what} of {len} bytes or more exceeds the limit of {} bytes",
-            self.max
-        )))
+        Some(Err(BodyError::FrameTooLong {
+            what,
+            len,
+            max: self.max,
+        }))
     }
 
     /// The end of the next line after `start` (exclusive of the newline), searching only bytes not
@@ -130,7 +132,7 @@ impl Framer {
     }
 
     /// The next complete frame, `None` when more data is needed; an error ends the framing.
-    pub fn next_frame(&mut self) -> Option<Result<Vec<u8>, String>> {
+    pub fn next_frame(&mut self) -> Option<Result<Vec<u8>, BodyError>> {
         if self.broken {
             return None;
         }
@@ -177,10 +179,10 @@ impl Framer {
             loop {
                 match framer.next_frame() {
                     Some(Ok(frame)) => return Some((Ok(frame), Some((framer, body)))),
-                    Some(Err(message)) => {
+                    Some(Err(source)) => {
                         let e = RequestError::Decode {
                             encoding: framer.framing.encoding(),
-                            message,
+                            source,
                         };
                         return Some((Err(e), None));
                     }
@@ -256,7 +258,10 @@ mod tests {
         assert!(f.next_frame().is_none());
         f.push(&[b'x'; 25]);
         let err = f.next_frame().unwrap().unwrap_err();
-        assert!(err.contains("exceeds the limit of 1024 bytes"), "{err}");
+        assert!(
+            err.to_string().contains("exceeds the limit of 1024 bytes"),
+            "{err}"
+        );
         f.push(b"\n{}\n");
         assert!(f.next_frame().is_none(), "nothing after the error");
         // A long line arriving whole, its newline included, is refused too.

@@ -6,6 +6,7 @@
 //! The scanner only tracks strings, nesting and, in the top-level object, which key a value belongs to;
 //! serde decodes every piece, so a body serde would refuse whole is refused too.
 
+use super::body_error::BodyError;
 use super::response::Page;
 use crate::cluster::body_limit::{MAX_LIST_META_BYTES, MAX_OBJECT_BYTES};
 use crate::cluster::decode::{Decoded, Lenient};
@@ -98,7 +99,7 @@ where
     }
 
     /// Reads the next chunk of the body.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), BodyError> {
         let mut at = 0;
         while at < chunk.len() {
             match self.items_state {
@@ -132,23 +133,17 @@ where
         bytes.iter().position(special).unwrap_or(bytes.len())
     }
 
-    fn keep_all(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn keep_all(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
         if self.item.len() + bytes.len() > self.item_max {
-            return Err(format!(
-                "a list item exceeds the limit of {} bytes",
-                self.item_max
-            ));
+            return Err(BodyError::ItemTooLong(self.item_max));
         }
         self.item.extend_from_slice(bytes);
         Ok(())
     }
 
-    fn rest_byte(&mut self, b: u8) -> Result<(), String> {
+    fn rest_byte(&mut self, b: u8) -> Result<(), BodyError> {
         if self.rest.len() >= self.rest_max {
-            return Err(format!(
-                "the list outside its items exceeds the limit of {} bytes",
-                self.rest_max
-            ));
+            return Err(BodyError::RestTooLong(self.rest_max));
         }
         self.rest.push(b);
         let depth = self.top.depth;
@@ -180,7 +175,7 @@ where
             b'}' | b']' => {
                 self.top.depth = depth
                     .checked_sub(1)
-                    .ok_or_else(|| format!("unbalanced {:?} in the list", b as char))?;
+                    .ok_or(BodyError::Unbalanced(b as char))?;
             }
             b',' if depth == 1 => {
                 self.expect_key = self.object;
@@ -192,7 +187,7 @@ where
     }
 
     /// A string at the top level ended: if it was a key, note whether it is `items`.
-    fn end_of_string(&mut self) -> Result<(), String> {
+    fn end_of_string(&mut self) -> Result<(), BodyError> {
         let Some(start) = self.key_start.take() else {
             return Ok(());
         };
@@ -205,7 +200,7 @@ where
         Ok(())
     }
 
-    fn item_byte(&mut self, b: u8, comma: bool) -> Result<(), String> {
+    fn item_byte(&mut self, b: u8, comma: bool) -> Result<(), BodyError> {
         if self.inner.string_byte(b) {
             return self.keep(b);
         }
@@ -240,13 +235,16 @@ where
         }
     }
 
-    fn keep(&mut self, b: u8) -> Result<(), String> {
+    fn keep(&mut self, b: u8) -> Result<(), BodyError> {
         self.keep_all(&[b])
     }
 
-    fn end_item(&mut self) -> Result<(), String> {
-        let item = serde_json::from_slice::<Decoded<K>>(&self.item)
-            .map_err(|e| format!("list item {}: {e}", self.items.len()))?;
+    fn end_item(&mut self) -> Result<(), BodyError> {
+        let item =
+            serde_json::from_slice::<Decoded<K>>(&self.item).map_err(|source| BodyError::Item {
+                index: self.items.len(),
+                source,
+            })?;
         self.items.push(item);
         self.item.clear();
         self.inner = Lexer::default();
@@ -254,12 +252,12 @@ where
     }
 
     /// The page, once the whole body has been pushed.
-    pub fn finish(mut self) -> Result<Page<K>, String> {
+    pub fn finish(mut self) -> Result<Page<K>, BodyError> {
         if self.items_state != Items::Outside || self.top.in_string || self.top.depth != 0 {
-            return Err("the list body ends before the list does".to_string());
+            return Err(BodyError::Unfinished);
         }
         let list: ObjectList<Decoded<K>> =
-            serde_json::from_slice(&self.rest).map_err(|e| e.to_string())?;
+            serde_json::from_slice(&self.rest).map_err(BodyError::Json)?;
         let mut items = list.items;
         items.append(&mut self.items);
         Ok(Page {
@@ -291,7 +289,7 @@ pub(super) mod tests {
         )
     }
 
-    fn read(body: &[u8], chunk: usize) -> Result<Page<Service>, String> {
+    fn read(body: &[u8], chunk: usize) -> Result<Page<Service>, BodyError> {
         let mut list = JsonList::<Service>::new();
         for c in body.chunks(chunk.max(1)) {
             list.push(c)?;
@@ -371,10 +369,10 @@ pub(super) mod tests {
         let body = format!(r#"{{"items":[{}]}}"#, service("a"));
         let mut small = JsonList::<Service>::with_limits(50, 1000);
         let err = small.push(body.as_bytes()).unwrap_err();
-        assert!(err.contains("limit of 50 bytes"), "{err}");
+        assert!(err.to_string().contains("limit of 50 bytes"), "{err}");
         let long_meta = format!(r#"{{"metadata":{{"continue":"{}"}}}}"#, "x".repeat(2000));
         let mut small = JsonList::<Service>::with_limits(50, 1000);
         let err = small.push(long_meta.as_bytes()).unwrap_err();
-        assert!(err.contains("outside its items"), "{err}");
+        assert!(err.to_string().contains("outside its items"), "{err}");
     }
 }

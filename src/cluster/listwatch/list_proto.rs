@@ -4,6 +4,7 @@
 //! [`MAX_OBJECT_BYTES`]) besides the decoded objects. The fields are read with the same functions as a
 //! whole body (`envelope::open`, `envelope::list_items`), so both read a body the same way.
 
+use super::body_error::BodyError;
 use super::response::Page;
 use crate::cluster::body_limit::MAX_OBJECT_BYTES;
 use crate::cluster::decode::Decoded;
@@ -66,7 +67,7 @@ impl<K: Protobuf> ProtoList<K> {
     }
 
     /// Reads the next chunk of the body.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), BodyError> {
         if self.start > 0 && self.start >= self.buf.len() / 2 {
             self.buf.drain(..self.start);
             self.start = 0;
@@ -76,7 +77,7 @@ impl<K: Protobuf> ProtoList<K> {
     }
 
     /// Steps while the buffer allows; `end`: no more bytes will come.
-    fn run(&mut self, end: bool) -> Result<(), String> {
+    fn run(&mut self, end: bool) -> Result<(), BodyError> {
         loop {
             let step = match self.phase {
                 Phase::Magic => self.magic(end)?,
@@ -88,10 +89,7 @@ impl<K: Protobuf> ProtoList<K> {
                 Step::More => {
                     let held = self.buf.len() - self.start;
                     if held > self.field_max.saturating_add(16) {
-                        return Err(format!(
-                            "a list field exceeds the limit of {} bytes",
-                            self.field_max
-                        ));
+                        return Err(BodyError::FieldTooLong(self.field_max));
                     }
                     return Ok(());
                 }
@@ -99,24 +97,24 @@ impl<K: Protobuf> ProtoList<K> {
         }
     }
 
-    fn magic(&mut self, end: bool) -> Result<Step, String> {
+    fn magic(&mut self, end: bool) -> Result<Step, BodyError> {
         let rest = &self.buf[self.start..];
         if rest.len() < MAGIC.len() {
             return if end {
-                Err(envelope::EnvelopeError::Magic.to_string())
+                Err(BodyError::Envelope(envelope::EnvelopeError::Magic))
             } else {
                 Ok(Step::More)
             };
         }
         if rest[..MAGIC.len()] != MAGIC {
-            return Err(envelope::EnvelopeError::Magic.to_string());
+            return Err(BodyError::Envelope(envelope::EnvelopeError::Magic));
         }
         self.phase = Phase::Envelope;
         Ok(Step::Read(MAGIC.len()))
     }
 
     /// One field of the envelope; its `raw` field is entered.
-    fn envelope_field(&mut self, end: bool) -> Result<Step, String> {
+    fn envelope_field(&mut self, end: bool) -> Result<Step, BodyError> {
         let rest = &self.buf[self.start..];
         if rest.is_empty() {
             return Ok(Step::More);
@@ -132,7 +130,7 @@ impl<K: Protobuf> ProtoList<K> {
         });
         match head {
             Ok(Some(len)) => {
-                let left = usize::try_from(len).map_err(|_| "list length overflows".to_string())?;
+                let left = usize::try_from(len).map_err(|_| BodyError::LengthOverflow)?;
                 // The last `raw` wins, as in a whole decode.
                 self.meta = None;
                 self.items.clear();
@@ -150,17 +148,17 @@ impl<K: Protobuf> ProtoList<K> {
         match Fields::new(rest).next() {
             Some(Ok(field)) => {
                 let used = field.raw.len();
-                envelope::unknown_field(field, &mut unknown).map_err(|e| e.to_string())?;
+                envelope::unknown_field(field, &mut unknown).map_err(BodyError::Envelope)?;
                 Ok(Step::Read(used))
             }
             Some(Err(e)) if incomplete(&e) && !end => Ok(Step::More),
-            Some(Err(e)) => Err(format!("runtime.Unknown: {e}")),
+            Some(Err(e)) => Err(BodyError::Unknown(e)),
             None => Ok(Step::More),
         }
     }
 
     /// One field of the list (`left` bytes of it still to come).
-    fn list_field(&mut self, left: usize, end: bool) -> Result<Step, String> {
+    fn list_field(&mut self, left: usize, end: bool) -> Result<Step, BodyError> {
         if left == 0 {
             self.phase = Phase::Envelope;
             return Ok(Step::Read(0));
@@ -171,7 +169,7 @@ impl<K: Protobuf> ProtoList<K> {
             Some(Ok(field)) => {
                 let used = field.raw.len();
                 if let Some(item) =
-                    envelope::list_field(field, &mut self.meta).map_err(|e| e.to_string())?
+                    envelope::list_field(field, &mut self.meta).map_err(BodyError::Envelope)?
                 {
                     self.items.push(Decoded::from_protobuf(item));
                 }
@@ -179,19 +177,19 @@ impl<K: Protobuf> ProtoList<K> {
                 Ok(Step::Read(used))
             }
             Some(Err(e)) if incomplete(&e) && avail.len() < left && !end => Ok(Step::More),
-            Some(Err(e)) => Err(format!("list: {e}")),
-            None if end => Err("list: truncated".to_string()),
+            Some(Err(e)) => Err(BodyError::List(e)),
+            None if end => Err(BodyError::Truncated),
             None => Ok(Step::More),
         }
     }
 
     /// The page, once the whole body has been pushed.
-    pub fn finish(mut self) -> Result<Page<K>, String> {
+    pub fn finish(mut self) -> Result<Page<K>, BodyError> {
         self.run(true)?;
         match self.phase {
             Phase::Envelope if self.start == self.buf.len() => {}
-            Phase::Magic => return Err(envelope::EnvelopeError::Magic.to_string()),
-            _ => return Err("list: truncated".to_string()),
+            Phase::Magic => return Err(BodyError::Envelope(envelope::EnvelopeError::Magic)),
+            _ => return Err(BodyError::Truncated),
         }
         let meta = self.meta.unwrap_or_default();
         Ok(Page {
@@ -253,7 +251,7 @@ mod tests {
         out
     }
 
-    fn read(body: &[u8], chunk: usize) -> Result<Page<Service>, String> {
+    fn read(body: &[u8], chunk: usize) -> Result<Page<Service>, BodyError> {
         let mut list = ProtoList::<Service>::new();
         for c in body.chunks(chunk.max(1)) {
             list.push(c)?;
@@ -292,6 +290,6 @@ mod tests {
         let b = body(&["a", &"x".repeat(5000)], "1");
         let mut list = ProtoList::<Service>::with_limit(1000);
         let err = b.chunks(100).try_for_each(|c| list.push(c)).unwrap_err();
-        assert!(err.contains("limit of 1000 bytes"), "{err}");
+        assert!(err.to_string().contains("limit of 1000 bytes"), "{err}");
     }
 }

@@ -58,6 +58,19 @@ impl Default for MediaTypes {
     }
 }
 
+/// A `clientConnection` media type this client cannot read (the error names the field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MediaTypeError {
+    /// `acceptContentTypes` names neither JSON nor protobuf.
+    #[error("clientConnection.acceptContentTypes: {0:?} names neither {JSON} nor {PROTOBUF}")]
+    Accept(String),
+    /// `contentType` is neither JSON nor protobuf.
+    #[error(
+        "clientConnection.contentType: unsupported media type {0:?}, must be {JSON} or {PROTOBUF}"
+    )]
+    ContentType(String),
+}
+
 impl MediaTypes {
     /// Protobuf preferred; a server (or resource) without protobuf answers JSON.
     pub fn protobuf() -> Self {
@@ -76,16 +89,16 @@ impl MediaTypes {
     /// The media types for `clientConnection`: `accept_content_types` verbatim when set (it must name
     /// JSON or protobuf), otherwise from `content_type` (empty = the protobuf default). The error names
     /// the field.
-    pub fn from_config(content_type: &str, accept_content_types: &str) -> Result<Self, String> {
+    pub fn from_config(
+        content_type: &str,
+        accept_content_types: &str,
+    ) -> Result<Self, MediaTypeError> {
         if !accept_content_types.trim().is_empty() {
             let readable = accept_content_types.split(',').map(base).any(|t| {
                 t.eq_ignore_ascii_case(JSON) || t.eq_ignore_ascii_case(PROTOBUF) || t == "*/*"
             });
             if !readable {
-                return Err(format!(
-                    "clientConnection.acceptContentTypes: {accept_content_types:?} names neither \
-                     {JSON} nor {PROTOBUF}"
-                ));
+                return Err(MediaTypeError::Accept(accept_content_types.to_string()));
             }
             return Ok(Self {
                 accept: accept_content_types.trim().to_string(),
@@ -95,10 +108,7 @@ impl MediaTypes {
             "" => Ok(Self::protobuf()),
             t if t.eq_ignore_ascii_case(PROTOBUF) => Ok(Self::protobuf()),
             t if t.eq_ignore_ascii_case(JSON) => Ok(Self::json()),
-            _ => Err(format!(
-                "clientConnection.contentType: unsupported media type {content_type:?}, must be \
-                 {JSON} or {PROTOBUF}"
-            )),
+            _ => Err(MediaTypeError::ContentType(content_type.to_string())),
         }
     }
 
@@ -127,9 +137,9 @@ mod tests {
             accept("application/json", "application/vnd.kubernetes.protobuf").unwrap(),
             "application/vnd.kubernetes.protobuf"
         );
-        let err = accept("application/yaml", "").unwrap_err();
+        let err = accept("application/yaml", "").unwrap_err().to_string();
         assert!(err.starts_with("clientConnection.contentType:"), "{err}");
-        let err = accept("", "text/plain").unwrap_err();
+        let err = accept("", "text/plain").unwrap_err().to_string();
         assert!(
             err.starts_with("clientConnection.acceptContentTypes:"),
             "{err}"

@@ -11,6 +11,7 @@
 //! configured media types ([`MediaTypes`]); each response is decoded by the encoding it announces, so
 //! a server that does not offer protobuf is read in JSON.
 
+pub mod body_error;
 pub mod frames;
 pub mod list_json;
 pub mod list_proto;

@@ -1,6 +1,7 @@
 //! One list page or one watch request: the request (URL and query from kube's request builder, our
 //! `Accept` header), the response's status, and its body decoded by the encoding it announces.
 
+use super::body_error::BodyError;
 use super::frames::{Framer, Framing};
 use super::list_json::JsonList;
 use super::list_proto::ProtoList;
@@ -106,7 +107,7 @@ pub async fn list<K: Watched>(
     let mut req = with_accept(with_cached_version(req, params)?, media)?;
     req.extensions_mut().insert(ReadIncrementally);
     let (encoding, mut body) = send(client, req).await?;
-    let decode = |message| RequestError::Decode { encoding, message };
+    let decode = |source| RequestError::Decode { encoding, source };
     let mut reader = ListReader::<K>::new(encoding);
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
@@ -166,7 +167,7 @@ impl<K: Watched> ListReader<K> {
     }
 
     /// Reads the next chunk of the body.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), BodyError> {
         match self {
             ListReader::Json(r) => r.push(chunk),
             ListReader::Protobuf(r) => r.push(chunk),
@@ -174,7 +175,7 @@ impl<K: Watched> ListReader<K> {
     }
 
     /// The page, once the whole body has been pushed.
-    pub fn finish(self) -> Result<Page<K>, String> {
+    pub fn finish(self) -> Result<Page<K>, BodyError> {
         match self {
             ListReader::Json(r) => r.finish(),
             ListReader::Protobuf(r) => r.finish(),
@@ -184,11 +185,11 @@ impl<K: Watched> ListReader<K> {
 
 /// Decodes a whole list body at once (benches and the fuzz targets compare the incremental
 /// [`ListReader`] with it); each item is decoded on its own, so only a malformed list fails.
-pub fn decode_page<K: Watched>(encoding: Encoding, body: &[u8]) -> Result<Page<K>, String> {
+pub fn decode_page<K: Watched>(encoding: Encoding, body: &[u8]) -> Result<Page<K>, BodyError> {
     match encoding {
         Encoding::Json => {
             let list: ObjectList<Decoded<K>> =
-                serde_json::from_slice(body).map_err(|e| e.to_string())?;
+                serde_json::from_slice(body).map_err(BodyError::Json)?;
             Ok(Page {
                 resource_version: list.metadata.resource_version.unwrap_or_default(),
                 continue_token: list.metadata.continue_.unwrap_or_default(),
@@ -197,8 +198,8 @@ pub fn decode_page<K: Watched>(encoding: Encoding, body: &[u8]) -> Result<Page<K
             })
         }
         Encoding::Protobuf => {
-            let unknown = envelope::open(body).map_err(|e| e.to_string())?;
-            let (meta, items) = envelope::list_items(unknown.raw).map_err(|e| e.to_string())?;
+            let unknown = envelope::open(body).map_err(BodyError::Envelope)?;
+            let (meta, items) = envelope::list_items(unknown.raw).map_err(BodyError::Envelope)?;
             Ok(Page {
                 resource_version: meta.resource_version.unwrap_or_default(),
                 continue_token: meta.r#continue.unwrap_or_default(),
@@ -236,20 +237,23 @@ fn events<K: Watched>(
         .frames(body.into_data_stream())
         .map(move |frame| match frame {
             Ok(frame) => decode_event(encoding, &frame)
-                .map_err(|message| RequestError::Decode { encoding, message }),
+                .map_err(|source| RequestError::Decode { encoding, source }),
             Err(e) => Err(e),
         })
 }
 
 /// Decodes one watch event frame.
-pub fn decode_event<K: Watched>(encoding: Encoding, frame: &[u8]) -> Result<WatchItem<K>, String> {
+pub fn decode_event<K: Watched>(
+    encoding: Encoding,
+    frame: &[u8],
+) -> Result<WatchItem<K>, BodyError> {
     match encoding {
         Encoding::Json => json_event(frame),
         Encoding::Protobuf => protobuf_event(frame),
     }
 }
 
-fn json_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, String> {
+fn json_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, BodyError> {
     match serde_json::from_slice::<WatchEvent<Decoded<K>>>(frame) {
         Ok(WatchEvent::Added(k) | WatchEvent::Modified(k)) => Ok(WatchItem::Apply(k)),
         Ok(WatchEvent::Deleted(k)) => Ok(WatchItem::Delete(k)),
@@ -259,13 +263,13 @@ fn json_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, String> {
             reason: s.reason,
             message: s.message,
         })),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(BodyError::Json(e)),
     }
 }
 
-fn protobuf_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, String> {
-    let (kind, object) = envelope::watch_event(frame).map_err(|e| e.to_string())?;
-    let raw = envelope::open(object).map_err(|e| e.to_string())?.raw;
+fn protobuf_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, BodyError> {
+    let (kind, object) = envelope::watch_event(frame).map_err(BodyError::Envelope)?;
+    let raw = envelope::open(object).map_err(BodyError::Envelope)?.raw;
     match kind.as_str() {
         "ADDED" | "MODIFIED" => Ok(WatchItem::Apply(Decoded::from_protobuf(raw))),
         "DELETED" => Ok(WatchItem::Delete(Decoded::from_protobuf(raw))),
@@ -276,13 +280,13 @@ fn protobuf_event<K: Watched>(frame: &[u8]) -> Result<WatchItem<K>, String> {
             ))
         }
         "ERROR" => {
-            let s = envelope::status(raw).map_err(|e| e.to_string())?;
+            let s = envelope::status(raw).map_err(BodyError::Envelope)?;
             Ok(WatchItem::Error(ApiStatus {
                 code: s.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500),
                 reason: s.reason.unwrap_or_default(),
                 message: s.message.unwrap_or_default(),
             }))
         }
-        other => Err(format!("unknown watch event type {other:?}")),
+        other => Err(BodyError::EventType(other.to_string())),
     }
 }

@@ -1,5 +1,6 @@
 //! What a list or watch request gives back: a list page, watch events, or why it failed.
 
+use super::body_error::BodyError;
 use super::media::Encoding;
 use crate::cluster::decode::Decoded;
 use futures::stream::BoxStream;
@@ -32,12 +33,13 @@ pub enum RequestError {
     #[error("the API server answered {0}")]
     Api(ApiStatus),
     /// The body could not be decoded.
-    #[error("unreadable {encoding} response: {message}")]
+    #[error("unreadable {encoding} response: {source}")]
     Decode {
         /// The body's encoding.
         encoding: Encoding,
         /// What was wrong.
-        message: String,
+        #[source]
+        source: BodyError,
     },
 }
 

@@ -24,7 +24,18 @@ pub trait Protobuf: Sized {
     fn rules() -> &'static [FieldRule];
 
     /// The kept fields as the `k8s-openapi` object; the error names a field that cannot be read.
-    fn convert(message: Self::Message) -> Result<Self, String>;
+    fn convert(message: Self::Message) -> Result<Self, ConvertError>;
+}
+
+/// A kept field whose value the `k8s-openapi` type cannot hold.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {source}")]
+pub struct ConvertError {
+    /// The field's path (`metadata.deletionTimestamp`).
+    pub field: &'static str,
+    /// Why the value does not fit.
+    #[source]
+    pub source: k8s_openapi::jiff::Error,
 }
 
 /// Metadata fields every kind keeps, plus `extra`.
@@ -258,14 +269,14 @@ fn some_map(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
     (!map.is_empty()).then_some(map)
 }
 
-fn time(t: pbmeta::Time, field: &str) -> Result<Time, String> {
+fn time(t: pbmeta::Time, field: &'static str) -> Result<Time, ConvertError> {
     let nanos = t.nanos.unwrap_or_default();
     k8s_openapi::jiff::Timestamp::new(t.seconds.unwrap_or_default(), nanos)
         .map(Time)
-        .map_err(|e| format!("{field}: {e}"))
+        .map_err(|source| ConvertError { field, source })
 }
 
-fn meta(m: Option<pbmeta::ObjectMeta>) -> Result<ObjectMeta, String> {
+fn meta(m: Option<pbmeta::ObjectMeta>) -> Result<ObjectMeta, ConvertError> {
     let m = m.unwrap_or_default();
     Ok(ObjectMeta {
         name: m.name,
@@ -334,7 +345,7 @@ impl Protobuf for api::Service {
         &RULES
     }
 
-    fn convert(m: pb::Service) -> Result<Self, String> {
+    fn convert(m: pb::Service) -> Result<Self, ConvertError> {
         Ok(api::Service {
             metadata: meta(m.metadata)?,
             spec: m.spec.map(service_spec),
@@ -374,7 +385,7 @@ impl Protobuf for disc::EndpointSlice {
         &RULES
     }
 
-    fn convert(m: pbdisc::EndpointSlice) -> Result<Self, String> {
+    fn convert(m: pbdisc::EndpointSlice) -> Result<Self, ConvertError> {
         let port = |p: pbdisc::EndpointPort| disc::EndpointPort {
             name: p.name,
             port: p.port,
@@ -398,7 +409,7 @@ impl Protobuf for api::Node {
         &RULES
     }
 
-    fn convert(m: pb::Node) -> Result<Self, String> {
+    fn convert(m: pb::Node) -> Result<Self, ConvertError> {
         let taint = |t: pb::Taint| api::Taint {
             key: t.key.unwrap_or_default(),
             effect: t.effect.unwrap_or_default(),
@@ -451,5 +462,22 @@ mod tests {
         check(disc::EndpointSlice::rules(), "EndpointSlice");
         check(api::Node::rules(), "Node");
         assert_eq!(identity_rules().len(), 3);
+    }
+
+    #[test]
+    fn a_time_out_of_range_names_the_field_and_keeps_jiff_s_error() {
+        use std::error::Error;
+        let bad = pbmeta::Time {
+            seconds: Some(i64::MAX),
+            nanos: Some(0),
+        };
+        let e = time(bad, "metadata.deletionTimestamp").unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("metadata.deletionTimestamp: "), "{text}");
+        assert_eq!(text, format!("metadata.deletionTimestamp: {}", e.source));
+        assert!(
+            e.source()
+                .is_some_and(|c| c.is::<k8s_openapi::jiff::Error>())
+        );
     }
 }

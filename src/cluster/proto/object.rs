@@ -13,10 +13,11 @@ impl<K: Protobuf> Decoded<K> {
     /// Decodes one object from its protobuf encoding (the `raw` of its envelope).
     pub fn from_protobuf(object: &[u8]) -> Self {
         let mut kept = Vec::with_capacity(object.len() / 2);
+        // Text, as JSON's: `Unreadable` is `Clone + PartialEq` and only reported (warning, Event).
         let read = prune(K::rules(), object, &mut kept)
             .map_err(|e| e.to_string())
             .and_then(|()| K::Message::decode(kept.as_slice()).map_err(|e| e.to_string()))
-            .and_then(K::convert);
+            .and_then(|m| K::convert(m).map_err(|e| e.to_string()));
         match read {
             Ok(k) => Decoded::Object(k),
             Err(error) => Decoded::Unreadable(Box::new(Unreadable {

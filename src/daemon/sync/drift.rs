@@ -5,7 +5,7 @@
 use super::state::SyncLoop;
 use crate::explain::drift::attribute;
 use crate::proxier::SyncReport;
-use crate::proxier::reconcile::drift::DriftKind;
+use crate::proxier::drift_report::DriftKind;
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
@@ -63,7 +63,7 @@ impl SyncLoop {
 mod tests {
     use super::super::streak::DriftStreak;
     use super::*;
-    use crate::proxier::reconcile::drift::DriftReport;
+    use crate::proxier::drift_report::DriftReport;
 
     fn drift(kinds: &[DriftKind]) -> DriftReport {
         let mut d = DriftReport::default();

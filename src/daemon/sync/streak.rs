@@ -1,6 +1,6 @@
 //! The streak of consecutive full syncs that had to repair drift, and when it warrants a Warning Event.
 
-use crate::proxier::reconcile::drift::{DriftKind, DriftReport};
+use crate::proxier::drift_report::{DriftKind, DriftReport};
 use std::collections::BTreeSet;
 
 /// Consecutive full syncs with repairs that raise the Warning Event.

@@ -270,7 +270,7 @@ fn full_sync_recreates_our_sets_of_the_wrong_type() {
 /// plan), names the virtual servers, and counts the foreign objects it leaves alone.
 #[test]
 fn full_sync_counts_drift_by_kind_and_foreign_objects() {
-    use crate::proxier::reconcile::drift::{DriftKind, ForeignKind};
+    use crate::proxier::drift_report::{DriftKind, ForeignKind};
     let k = Kit::new();
     let mut p = proxier(&k);
     let first = apply(&mut p, &small(), true);

@@ -187,7 +187,7 @@ fn services_reads(k: &Kit) -> Vec<String> {
 /// shows one behind our back, and the foreign IPv6 count a dump took is reported between dumps.
 #[test]
 fn dual_stack_dumps_ipvs_only_when_ipv6_virtual_servers_can_matter() {
-    use crate::proxier::reconcile::drift::ForeignKind;
+    use crate::proxier::drift_report::ForeignKind;
     let k = Kit::new();
     let mut p = proxier(&k);
     p.reconciler.set_view_slice(2);

@@ -14,8 +14,8 @@ use crate::kernel::link::Links;
 use crate::proxier::desired::{
     DesiredIpSet, DesiredState, DesiredVirtualServer, JumpRule, TrafficPolicy,
 };
+use crate::proxier::drift_report::DriftKind;
 use crate::proxier::plan::{NodeFacts, PlanConfig};
-use crate::proxier::reconcile::drift::DriftKind;
 use crate::proxier::reconcile::{ConntrackHints, FamilyInput};
 use crate::proxier::report::{FailureKind, SyncReport};
 use crate::proxier::sync::{FamilySnapshot, Proxier, SyncInput};

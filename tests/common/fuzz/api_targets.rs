@@ -11,6 +11,7 @@ use fastrand::Rng;
 use k8s_openapi::api::core::v1::Service;
 use kube_proxy_rs::cluster::gzip::{Gunzip, IN_STEP};
 use kube_proxy_rs::cluster::listwatch::Encoding;
+use kube_proxy_rs::cluster::listwatch::body_error::BodyError;
 use kube_proxy_rs::cluster::listwatch::frames::{Framer, Framing, MAX_FRAME};
 use kube_proxy_rs::cluster::listwatch::request::{ListReader, Page, decode_event, decode_page};
 use kube_proxy_rs::cluster::proto::wire::Fields;
@@ -145,7 +146,7 @@ pub fn gen_list_protobuf(rng: &mut Rng, c: &Corpus) -> Vec<u8> {
 }
 
 /// The list read incrementally in pieces of `piece` bytes.
-fn incremental(encoding: Encoding, buf: &[u8], piece: usize) -> Result<Page<Service>, String> {
+fn incremental(encoding: Encoding, buf: &[u8], piece: usize) -> Result<Page<Service>, BodyError> {
     let mut reader = ListReader::<Service>::new(encoding);
     for chunk in buf.chunks(piece) {
         reader.push(chunk)?;
