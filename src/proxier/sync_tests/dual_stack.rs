@@ -171,109 +171,142 @@ fn dual_stack_reports_each_familys_own_figures() {
     assert!(own <= r.duration, "{own:?} > {:?}", r.duration);
 }
 
-/// The IPVS reads of the last sync: `ipvs.services ` (the dump, every family) or `ipvs.services ipv4`.
-fn services_reads(k: &Kit) -> Vec<String> {
-    let reads = k.reads();
-    k.clear_logs();
-    reads
-        .into_iter()
-        .filter(|l| l.starts_with("ipvs.services"))
-        .map(|l| l.trim_end().to_string())
-        .collect()
+/// A dual-stack node whose IPv4 plan is `small()`: full syncs with a given IPv6 plan, and the IPVS
+/// reads each made.
+struct DualStack {
+    k: Kit,
+    p: Applier,
+    v4: DesiredState,
+    c4: PlanConfig,
+    c6: PlanConfig,
+    nips: Vec<IpAddr>,
 }
 
-/// A dual-stack node that plans no IPv6 virtual server reads IPv4 with the one-call read after its
-/// first full sync; the dump comes back when an IPv6 virtual server is planned or the real-server view
-/// shows one behind our back, and the foreign IPv6 count a dump took is reported between dumps.
-#[test]
-fn dual_stack_dumps_ipvs_only_when_ipv6_virtual_servers_can_matter() {
-    use crate::proxier::drift_report::ForeignKind;
-    let k = Kit::new();
-    let mut p = proxier(&k);
-    p.reconciler.set_view_slice(2);
-    let v4 = small();
-    let (c4, mut c6) = (config(), config());
-    c6.family = IpFamily::V6;
-    let nips = node_ips();
-    let both = |p: &mut Applier, v6: &DesiredState| {
+/// The netlink dump (every family) and the one-call IPv4 read, as the kit logs them.
+const DUMP: &str = "ipvs.services";
+const IPV4: &str = "ipvs.services ipv4";
+
+impl DualStack {
+    /// Real-server view slices of 2 virtual servers, so a pass over `small()`'s takes a few syncs.
+    fn new() -> Self {
+        let k = Kit::new();
+        let mut p = proxier(&k);
+        p.reconciler.set_view_slice(2);
+        let mut c6 = config();
+        c6.family = IpFamily::V6;
+        DualStack {
+            k,
+            p,
+            v4: small(),
+            c4: config(),
+            c6,
+            nips: node_ips(),
+        }
+    }
+
+    /// One full sync (without failures) and the IPVS services reads it made.
+    fn full(&mut self, v6: &DesiredState) -> (SyncReport, Vec<String>) {
+        self.k.clear_logs();
         let input = |desired, config, node_port_ips| FamilyInput {
             desired,
             delta: None,
             config,
             node_port_ips,
         };
-        let r = p.apply(
-            &[input(&v4, &c4, &nips), input(v6, &c6, &[])],
+        let r = self.p.apply(
+            &[
+                input(&self.v4, &self.c4, &self.nips),
+                input(v6, &self.c6, &[]),
+            ],
             true,
             &ConntrackHints::default(),
         );
         assert_eq!(r.failure_count(), 0, "{r:?}");
-        r
-    };
-    let dump = vec!["ipvs.services".to_string()];
-    let ipv4 = vec!["ipvs.services ipv4".to_string()];
+        let reads = self.k.reads().into_iter();
+        let reads = reads.filter(|l| l.starts_with(DUMP));
+        (r, reads.map(|l| l.trim_end().to_string()).collect())
+    }
+}
+
+/// The foreign virtual servers a full sync reported.
+fn foreign_vs(r: &SyncReport) -> Option<u64> {
+    use crate::proxier::reconcile::drift::ForeignKind;
+    let foreign = r.foreign.as_ref()?;
+    foreign.get(&ForeignKind::VirtualServer).copied()
+}
+
+/// A dual-stack node that plans no IPv6 virtual server dumps on its first full sync only, then reads
+/// IPv4 with the one-call read and still writes nothing.
+#[test]
+fn dual_stack_without_ipv6_virtual_servers_reads_ipv4_in_one_call() {
+    let mut n = DualStack::new();
     let none6 = desired_v6(&[]);
-    both(&mut p, &none6);
     assert_eq!(
-        services_reads(&k),
-        dump,
+        n.full(&none6).1,
+        [DUMP],
         "the first full sync reads everything"
     );
     for _ in 0..3 {
-        let r = both(&mut p, &none6);
+        let (r, reads) = n.full(&none6);
         assert_eq!(r.writes(), 0, "{r:?}");
-        assert_eq!(services_reads(&k), ipv4);
+        assert_eq!(reads, [IPV4]);
     }
-    // A foreign IPv6 virtual server appears: the view's pass shows it within a few full syncs (slices
-    // of 2 over 5 virtual servers), and that sync dumps and counts it; later syncs report the count.
-    let mut ipvs = k.ipvs.clone();
+}
+
+/// A foreign IPv6 virtual server that appears behind our back: a slice of the view's pass shows it,
+/// that full sync dumps and counts it, later ones report the count without dumping, and a pass that
+/// shows none after it went clears the count, still undumped.
+#[test]
+fn dual_stack_dumps_when_the_view_shows_an_ipv6_virtual_server() {
+    let mut n = DualStack::new();
+    let none6 = desired_v6(&[]);
+    n.full(&none6);
+    let mut ipvs = n.k.ipvs.clone();
     ipvs.add_service(&svc("fd00::99", 80, Protocol::Tcp, "rr"))
         .unwrap();
-    let foreign = |r: &SyncReport| {
-        r.foreign
-            .as_ref()
-            .and_then(|f| f.get(&ForeignKind::VirtualServer))
-            .copied()
-    };
-    let mut dumped_at = None;
-    for i in 0..4 {
-        let r = both(&mut p, &none6);
-        if services_reads(&k) == dump {
-            assert_eq!(foreign(&r), Some(1), "{r:?}");
-            dumped_at = Some(i);
-            break;
-        }
-    }
-    assert!(
-        dumped_at.is_some(),
-        "no full sync of a pass dumped the IPv6 virtual server"
-    );
-    let r = both(&mut p, &none6);
-    assert_eq!(services_reads(&k), ipv4);
-    assert_eq!(foreign(&r), Some(1), "{r:?}");
-    // Gone again: a pass over the view that shows no IPv6 virtual server ends the count, undumped.
+    let dumped = (0..4).find_map(|_| {
+        let (r, reads) = n.full(&none6);
+        (reads == [DUMP]).then_some(r)
+    });
+    let r = dumped.expect("no full sync of a pass dumped the IPv6 virtual server");
+    assert_eq!(foreign_vs(&r), Some(1), "{r:?}");
+    let (r, reads) = n.full(&none6);
+    assert_eq!(reads, [IPV4]);
+    assert_eq!(foreign_vs(&r), Some(1), "{r:?}");
+
     ipvs.delete_service(&key("fd00::99", 80, Protocol::Tcp))
         .unwrap();
     let mut last = None;
     for _ in 0..4 {
-        last = foreign(&both(&mut p, &none6));
-        assert_eq!(services_reads(&k), ipv4);
+        let (r, reads) = n.full(&none6);
+        assert_eq!(reads, [IPV4]);
+        last = foreign_vs(&r);
     }
     assert_eq!(last, Some(0));
-    // Planned IPv6 virtual servers: every full sync dumps, and verifies them.
+}
+
+/// Planned IPv6 virtual servers: every full sync dumps and verifies them; the sync that removes the
+/// last one still dumps (it was applied), the next does not.
+#[test]
+fn dual_stack_dumps_while_ipv6_virtual_servers_are_planned_or_applied() {
+    let mut n = DualStack::new();
     let v6 = desired_v6(&[("fd00::10", 80, &[("fd01::11", 8080)])]);
-    let r = both(&mut p, &v6);
-    assert_eq!(r.ipvs_services.added, 1, "{r:?}");
-    assert_eq!(services_reads(&k), dump);
-    ipvs.delete_service(&key("fd00::10", 80, Protocol::Tcp))
+    let (r, reads) = n.full(&v6);
+    assert_eq!((r.ipvs_services.added, reads), (5, vec![DUMP.to_string()]));
+    n.k.ipvs
+        .clone()
+        .delete_service(&key("fd00::10", 80, Protocol::Tcp))
         .unwrap();
-    let r = both(&mut p, &v6);
+    let (r, reads) = n.full(&v6);
     assert_eq!(r.ipvs_services.added, 1, "drift repaired: {r:?}");
-    assert_eq!(services_reads(&k), dump);
-    // Emptied: the sync that removes the last one still dumps (it was applied), the next does not.
-    both(&mut p, &none6);
-    assert_eq!(services_reads(&k), dump);
-    let r = both(&mut p, &none6);
-    assert_eq!(services_reads(&k), ipv4);
-    assert_eq!(foreign(&r), Some(0), "{r:?}");
+    assert_eq!(reads, [DUMP]);
+    let none6 = desired_v6(&[]);
+    let (r, reads) = n.full(&none6);
+    assert_eq!(
+        (r.ipvs_services.deleted, reads),
+        (1, vec![DUMP.to_string()])
+    );
+    let (r, reads) = n.full(&none6);
+    assert_eq!(reads, [IPV4]);
+    assert_eq!(foreign_vs(&r), Some(0), "{r:?}");
 }
