@@ -441,13 +441,13 @@ impl Reconciler {
         self.read_view(k, families, &mut snap);
         report.add_shared_step(SyncStep::DumpIpvsView, t.elapsed());
         let t = std::time::Instant::now();
-        let ipv6 = services_read::ipv6_needed(&self.ipv6_inputs(families), &self.ipv6);
+        let ipv6 = self.ipv6.needed(&self.ipv6_inputs(families));
         let has_v4 = families.iter().any(|f| f.desired.family == IpFamily::V4);
         match services_read::read_services(k.ipvs.as_mut(), has_v4, ipv6) {
             Ok(read) => {
                 snap.services = Some(by_family(read.services));
                 snap.ipv6_read = read.ipv6_read;
-                self.ipv6.seen &= !read.ipv6_read;
+                self.ipv6.read(read.ipv6_read);
             }
             Err(e) => {
                 tracing::error!(error = %e, "Failed to get IPVS services");

@@ -16,7 +16,7 @@ pub(super) struct Ipv6Watch {
     /// A slice of the real-server view showed an IPv6 virtual server since the last read: this or the
     /// next full sync reads them (so one that appears behind our back is read within one pass of the
     /// view).
-    pub seen: bool,
+    seen: bool,
     /// A slice of the current pass over the view showed an IPv6 virtual server.
     seen_in_pass: bool,
 }
@@ -34,6 +34,18 @@ impl Ipv6Watch {
         if view.at_end && !self.seen_in_pass {
             self.foreign = 0;
         }
+    }
+
+    /// Whether this full sync must read the IPv6 virtual servers: the node syncs IPv6 and either no
+    /// full sync has read them yet, the family plans or has applied a virtual server, or the view
+    /// showed one.
+    pub fn needed(&self, i: &Ipv6Inputs) -> bool {
+        i.synced && (self.seen || !i.read_before || i.planned || i.applied)
+    }
+
+    /// Notes a read of the virtual servers: one that included IPv6 answers what the view showed.
+    pub fn read(&mut self, ipv6_read: bool) {
+        self.seen &= !ipv6_read;
     }
 }
 
@@ -53,12 +65,6 @@ pub(super) struct Ipv6Inputs {
     pub planned: bool,
     /// An IPv6 virtual server was applied.
     pub applied: bool,
-}
-
-/// Whether this full sync must read the IPv6 virtual servers: the node syncs IPv6 and either no full
-/// sync has read them yet, the family plans or has applied a virtual server, or the view showed one.
-pub(super) fn ipv6_needed(i: &Ipv6Inputs, watch: &Ipv6Watch) -> bool {
-    i.synced && (watch.seen || !i.read_before || i.planned || i.applied)
 }
 
 /// Every virtual server the sync needs: the dump when `ipv6` is needed (or the node syncs no IPv4),
